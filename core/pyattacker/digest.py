@@ -1,0 +1,25 @@
+"""Content addressing: canonical JSON and BLAKE2b-128 digests used for every identity."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import msgspec
+
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted keys, compact separators, UTF-8: the same value always gives the same bytes."""
+    return _encoder.encode(value)
+
+
+def digest_bytes(data: bytes) -> str:
+    """Hex BLAKE2b with a 16-byte digest (32 hex characters)."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def digest_of(value: Any) -> str:
+    """Digest of a JSON-able value through its canonical encoding."""
+    return digest_bytes(canonical_json(value))

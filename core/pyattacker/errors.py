@@ -1,0 +1,189 @@
+"""The exception vocabulary and the pure error classifier.
+
+Failure is an exception (invariant 4). Every error a user can act on derives from
+``PyAttackerError``; ``ConfigError`` and its children map to exit code 2 in the CLI.
+``error_class_of`` is pure so that retry decisions can be replayed and tested as a table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+__all__ = [
+    "RETRYABLE_CLASSES",
+    "AcquireTimeout",
+    "ArtifactCodecError",
+    "BudgetExceeded",
+    "ConfigError",
+    "CorruptCheckpoint",
+    "FatalError",
+    "LeaseLeakError",
+    "PipelineBuildError",
+    "PipelineIdentityConflict",
+    "PluginError",
+    "PoolNotFound",
+    "PyAttackerError",
+    "ResourceUnavailable",
+    "RetryableError",
+    "RunInterrupted",
+    "StoreFeatureUnsupported",
+    "StoreUnavailable",
+    "WorkerCrashed",
+    "error_class_of",
+    "retry_after_of",
+]
+
+
+class PyAttackerError(Exception):
+    """Base of every error raised by pyattacker itself."""
+
+
+class ConfigError(PyAttackerError):
+    """Bad input from the user: a config field, a flag, a spec. CLI exit code 2."""
+
+
+class PipelineBuildError(ConfigError):
+    """A pipeline template cannot be built (empty chain, non-task member, bad signature)."""
+
+
+class PipelineIdentityConflict(ConfigError):
+    """A stored pipeline id now maps to a different seed or chain; the old rows are kept."""
+
+
+class PluginError(PyAttackerError):
+    """A plugin could not be loaded, or provided something that breaks its kind's contract."""
+
+
+class ArtifactCodecError(PyAttackerError):
+    """A value cannot be encoded, or stored bytes cannot be decoded."""
+
+
+class CorruptCheckpoint(PyAttackerError):
+    """A stored checkpoint contradicts itself (for example a cursor past the chain's end)."""
+
+
+class StoreUnavailable(PyAttackerError):
+    """The store cannot be opened or written; nothing further can be recorded. Exit code 2."""
+
+
+class StoreFeatureUnsupported(PyAttackerError):
+    """The store lacks an optional capability (for example application metrics)."""
+
+
+class ResourceUnavailable(PyAttackerError):
+    """No resource could be leased (nothing free under ``immediate``, factory failures, ...)."""
+
+
+class AcquireTimeout(ResourceUnavailable):
+    """Waiting for a lease took longer than the caller's limit."""
+
+
+class PoolNotFound(ConfigError):
+    """A task or a call names a pool that the runner does not have."""
+
+
+class LeaseLeakError(PyAttackerError):
+    """Under ``strict_leases`` a task ended while still holding a lease."""
+
+
+class BudgetExceeded(PyAttackerError):
+    """A run-level budget (failures, time) was exhausted."""
+
+
+class RunInterrupted(PyAttackerError):
+    """The run stopped before every admitted pipeline finished; everything is resumable."""
+
+
+class WorkerCrashed(PyAttackerError):
+    """A worker died outside task code. The held pipeline is recorded and the run closed."""
+
+    def __init__(self, pipeline_id: str | None, cause: BaseException | None = None) -> None:
+        self.pipeline_id = pipeline_id
+        detail = f"{type(cause).__name__}: {cause}" if cause is not None else "unknown error"
+        super().__init__(f"worker for pipeline {pipeline_id} died with {detail}")
+
+
+class RetryableError(PyAttackerError):
+    """Raise from a task to ask for a retry; ``retry_after`` (seconds) overrides the backoff."""
+
+    def __init__(
+        self, msg: str = "", error_class: str = "retryable", retry_after: float | None = None
+    ) -> None:
+        super().__init__(msg)
+        self.error_class = error_class
+        self.retry_after = retry_after
+
+
+class FatalError(PyAttackerError):
+    """Raise from a task to fail the pipeline without any retry."""
+
+    error_class = "fatal"
+
+
+#: Error classes that ``Retrying(retry_classified=True)`` retries.
+RETRYABLE_CLASSES = frozenset({"retryable", "rate_limit", "timeout", "connection", "upstream"})
+
+_STATUS_ATTRS = ("status", "status_code", "http_status", "code")
+
+
+def _http_status(exc: BaseException) -> int | None:
+    for attr in _STATUS_ATTRS:
+        value = getattr(exc, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
+            return value
+    response = getattr(exc, "response", None)
+    value = getattr(response, "status_code", None)
+    if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
+        return value
+    return None
+
+
+def error_class_of(exc: BaseException) -> str:
+    """Classify an exception into one short class name; pure, order documented in docs/retries.md."""
+    explicit = getattr(exc, "error_class", None)
+    if isinstance(explicit, str) and explicit:
+        return explicit
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled"
+    if isinstance(exc, FatalError):
+        return "fatal"
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    if isinstance(exc, ConnectionError):
+        return "connection"
+    status = _http_status(exc)
+    if status is not None:
+        if status in (408, 504):
+            return "timeout"
+        if status in (425, 429):
+            return "rate_limit"
+        if status >= 500:
+            return "upstream"
+        if status >= 400:
+            return "fatal"
+    if isinstance(exc, ValueError | TypeError | KeyError | AttributeError | ArithmeticError):
+        return "invalid"
+    return "unknown"
+
+
+def retry_after_of(exc: BaseException) -> float | None:
+    """A server's requested delay: ``exc.retry_after`` or the response's Retry-After header."""
+    value: Any = getattr(exc, "retry_after", None)
+    if value is None:
+        response = getattr(exc, "response", None)
+        headers = getattr(response, "headers", None)
+        if headers is not None:
+            try:
+                value = headers.get("Retry-After") or headers.get("retry-after")
+            except Exception:
+                value = None
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    if seconds != seconds or seconds < 0 or seconds == float("inf"):
+        return None
+    return seconds
