@@ -1,0 +1,136 @@
+"""The ``pyattacker`` command line: a rich-click group whose commands load lazily.
+
+Core commands live in small modules imported only when used, so ``pyattacker --help`` stays
+fast; plugins add commands through the ``pyattacker_commands`` hook. Every error a user can
+fix is printed as one line naming what is wrong, with the documented exit code:
+0 done, 1 some pipelines failed, 2 bad input or framework error, 130 interrupted (resumable).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+import rich_click as click
+
+from . import __version__
+from .errors import ConfigError, PyAttackerError, StoreUnavailable, WorkerCrashed
+
+__all__ = ["cli", "main"]
+
+click.rich_click.TEXT_MARKUP = "markdown"
+click.rich_click.SHOW_ARGUMENTS = True
+
+#: core command name -> "module:attribute" (imported on first use)
+CORE_COMMANDS: dict[str, str] = {
+    "run": "pyattacker.cli_run:run_command",
+    "resume": "pyattacker.cli_run:resume_command",
+    "demo": "pyattacker.cli_run:demo_command",
+    "validate": "pyattacker.cli_run:validate_command",
+    "init": "pyattacker.cli_run:init_command",
+    "report": "pyattacker.cli_views:report_command",
+    "export": "pyattacker.cli_views:export_command",
+    "watch": "pyattacker.cli_views:watch_command",
+    "plugins": "pyattacker.cli_plugins:plugins_command",
+}
+PANELS = {
+    "Run pipelines": ["run", "resume", "demo"],
+    "Look at results": ["report", "watch", "export", "serve"],
+    "Check the setup": ["validate", "init", "plugins"],
+}
+SHORT_HELP = {
+    "run": "Run a declarative config file.",
+    "resume": "Run again, skipping finished pipelines (= run --resume).",
+    "demo": "Run simulated pipelines with no config (checks an install).",
+    "validate": "Check a config file without running it.",
+    "init": "Write a commented starter config.",
+    "report": "Counts, failures and errors of one or more stores.",
+    "export": "Write pipelines, tasks, attempts, events or artifacts to a file.",
+    "watch": "Live panel of a running (or finished) store.",
+    "plugins": "List installed plugins and what they provide.",
+}
+
+
+class LazyGroup(click.RichGroup):
+    """Imports a core command only when it is invoked; adds plugin commands on demand."""
+
+    def _plugin_commands(self) -> dict[str, Any]:
+        try:
+            from .plugins import get_plugins
+
+            return get_plugins().commands.objects()
+        except Exception:  # the listing must work even when discovery itself breaks
+            return {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = set(CORE_COMMANDS) | set(self._plugin_commands())
+        return sorted(names)
+
+    def get_command(self, ctx: click.Context, name: str) -> Any:
+        target = CORE_COMMANDS.get(name)
+        if target is None:
+            return self._plugin_commands().get(name)
+        # --help listings only need the short help: avoid importing the module
+        if ctx.resilient_parsing or "--help" in sys.argv[1:2] or len(sys.argv) <= 1:
+            if name not in sys.argv[1:]:
+                return click.Command(name, help=SHORT_HELP.get(name, ""), short_help=SHORT_HELP.get(name))
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+def _panels() -> list[Any]:
+    return [click.RichCommandPanel(title, commands=cmds) for title, cmds in PANELS.items()] + [
+        click.RichCommandPanel("Plugin commands", commands=[])
+    ]
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="pyattacker")
+def cli() -> None:
+    """**pyattacker** runs tens of thousands of resumable pipelines, observably and politely.
+
+    Every task output is durable the moment it is produced; `resume` never re-sends a request
+    whose answer is already on disk. Exit codes: 0 all succeeded, 1 some failed,
+    2 bad config or framework error, 130 interrupted (run `resume` to continue).
+    """
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: maps errors to exit codes and handles closed pipes quietly."""
+    try:
+        cli.main(args=argv, prog_name="pyattacker", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.exceptions.ClickException as exc:
+        exc.show()
+        sys.exit(2 if exc.exit_code in (1, 2) else exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        _quiet_pipe()
+    except (ConfigError, StoreUnavailable, WorkerCrashed) as exc:
+        _fail(str(exc), 2)
+    except PyAttackerError as exc:
+        _fail(f"{type(exc).__name__}: {exc}", 2)
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_pipe()
+
+
+def _quiet_pipe() -> None:
+    """The reader went away (``| head``): stop writing, exit without a traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(0)

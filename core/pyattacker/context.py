@@ -1,0 +1,275 @@
+"""``TaskContext``: what a task body sees of the run, one object per attempt.
+
+It leases resources (``acquire``), emits events, reports application metrics and gives the
+attempt a directory for files. It also guarantees the lease-safety contract: leases taken
+through it are reclaimed synchronously at the end of the attempt, whatever happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .digest import digest_bytes
+from .errors import PoolNotFound
+from .metrics import MetricRejected, check_points, check_value
+from .model import EventRecord, MetricPoint, MetricRecord
+
+if TYPE_CHECKING:
+    from .pool import Lease, Pool
+    from .runner import Runner, _Pipeline
+
+__all__ = ["TaskContext"]
+
+log = logging.getLogger("pyattacker")
+_SAFE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,100}$")
+
+
+class _Acquire:
+    """``await ctx.acquire()`` or ``async with ctx.acquire() as lease``: both return the lease."""
+
+    __slots__ = ("_args", "_ctx", "_lease")
+
+    def __init__(self, ctx: TaskContext, args: tuple[Any, ...]) -> None:
+        self._ctx = ctx
+        self._args = args
+        self._lease: Lease | None = None
+
+    def __await__(self) -> Any:
+        return self._ctx._lease_from(*self._args).__await__()
+
+    async def __aenter__(self) -> Lease:
+        self._lease = await self._ctx._lease_from(*self._args)
+        return self._lease
+
+    async def __aexit__(self, *exc: Any) -> None:
+        lease = self._lease
+        if lease is not None:
+            self._ctx._return(lease)
+
+
+class TaskContext:
+    """Per-attempt view of the run handed to tasks that take ``(value, ctx)``."""
+
+    __slots__ = (
+        "_rng",
+        "_runner",
+        "_state",
+        "_steps",
+        "attempt",
+        "held_leases",
+        "lease_records",
+        "meta",
+        "metric_failures",
+        "seq",
+        "task",
+    )
+
+    def __init__(self, runner: Runner, state: _Pipeline, seq: int, attempt: int) -> None:
+        self._runner = runner
+        self._state = state
+        self.seq = seq
+        self.attempt = attempt
+        self.task = state.tasks[seq]
+        self.meta: dict[str, Any] = {}
+        self.held_leases: list[Lease] = []
+        self.lease_records: list[dict[str, Any]] = []
+        self.metric_failures = 0
+        self._rng: random.Random | None = None
+        self._steps: dict[str, int] | None = None
+
+    # -- identity -----------------------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self._runner.run_id or ""
+
+    @property
+    def pipeline_id(self) -> str:
+        return self._state.spec.key
+
+    @property
+    def pipeline_key(self) -> str:
+        return self._state.spec.key
+
+    @property
+    def pipeline_name(self) -> str:
+        return self._state.spec.template.name
+
+    @property
+    def task_name(self) -> str:
+        return self.task.name
+
+    @property
+    def task_run_id(self) -> str:
+        return f"{self._state.spec.key}:{self.seq}"
+
+    @property
+    def clock(self) -> Any:
+        return self._runner.clock
+
+    @property
+    def pools(self) -> Mapping[str, Pool]:
+        return self._runner.pools
+
+    @property
+    def bus(self) -> Any:
+        return self._runner.bus
+
+    @property
+    def rng(self) -> random.Random:
+        """Seeded by (pipeline, seq, attempt): a replay draws the same numbers."""
+        if self._rng is None:
+            seed = digest_bytes(f"{self.pipeline_id}|{self.seq}|{self.attempt}".encode())
+            self._rng = random.Random(int(seed, 16))
+        return self._rng
+
+    @property
+    def seed(self) -> int:
+        return self.rng.getrandbits(63)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.task.config
+
+    # -- leases ---------------------------------------------------------------------------
+    def acquire(
+        self, pool: str | None = None, *, algorithm: Any = None, timeout: float | None = None, where: Any = None, **selector: Any
+    ) -> _Acquire:
+        """Lease from ``pool`` (default: the task's declared resource); returned on exit."""
+        return _Acquire(self, (pool, algorithm, timeout, where, selector))
+
+    async def acquire_lease(
+        self, pool: str | None = None, *, algorithm: Any = None, timeout: float | None = None, where: Any = None, **selector: Any
+    ) -> Lease:
+        """Escape hatch: a lease you release yourself (reclaimed as leaked if you forget)."""
+        return await self._lease_from(pool, algorithm, timeout, where, selector)
+
+    async def _lease_from(
+        self, pool_name: str | None, algorithm: Any, timeout: float | None, where: Any, selector: dict[str, Any]
+    ) -> Lease:
+        name = pool_name or self.task.resource
+        if name is None:
+            raise PoolNotFound(f"task {self.task.name!r} declares no resource; pass a pool name to ctx.acquire()")
+        pool = self._runner.pools.get(name)
+        if pool is None:
+            raise PoolNotFound(f"task {self.task.name!r}: no pool named {name!r} (pools: {', '.join(self._runner.pools) or 'none'})")
+        alg = algorithm if algorithm is not None else (self.task.algorithm if pool_name in (None, self.task.resource) else None)
+        lease = await pool.acquire(self, algorithm=alg, timeout=timeout, where=where, **selector)
+        self.held_leases.append(lease)
+        return lease
+
+    def _return(self, lease: Lease) -> None:
+        if lease.release_now():
+            self.lease_records.append(lease.as_dict())
+        try:
+            self.held_leases.remove(lease)
+        except ValueError:
+            pass
+
+    def reclaim_now(self) -> list[Lease]:
+        """Return every lease still held (synchronous: cancellation cannot interrupt it)."""
+        leaked: list[Lease] = []
+        for lease in self.held_leases:
+            if not lease.released:
+                lease.release_now(leaked=True)
+                leaked.append(lease)
+                record = lease.as_dict()
+                record["leaked"] = True
+                self.lease_records.append(record)
+            else:
+                self.lease_records.append(lease.as_dict())
+        self.held_leases.clear()
+        return leaked
+
+    def lease_log(self) -> list[dict[str, Any]]:
+        return list(self.lease_records)
+
+    def publish_resource(self, pool: str, resource: Any) -> None:
+        self._runner.pool(pool).publish(resource, by=self.task_name)
+        self.emit("resource.published_by_task", pool=pool, resource_id=resource.id)
+
+    def revoke_resource(self, pool: str, resource_id: str, reason: str = "") -> None:
+        self._runner.pool(pool).revoke(resource_id, reason=reason)
+
+    # -- events and metrics -------------------------------------------------------------------
+    def emit(self, kind: str, **data: Any) -> None:
+        """Record a structured event (task, seq and attempt are added). Never raises."""
+        try:
+            data.setdefault("task", self.task.name)
+            data.setdefault("seq", self.seq)
+            data.setdefault("attempt", self.attempt)
+            self._runner._event(kind, "task", pipeline_id=self.pipeline_id, task_run_id=self.task_run_id, data=data)
+        except Exception as exc:  # pragma: no cover - defensive: emit must never fail a task
+            log.warning("pyattacker: ctx.emit(%r) dropped: %s", kind, exc)
+
+    def _reject(self, what: str, exc: Exception) -> bool:
+        self.metric_failures += 1
+        self._runner._metric_rejected(what, exc)
+        return False
+
+    def record(self, data: Mapping[str, Any] | None = None, **values: Any) -> bool:
+        """Keep the latest value of each named metric for this pipeline (and run)."""
+        merged = {**(data or {}), **values}
+        try:
+            clean = {k: check_value(k, v) for k, v in merged.items()}
+        except MetricRejected as exc:
+            return self._reject("record", exc)
+        now = self._runner.clock.wall()
+        rows = self._runner._recorder_pending().metrics
+        for name, value in clean.items():
+            rows.append(
+                MetricRecord(run_id=self.run_id, pipeline_id=self.pipeline_id, name=name, value=value, updated_at=now, attempt=self.attempt)
+            )
+        return True
+
+    def report_metric(self, name: str, value: Any) -> bool:
+        return self.record({name: value})
+
+    def track(self, key: str | Mapping[str, Any] | None = None, value: Any = None, **values: Any) -> bool:
+        """Append one point to a curve: ``ctx.track("loss", 0.3)`` or ``ctx.track(loss=0.3)``."""
+        point: dict[str, Any] = dict(values)
+        if isinstance(key, Mapping):
+            point.update(key)
+        elif key is not None:
+            point[key] = value  # type: ignore[index]
+        return self.track_many([point])
+
+    def track_many(self, points: Iterable[Mapping[str, Any]]) -> bool:
+        """Append a batch of points in order; the whole batch is stored or none of it."""
+        try:
+            clean = check_points(points)
+        except MetricRejected as exc:
+            return self._reject("track_many", exc)
+        if self._steps is None:
+            self._steps = self._state.metric_steps
+        now = self._runner.clock.wall()
+        rows = self._runner._recorder_pending().metric_points
+        for point in clean:
+            for k, v in point.items():
+                step = self._steps.get(k, 0)
+                self._steps[k] = step + 1
+                rows.append(
+                    MetricPoint(
+                        run_id=self.run_id, pipeline_id=self.pipeline_id, key=k, value=v, step=step,
+                        ts=now, op_id=uuid.uuid4().hex, attempt=self.attempt,
+                    )
+                )
+        return True
+
+    def artifact_dir(self) -> Path:
+        """A directory of this attempt's own, under the store's folder (created on first call)."""
+        root = self._runner.artifact_root().resolve()
+        pid = self.pipeline_id if _SAFE.match(self.pipeline_id) else digest_bytes(self.pipeline_id.encode())
+        run = self.run_id if _SAFE.match(self.run_id) else digest_bytes(self.run_id.encode())
+        path = root / run / pid / f"{self.seq}-{self.task.name if _SAFE.match(self.task.name) else 'task'}-attempt{self.attempt}"
+        path.mkdir(parents=True, exist_ok=True)
+        real = path.resolve()
+        if root != real and root not in real.parents:
+            raise PermissionError(f"artifact dir {real} escapes the store's folder {root}")
+        return real
+

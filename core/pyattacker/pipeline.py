@@ -1,0 +1,226 @@
+"""Pipelines: a named, linear chain of tasks, bound to seeds into content-addressed instances.
+
+``pipeline(name, *tasks)`` builds a template; ``template.map(seeds)`` lazily binds each seed
+into a ``PipelineSpec`` whose key is a digest of the chain's identity, the seed's encoded bytes
+and the repeat index, so the same seed and chain give the same key in every process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from .codecs import CodecRegistry
+from .digest import digest_bytes, digest_of
+from .errors import ConfigError, FatalError, PipelineBuildError
+from .retry import Retrying, coerce_retry
+from .task import TaskSpec
+
+__all__ = ["Chain", "PipelineSpec", "PipelineTemplate", "fanout", "pipeline"]
+
+
+class Chain:
+    """``a | b | c``: an unvalidated sequence of tasks (``pipeline()`` validates it)."""
+
+    __slots__ = ("tasks",)
+
+    def __init__(self, tasks: tuple[Any, ...]) -> None:
+        self.tasks = tasks
+
+    def __or__(self, other: Any) -> Chain:
+        extra = other.tasks if isinstance(other, Chain) else (other,)
+        return Chain(self.tasks + extra)
+
+
+class PipelineSpec:
+    """One pipeline instance: a template bound to one seed (and a repeat index)."""
+
+    __slots__ = ("key", "repeat", "seed", "seed_bytes", "seed_codec", "seed_digest", "seed_key", "seed_type", "template")
+
+    def __init__(
+        self,
+        template: PipelineTemplate,
+        seed: Any,
+        seed_codec: str,
+        seed_type: str,
+        seed_bytes: bytes,
+        key: str,
+        repeat: int,
+        seed_key: str | None,
+    ) -> None:
+        self.template = template
+        self.seed = seed
+        self.seed_codec = seed_codec
+        self.seed_type = seed_type
+        self.seed_bytes = seed_bytes
+        self.seed_digest = digest_bytes(seed_bytes)
+        self.key = key
+        self.repeat = repeat
+        self.seed_key = seed_key
+
+    @property
+    def pipeline_id(self) -> str:
+        return self.key
+
+    @property
+    def name(self) -> str:
+        return self.template.name
+
+    def __repr__(self) -> str:
+        return f"PipelineSpec({self.template.name!r}, key={self.key!r})"
+
+
+class PipelineTemplate:
+    """A validated chain plus its identity digest; bind seeds with ``bind`` / ``map``."""
+
+    def __init__(
+        self,
+        name: str,
+        tasks: tuple[TaskSpec, ...],
+        *,
+        tags: Mapping[str, Any] | None = None,
+        include_code: bool = True,
+        codecs: CodecRegistry | None = None,
+    ) -> None:
+        self.name = name
+        self.tasks = tasks
+        self.tags = dict(tags or {})
+        self.include_code = include_code
+        self._codecs = codecs
+        self.spec_digest = "v2:" + digest_of([t.fingerprint(include_code) for t in tasks])
+
+    @property
+    def codecs(self) -> CodecRegistry:
+        if self._codecs is None:
+            self._codecs = CodecRegistry.from_plugins()
+        return self._codecs
+
+    def bind(self, seed: Any, key: str | None = None, repeat: int = 0, seed_key: str | None = None) -> PipelineSpec:
+        codec, type_name, data = self.codecs.encode(seed)
+        if key is None:
+            key = digest_bytes(f"{self.spec_digest}|{digest_bytes(data)}|{repeat}".encode())
+        elif not isinstance(key, str) or not key:
+            raise ConfigError(f"pipeline key must be a non-empty string, got {key!r}")
+        return PipelineSpec(self, seed, codec, type_name, data, key, repeat, seed_key)
+
+    def map(
+        self,
+        seeds: Iterable[Any],
+        repeats: int = 1,
+        key_of: Callable[[Any], str] | None = None,
+    ) -> Iterator[PipelineSpec]:
+        """Bind every seed lazily (the iterable is consumed once, never materialised)."""
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+            raise ConfigError(f"repeats must be an integer >= 1, got {repeats!r}")
+        for seed in seeds:
+            base = None if key_of is None else str(key_of(seed))
+            for r in range(repeats):
+                key = base if base is None or repeats == 1 else f"{base}#{r}"
+                yield self.bind(seed, key=key, repeat=r, seed_key=base)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "spec_digest": self.spec_digest,
+            "tasks": [
+                {
+                    "seq": i,
+                    "name": t.name,
+                    "target": t.target,
+                    "resource": t.resource,
+                    "algorithm": t.algorithm if isinstance(t.algorithm, str | dict | type(None)) else getattr(t.algorithm, "name", str(t.algorithm)),
+                    "timeout_s": t.timeout_s,
+                    "retry": t.retry.fingerprint(),
+                    "config": t.config,
+                    "version": t.version,
+                    "factory": t.factory,
+                }
+                for i, t in enumerate(self.tasks)
+            ],
+        }
+
+
+def _flatten(items: tuple[Any, ...]) -> tuple[TaskSpec, ...]:
+    out: list[TaskSpec] = []
+    for item in items:
+        if isinstance(item, Chain):
+            out.extend(_flatten(item.tasks))
+        elif isinstance(item, TaskSpec):
+            out.append(item)
+        else:
+            raise PipelineBuildError(f"pipeline members must be tasks, got {type(item).__name__}: {item!r}")
+    return tuple(out)
+
+
+def pipeline(
+    name: str,
+    *tasks: Any,
+    tags: Mapping[str, Any] | None = None,
+    include_code: bool = True,
+    codecs: CodecRegistry | None = None,
+) -> PipelineTemplate:
+    """Build a template from tasks (or chains made with ``|``)."""
+    if not isinstance(name, str) or not name:
+        raise PipelineBuildError(f"pipeline name must be a non-empty string, got {name!r}")
+    flat = _flatten(tasks)
+    if not flat:
+        raise PipelineBuildError(f"pipeline {name!r} has no tasks")
+    return PipelineTemplate(name, flat, tags=tags, include_code=include_code, codecs=codecs)
+
+
+def _agree(children: tuple[TaskSpec, ...], attr: str) -> Any:
+    values = {repr(getattr(c, attr)) for c in children}
+    return getattr(children[0], attr) if len(values) == 1 else None
+
+
+def fanout(
+    *children: TaskSpec,
+    name: str | None = None,
+    on_error: str = "raise",
+    retry: Retrying | Mapping[str, Any] | None = None,
+) -> TaskSpec:
+    """One task that runs ``children`` concurrently on the same input; returns ``{name: value}``.
+
+    Retries apply to the whole group. ``on_error="raise"`` fails the group on the first error;
+    ``"collect"`` puts ``{"error": "Type: message"}`` in the failed child's slot instead.
+    """
+    if not children or not all(isinstance(c, TaskSpec) for c in children):
+        raise PipelineBuildError("fanout() needs one or more tasks")
+    names = [c.name for c in children]
+    if len(set(names)) != len(names):
+        raise PipelineBuildError(f"fanout children need distinct names, got {names}")
+    if on_error not in ("raise", "collect"):
+        raise ConfigError(f"fanout on_error must be 'raise' or 'collect', got {on_error!r}")
+    policy = coerce_retry(retry) if retry is not None else max(
+        (c.retry for c in children), key=lambda r: r.max_attempts
+    )
+
+    async def run_children(value: Any, ctx: Any) -> dict[str, Any]:
+        async def one(child: TaskSpec) -> Any:
+            result = child.fn(value, ctx) if child.takes_ctx else child.fn(value)
+            if asyncio.iscoroutine(result):
+                result = await result
+            if getattr(result, "__pyattacker_handoff__", False):
+                raise FatalError(f"fanout child {child.name!r} returned a handoff; not allowed inside fanout")
+            return result
+
+        if on_error == "raise":
+            results = await asyncio.gather(*(one(c) for c in children))
+        else:
+            raw = await asyncio.gather(*(one(c) for c in children), return_exceptions=True)
+            results = [
+                {"error": f"{type(r).__name__}: {r}"} if isinstance(r, Exception) else r for r in raw
+            ]
+        return dict(zip(names, results, strict=True))
+
+    return TaskSpec(
+        run_children,
+        name=name or "fanout(" + ",".join(names) + ")",
+        resource=_agree(children, "resource"),
+        algorithm=_agree(children, "algorithm"),
+        timeout_s=_agree(children, "timeout_s"),
+        retry=policy,
+        children=children,
+        on_error=on_error,
+    )

@@ -1,0 +1,153 @@
+"""The write path: checkpoints written through with group commit, history written behind.
+
+A checkpoint (artifact + task row + pipeline row with its cursor) is awaited by its pipeline
+until the store has committed it, so a task's output is durable before the next task starts.
+Checkpoints that arrive in the same event-loop turn share one transaction (group commit), which
+is what makes a commit per task affordable. Attempts and events are buffered (write-behind)
+and ride along with the next commit, or are flushed when the buffer is full, when
+``flush_interval`` passed, on the heartbeat and at the end of the run. A SIGKILL may lose the
+last unflushed history, never an acknowledged checkpoint. Event sinks get events after they
+are committed, one call per batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .errors import StoreUnavailable
+from .model import AttemptRecord, Batch, EventRecord
+from .store import Store
+
+__all__ = ["Recorder"]
+
+log = logging.getLogger("pyattacker")
+
+
+class Recorder:
+    """Owns the store's write side for one run."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        write_behind: bool = True,
+        batch_size: int = 512,
+        flush_interval: float = 1.0,
+        sinks: list[Any] | None = None,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.write_behind = write_behind
+        self.batch_size = max(1, batch_size)
+        self.flush_interval = flush_interval
+        self.sinks = list(sinks or [])
+        self._now = now
+        self._pending = Batch()
+        self._waiters: asyncio.Future[None] | None = None
+        self._scheduled = False
+        self._last_flush = now()
+        self._failed: BaseException | None = None
+        self.flushes = 0
+        self.sink_errors = 0
+        self.on_sink_error: Callable[[Any, BaseException], None] | None = None
+
+    # -- history (write-behind) -----------------------------------------------------------
+    def attempt(self, row: AttemptRecord) -> None:
+        self._pending.attempts.append(row)
+        self._maybe_flush()
+
+    def event(self, row: EventRecord) -> None:
+        self._pending.events.append(row)
+        self._maybe_flush()
+
+    @property
+    def pending(self) -> Batch:
+        """Rows that go out with the next commit (metrics and side rows are added here)."""
+        return self._pending
+
+    def _maybe_flush(self) -> None:
+        if not self.write_behind:
+            self._schedule()
+            return
+        n = len(self._pending.attempts) + len(self._pending.events)
+        if n >= self.batch_size or self._now() - self._last_flush >= self.flush_interval:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        if self._scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        self._scheduled = True
+        loop.call_soon(self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        self._scheduled = False
+        try:
+            self.flush()
+        except BaseException as exc:  # resolved into the waiting futures; never lost silently
+            log.error("pyattacker: store write failed: %s", exc)
+
+    # -- checkpoints (write-through) --------------------------------------------------------
+    async def checkpoint(self, rows: Batch | None = None) -> None:
+        """Commit ``rows`` (with everything pending) before returning; shares the transaction."""
+        if self._failed is not None:
+            raise StoreUnavailable(f"store unavailable: {self._failed}") from self._failed
+        if rows is not None:
+            self._pending.extend(rows)
+        fut = self._waiters
+        if fut is None:
+            fut = self._waiters = asyncio.get_running_loop().create_future()
+        self._schedule()
+        await fut
+
+    def flush(self) -> None:
+        """Commit everything pending now (synchronously)."""
+        batch, self._pending = self._pending, Batch()
+        fut, self._waiters = self._waiters, None
+        if not len(batch):
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+            return
+        try:
+            self.store.commit(batch)
+        except BaseException as exc:
+            self._failed = exc
+            if fut is not None and not fut.done():
+                fut.set_exception(StoreUnavailable(f"store commit failed: {type(exc).__name__}: {exc}"))
+                fut.exception()  # mark retrieved: every waiter re-raises it anyway
+            raise StoreUnavailable(f"store commit failed: {type(exc).__name__}: {exc}") from exc
+        self.flushes += 1
+        self._last_flush = self._now()
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+        if batch.events and self.sinks:
+            self._deliver(batch.events)
+
+    def _deliver(self, events: list[EventRecord]) -> None:
+        for sink in self.sinks:
+            try:
+                sink.handle(events)
+            except Exception as exc:  # a broken sink never breaks the run; it is counted and shown
+                self.sink_errors += 1
+                if self.on_sink_error is not None:
+                    self.on_sink_error(sink, exc)
+
+    @property
+    def failed(self) -> BaseException | None:
+        return self._failed
+
+    def close_sinks(self) -> None:
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception as exc:
+                self.sink_errors += 1
+                log.warning("pyattacker: event sink %r failed to close: %s", sink, exc)

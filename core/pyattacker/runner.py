@@ -1,0 +1,1147 @@
+"""The runner: admission, a fixed pool of workers, a delay queue, checkpoints, resume, stop.
+
+One coroutine drives one pipeline at a time on each of ``concurrency`` workers, pulling from a
+bounded queue fed lazily by the producer (memory stays O(concurrency), never O(dataset)). A
+retry backoff parks the pipeline in a delay queue and frees its worker. Every task output is
+checkpointed (group-committed) before the next task starts; on resume a pipeline continues
+from the first task without a durable artifact, so a paid request is never sent twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .clock import Clock, RealClock
+from .codecs import CodecRegistry
+from .config_model import RunConfig
+from .context import TaskContext
+from .digest import digest_bytes
+from .errors import (
+    ArtifactCodecError,
+    ConfigError,
+    CorruptCheckpoint,
+    LeaseLeakError,
+    PipelineIdentityConflict,
+    PoolNotFound,
+    StoreUnavailable,
+    WorkerCrashed,
+    error_class_of,
+)
+from .model import ArtifactRecord, AttemptRecord, Batch, EventRecord, PipelineRecord, RunRecord, TaskRecord
+from .pipeline import PipelineSpec
+from .recorder import Recorder
+from .report import RunReport
+from .store import Store, open_store
+
+__all__ = ["RunConfig", "RunReport", "Runner"]
+
+log = logging.getLogger("pyattacker")
+_LOOKUP_CHUNK = 256
+_MAX_ERROR = 2000
+
+
+class _Pipeline:
+    """Mutable state of one admitted pipeline (lives in a worker, the queue or the delay heap)."""
+
+    __slots__ = (
+        "attempt",
+        "metric_steps",
+        "n",
+        "record",
+        "seq",
+        "spec",
+        "task_started",
+        "task_started_wall",
+        "tasks",
+        "value",
+        "write_seed",
+    )
+
+    def __init__(self, spec: PipelineSpec, record: PipelineRecord, seq: int, value: Any) -> None:
+        self.spec = spec
+        self.tasks = spec.template.tasks
+        self.n = len(self.tasks)
+        self.record = record
+        self.seq = seq
+        self.value = value
+        self.attempt = 0
+        self.task_started: float | None = None
+        self.task_started_wall: float | None = None
+        self.metric_steps: dict[str, int] = {}
+        self.write_seed = False
+
+
+class _Stop(Exception):
+    """Internal: the pipeline must stop here (it is already recorded)."""
+
+
+def _process_start_time() -> float | None:
+    """Start time of this process (Linux), so a reused pid is not mistaken for the owner."""
+    try:
+        with open(f"/proc/{os.getpid()}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        ticks = int(fields[19])
+        with open("/proc/stat", "rb") as fh:
+            btime = next(int(line.split()[1]) for line in fh if line.startswith(b"btime"))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc)
+    return text if len(text) <= _MAX_ERROR else text[: _MAX_ERROR - 1] + "…"
+
+
+class Runner:
+    """Runs pipelines to completion against a store and a set of pools.
+
+    ``Runner(store="runs/x.db", pools=[...], concurrency=64)`` as a context manager; ``run(specs)``
+    returns a :class:`RunReport`. Settings are :class:`RunConfig` fields (``config=`` or keywords).
+    """
+
+    def __init__(
+        self,
+        store: str | os.PathLike[str] | Store | None = None,
+        pools: Iterable[Any] = (),
+        concurrency: int | None = None,
+        *,
+        clock: Clock | None = None,
+        bus: Any = None,
+        codecs: CodecRegistry | None = None,
+        plugins: Any = None,
+        config: RunConfig | None = None,
+        on_pipeline_finished: Callable[[Runner, PipelineRecord, ArtifactRecord | None], Any] | None = None,
+        sinks: Iterable[Any] = (),
+        **overrides: Any,
+    ) -> None:
+        cfg = config or RunConfig()
+        if concurrency is not None:
+            overrides["concurrency"] = concurrency
+        if store is not None and isinstance(store, str | os.PathLike):
+            overrides.setdefault("store", os.fspath(store))
+        self.config = cfg.replace(**overrides) if overrides else cfg
+        self._plugins = plugins
+        self.clock = clock or RealClock()
+        self.bus = bus
+        self._codecs = codecs
+        self.on_pipeline_finished = on_pipeline_finished
+        self._extra_sinks = list(sinks)
+        location = self.config.store or ":memory:"
+        self.store: Store = store if store is not None and not isinstance(store, str | os.PathLike) else open_store(
+            location, plugins=plugins
+        )
+        self.pools: dict[str, Any] = {}
+        for pool in pools:
+            self.add_pool(pool)
+        self.run_id: str | None = None
+        self._backend: Any = None
+        self._closed = False
+        self._artifact_root: Path | None = None
+        self._warned: set[str] = set()
+        self._reset()
+
+    # -- public API ---------------------------------------------------------------------------
+    @property
+    def plugins(self) -> Any:
+        if self._plugins is None:
+            from .plugins import get_plugins
+
+            self._plugins = get_plugins()
+        return self._plugins
+
+    @property
+    def codecs(self) -> CodecRegistry:
+        if self._codecs is None:
+            self._codecs = CodecRegistry.from_plugins(self.plugins)
+        return self._codecs
+
+    def add_pool(self, pool: Any) -> None:
+        if pool.name in self.pools:
+            raise ConfigError(f"two pools are named {pool.name!r}")
+        self.pools[pool.name] = pool
+
+    def pool(self, name: str) -> Any:
+        try:
+            return self.pools[name]
+        except KeyError:
+            raise PoolNotFound(f"no pool named {name!r} (pools: {', '.join(self.pools) or 'none'})") from None
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.store.close()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def stop(self, reason: str = "user") -> None:
+        """Stop admitting; running attempts finish (up to ``grace_s``); the rest is resumable."""
+        if not self._stopping:
+            self._stopping = True
+            self._stop_reason = reason
+            self._wake_all()
+
+    def run(self, specs: Iterable[PipelineSpec], resume: bool | None = None, run_id: str | None = None) -> RunReport:
+        """Run synchronously (in a helper thread if an event loop is already running here)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            with asyncio.Runner(loop_factory=self.clock.new_event_loop) as runner:
+                return runner.run(self.run_async(specs, resume=resume, run_id=run_id))
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["report"] = self.run(specs, resume=resume, run_id=run_id)
+            except BaseException as exc:
+                box["error"] = exc
+
+        thread = threading.Thread(target=target, name="pyattacker-run")
+        thread.start()
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["report"]  # type: ignore[no-any-return]
+
+    def report_metric(self, name: str, value: Any, *, pipeline_id: str | None = None) -> bool:
+        """Record a run-level (or pipeline-level) application value; latest wins."""
+        from .metrics import MetricRejected, check_value
+        from .model import MetricRecord
+
+        if self.run_id is None:
+            raise ConfigError("report_metric() needs a started run")
+        try:
+            clean = check_value(name, value)
+        except MetricRejected as exc:
+            self._metric_rejected("report_metric", exc)
+            return False
+        row = MetricRecord(run_id=self.run_id, pipeline_id=pipeline_id or "", name=name, value=clean, updated_at=self.clock.wall())
+        if self._recorder is not None:
+            self._recorder.pending.metrics.append(row)
+        else:
+            batch = Batch()
+            batch.metrics.append(row)
+            self.store.commit(batch)
+        return True
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "stopping": self._stopping,
+            "stop_reason": self._stop_reason,
+            "in_flight_pipelines": self._admitted - self._done,
+            "admitted_pipelines": self._admitted - self._done,
+            "max_admitted": self.config.admitted_limit,
+            "delayed_pipelines": len(self._parked),
+            "counters": dict(self.counters),
+            "elapsed_s": round(self.clock.now() - self._started, 3) if self._started else 0.0,
+            "pools": {name: _pool_stats(pool) for name, pool in self.pools.items()},
+            "producer_error": self._producer_error,
+        }
+
+    # -- run ----------------------------------------------------------------------------------
+    def _reset(self) -> None:
+        self.counters: dict[str, int] = dict.fromkeys(
+            (
+                "pipelines_admitted",
+                "pipelines_done",
+                "pipelines_succeeded",
+                "pipelines_failed",
+                "pipelines_interrupted",
+                "pipelines_deferred",
+                "skipped",
+                "attempts",
+                "retries",
+                "leases_leaked",
+                "repair_failures",
+                "monitor_callback_errors",
+                "metric_failures",
+                "sink_errors",
+            ),
+            0,
+        )
+        self._stopping = False
+        self._hard = False
+        self._stop_reason: str | None = None
+        self._admitted = 0
+        self._done = 0
+        self._parked: list[tuple[float, int, _Pipeline]] = []
+        self._tie = itertools.count()
+        self._active: set[str] = set()
+        self._recorder: Recorder | None = None
+        self._started = 0.0
+        self._producer_error: str | None = None
+        self._crash: WorkerCrashed | None = None
+        self._fatal: BaseException | None = None
+        self._complete: asyncio.Event | None = None
+        self._capacity: asyncio.Event | None = None
+        self._pump_wake: asyncio.Event | None = None
+        self._producer_done = False
+
+    def _wake_all(self) -> None:
+        for ev in (self._capacity, self._pump_wake):
+            if ev is not None:
+                ev.set()
+        self._check_complete()
+
+    def _recorder_pending(self) -> Batch:
+        assert self._recorder is not None
+        return self._recorder.pending
+
+    def artifact_root(self) -> Path:
+        if self._artifact_root is None:
+            location = getattr(self.store, "location", "") or ""
+            if location and location != ":memory:" and not location.startswith("memory"):
+                base = Path(location)
+                self._artifact_root = (base if base.is_dir() else base.parent) / "artifacts"
+            else:
+                import tempfile
+
+                self._artifact_root = Path(tempfile.mkdtemp(prefix="pyattacker-artifacts-"))
+            self._artifact_root.mkdir(parents=True, exist_ok=True)
+        return self._artifact_root
+
+    def _metric_rejected(self, what: str, exc: Exception) -> None:
+        self.counters["metric_failures"] += 1
+        if self.config.strict_metrics:
+            raise exc
+        key = f"{what}:{type(exc).__name__}"
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning("pyattacker: %s rejected (further ones are only counted): %s", what, exc)
+
+    def _resolve_backend(self) -> Any:
+        spec = self.config.artifact_backend
+        from .backends import resolve_backend
+
+        return resolve_backend(spec, self.plugins.artifact_backends)
+
+    def _resolve_sinks(self) -> list[Any]:
+        sinks = list(self._extra_sinks)
+        registry = self.plugins.event_sinks
+        for item in self.config.event_sinks:
+            name, options = (item, {}) if isinstance(item, str) else (item.get("name"), {k: v for k, v in item.items() if k != "name"})
+            factory = registry.get(name)
+            if factory is None:
+                raise ConfigError(f"run.event_sinks: unknown sink {name!r} (known: {', '.join(registry.names()) or 'none'})")
+            sinks.append(factory(**options))
+        return sinks
+
+    async def run_async(
+        self, specs: Iterable[PipelineSpec], resume: bool | None = None, run_id: str | None = None
+    ) -> RunReport:
+        """Run every pipeline of ``specs`` (consumed lazily) and return the report."""
+        if self._closed:
+            raise ConfigError("this runner is closed")
+        self._reset()
+        cfg = self.config
+        if resume is not None:
+            cfg = self.config = cfg.replace(resume=resume)
+        loop = asyncio.get_running_loop()
+        self._complete = asyncio.Event()
+        self._capacity = asyncio.Event()
+        self._pump_wake = asyncio.Event()
+        self._started = self.clock.now()
+        self.run_id = run_id or cfg.run_id or (
+            time.strftime("run-%Y%m%d-%H%M%S-", time.gmtime(self.clock.wall())) + uuid.uuid4().hex[:6]
+        )
+        self._backend = self._resolve_backend() if cfg.journal == "full" else None
+        sinks = self._resolve_sinks()
+        recorder = self._recorder = Recorder(
+            self.store,
+            write_behind=cfg.write_behind,
+            batch_size=cfg.write_batch,
+            flush_interval=cfg.flush_interval,
+            sinks=sinks,
+            now=self.clock.now,
+        )
+        recorder.on_sink_error = self._sink_failed
+        run_row = self._run_row()
+        first = Batch()
+        first.runs.append(run_row)
+        try:
+            self.store.commit(first)
+        except Exception as exc:
+            raise StoreUnavailable(f"cannot start a run in store {getattr(self.store, 'location', '?')}: {exc}") from exc
+        stale = self.store.interrupt_running(self.run_id, self.clock.wall())
+        self._event("run.started", "run", data={"concurrency": cfg.concurrency, "resume": cfg.resume, "label": cfg.label})
+        if stale:
+            self._event("run.interrupted_pipelines", "run", data={"count": stale})
+        listeners = self._attach_pools()
+        signals = self._install_signals(loop) if cfg.handle_signals else []
+        queue: asyncio.Queue[_Pipeline | None] = asyncio.Queue(maxsize=max(2, 2 * cfg.concurrency))
+        workers = [loop.create_task(self._worker(queue, i), name=f"pyattacker-worker-{i}") for i in range(cfg.concurrency)]
+        for w in workers:
+            w.add_done_callback(self._supervise)
+        producer = loop.create_task(self._produce(specs, queue), name="pyattacker-producer")
+        producer.add_done_callback(self._supervise)
+        pump = loop.create_task(self._pump(queue), name="pyattacker-pump")
+        heartbeat = loop.create_task(self._heartbeat(run_row), name="pyattacker-heartbeat")
+        timer = loop.call_later(cfg.stop_after_s, self.stop, "stop_after_s") if cfg.stop_after_s else None
+        outer_cancel = False
+        try:
+            await self._complete.wait()
+        except asyncio.CancelledError:
+            outer_cancel = True
+            self.stop("cancelled")
+            self._hard = True
+        try:
+            await self._shutdown(queue, workers, producer, pump, heartbeat, outer_cancel)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+            self._detach_pools(listeners)
+        report = self._finish(run_row)
+        if outer_cancel:
+            raise asyncio.CancelledError()
+        if self._crash is not None:
+            raise self._crash
+        if self._fatal is not None:
+            raise self._fatal
+        return report
+
+    def _run_row(self) -> RunRecord:
+        cfg = self.config
+        backend = self._backend.describe() if self._backend is not None and hasattr(self._backend, "describe") else None
+        snapshot = {
+            "concurrency": cfg.concurrency,
+            "max_admitted": cfg.admitted_limit,
+            "journal": cfg.journal,
+            "write_behind": cfg.write_behind,
+            "write_batch": cfg.write_batch,
+            "flush_interval": cfg.flush_interval,
+            "artifact_backend": backend if backend is not None else cfg.journal == "full" and "inline" or None,
+            "resume": cfg.resume,
+            "retry_succeeded": cfg.retry_succeeded,
+            "fresh_restart": cfg.fresh_restart,
+            "strict_leases": cfg.strict_leases,
+            "stop_after_failures": cfg.stop_after_failures,
+            "stop_after_s": cfg.stop_after_s,
+            "pools": {name: [r.id for r in pool.resources()] for name, pool in self.pools.items()},
+            "meta": cfg.meta,
+        }
+        now = self.clock.wall()
+        return RunRecord(
+            run_id=self.run_id or "",
+            status="running",
+            label=cfg.label,
+            started_at=now,
+            heartbeat_at=now,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            pid_started_at=_process_start_time(),
+            python=sys.version.split()[0],
+            version=__version__,
+            config=snapshot,
+            notes=cfg.notes,
+        )
+
+    def _attach_pools(self) -> list[tuple[Any, Callable[[Any], None]]]:
+        attached = []
+        for pool in self.pools.values():
+            listener = self._pool_event
+            pool.listeners.append(listener)
+            if getattr(pool, "clock", None) is None:
+                pool.clock = self.clock
+            attached.append((pool, listener))
+        return attached
+
+    def _detach_pools(self, attached: list[tuple[Any, Callable[[Any], None]]]) -> None:
+        for pool, listener in attached:
+            try:
+                pool.listeners.remove(listener)
+            except ValueError:
+                pass
+
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
+        if threading.current_thread() is not threading.main_thread():
+            return []
+        installed = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self._on_signal, sig)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+        return installed
+
+    def _on_signal(self, sig: int) -> None:
+        if self._stopping:
+            log.warning("pyattacker: second %s, stopping now", signal.Signals(sig).name)
+            self._hard = True
+            self._wake_all()
+            if self._complete is not None:
+                self._complete.set()
+            return
+        log.warning("pyattacker: %s received, finishing running attempts (Ctrl-C again to stop now)", signal.Signals(sig).name)
+        self.stop("signal")
+
+    def _supervise(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is None:
+            return
+        if isinstance(exc, StoreUnavailable):
+            self._fatal = self._fatal or exc
+            self._hard_stop("store_unavailable")
+        elif isinstance(exc, PipelineIdentityConflict):
+            self._fatal = self._fatal or exc
+            self.stop("identity_conflict")
+        elif task.get_name() == "pyattacker-producer":
+            self._producer_error = f"{type(exc).__name__}: {exc}"
+            self._producer_done = True
+            self.stop("producer_error")
+        else:
+            held = getattr(task, "pyattacker_pipeline", None)
+            self._crash = WorkerCrashed(held, exc)
+            self._crash.__cause__ = exc
+            self._event(
+                "runner.worker_crashed", "run", pipeline_id=held,
+                data={"error": f"{type(exc).__name__}: {exc}", "traceback": "".join(traceback.format_exception(exc)), "during_shutdown": self._stopping},
+            )
+            self._hard_stop("worker_crashed")
+
+    def _hard_stop(self, reason: str) -> None:
+        self.stop(reason)
+        self._hard = True
+        if self._complete is not None:
+            self._complete.set()
+
+    def _check_complete(self) -> None:
+        if self._complete is None:
+            return
+        if self._producer_done and (
+            self._done >= self._admitted or (self._stopping and self._done + len(self._parked) >= self._admitted)
+        ):
+            self._complete.set()
+
+    async def _shutdown(
+        self,
+        queue: asyncio.Queue[_Pipeline | None],
+        workers: list[asyncio.Task[Any]],
+        producer: asyncio.Task[Any],
+        pump: asyncio.Task[Any],
+        heartbeat: asyncio.Task[Any],
+        outer_cancel: bool,
+    ) -> None:
+        pump.cancel()
+        if not producer.done():
+            producer.cancel()
+        if not self._hard:
+            for _ in workers:
+                await self._put(queue, None)
+            done, pending = await asyncio.wait(workers, timeout=self.config.grace_s if self._stopping else None)
+        else:
+            pending = {w for w in workers if not w.done()}
+        for w in pending:
+            w.cancel()
+        await asyncio.gather(*workers, producer, pump, return_exceptions=True)
+        # pipelines still queued (hard stop) or parked are resumable: mark them interrupted
+        while not queue.empty():
+            state = queue.get_nowait()
+            if state is not None:
+                self._interrupt(state, "queued")
+        for _, _, state in self._parked:
+            self._event("pipeline.deferred_interrupted", "pipeline", pipeline_id=state.spec.key,
+                        data={"task": state.tasks[state.seq].name, "seq": state.seq, "attempts": state.attempt})
+            self._interrupt(state, "parked")
+        self._parked.clear()
+        heartbeat.cancel()
+        await asyncio.gather(heartbeat, return_exceptions=True)
+
+    def _finish(self, run_row: RunRecord) -> RunReport:
+        assert self._recorder is not None
+        status = "interrupted" if self._stopping else "completed"
+        ended = self.clock.wall()
+        duration_ms = round((ended - run_row.started_at) * 1000, 3)
+        self._event("run.finished", "run", data={"status": status, "duration_ms": duration_ms, "stop_reason": self._stop_reason})
+        self.counters["sink_errors"] = self._recorder.sink_errors
+        final = Batch()
+        run_row.status = status
+        run_row.ended_at = ended
+        run_row.heartbeat_at = ended
+        run_row.stop_reason = self._stop_reason
+        run_row.stats = dict(self.counters)
+        final.runs.append(run_row)
+        final.resources.extend(self._resource_rows())
+        if self._recorder.failed is None:
+            self._recorder.pending.extend(final)
+            try:
+                self._recorder.flush()
+            except StoreUnavailable as exc:
+                self._fatal = self._fatal or exc
+        self._recorder.close_sinks()
+        return RunReport(
+            run_id=run_row.run_id,
+            status=status,
+            started_at=run_row.started_at,
+            ended_at=ended,
+            duration_ms=duration_ms,
+            counters=dict(self.counters),
+            stop_reason=self._stop_reason,
+            store=getattr(self.store, "location", None),
+            producer_error=self._producer_error,
+            pools={name: _pool_stats(pool) for name, pool in self.pools.items()},
+        )
+
+    def _resource_rows(self) -> list[Any]:
+        from .model import ResourceRecord
+
+        rows = []
+        now = self.clock.wall()
+        for name, pool in self.pools.items():
+            try:
+                snapshot = pool.snapshot()
+            except Exception:
+                continue
+            specs = {r.id: r for r in pool.resources()}
+            for row in snapshot:
+                res = specs.get(row["id"])
+                rows.append(
+                    ResourceRecord(
+                        run_id=self.run_id or "", pool=name, resource_id=str(row["id"]), kind=str(row.get("kind", "")),
+                        state=str(row.get("state", "")), spec=res.spec() if res is not None else {}, stats=dict(row), updated_at=now,
+                    )
+                )
+        return rows
+
+    async def _heartbeat(self, run_row: RunRecord) -> None:
+        assert self._recorder is not None
+        while True:
+            await asyncio.sleep(self.config.heartbeat_s)
+            run_row.heartbeat_at = self.clock.wall()
+            run_row.stats = dict(self.counters)
+            self._recorder.pending.runs.append(run_row)
+            self._recorder.pending.resources.extend(self._resource_rows())
+            try:
+                self._recorder.flush()
+            except StoreUnavailable as exc:
+                self._fatal = self._fatal or exc
+                self._hard_stop("store_unavailable")
+                return
+
+    # -- events -------------------------------------------------------------------------------
+    def _event(
+        self,
+        kind: str,
+        scope: str,
+        *,
+        pipeline_id: str | None = None,
+        task_run_id: str | None = None,
+        pool: str | None = None,
+        resource_id: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        rec = self._recorder
+        if rec is None:
+            return
+        rec.event(
+            EventRecord(
+                ts=self.clock.wall(), kind=kind, scope=scope, run_id=self.run_id, pipeline_id=pipeline_id,
+                task_run_id=task_run_id, pool=pool, resource_id=resource_id, data=data or {},
+            )
+        )
+
+    def _pool_event(self, ev: Any) -> None:
+        self._event(ev.kind, "resource", pool=ev.pool, resource_id=ev.resource_id, data=dict(ev.data))
+
+    def _sink_failed(self, sink: Any, exc: BaseException) -> None:
+        key = f"sink:{type(sink).__name__}"
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning("pyattacker: event sink %s failed (the run goes on): %s", type(sink).__name__, exc)
+
+    # -- admission ------------------------------------------------------------------------------
+    async def _put(self, queue: asyncio.Queue[_Pipeline | None], item: _Pipeline | None) -> None:
+        await queue.put(item)
+
+    async def _produce(self, specs: Iterable[PipelineSpec], queue: asyncio.Queue[_Pipeline | None]) -> None:
+        assert self._capacity is not None
+        limit = self.config.admitted_limit
+        iterator = iter(specs)
+        try:
+            while not self._stopping:
+                chunk = list(itertools.islice(iterator, _LOOKUP_CHUNK))
+                if not chunk:
+                    break
+                for spec in chunk:
+                    if not isinstance(spec, PipelineSpec):
+                        raise ConfigError(f"run() takes PipelineSpecs (template.map(...)), got {type(spec).__name__}")
+                rows = self.store.lookup_pipelines([s.key for s in chunk])
+                seen: set[str] = set()
+                for spec in chunk:
+                    if self._stopping:
+                        break
+                    if spec.key in seen or spec.key in self._active:
+                        self._skip(spec, "duplicate_key")
+                        continue
+                    seen.add(spec.key)
+                    state = self._open(spec, rows.get(spec.key))
+                    if state is None:
+                        continue
+                    while self._admitted - self._done >= limit and not self._stopping:
+                        self._capacity.clear()
+                        await self._capacity.wait()
+                    if self._stopping:
+                        # admitted bookkeeping never happened: leave the row as it was
+                        break
+                    self._admitted += 1
+                    self.counters["pipelines_admitted"] += 1
+                    self._active.add(spec.key)
+                    await queue.put(state)
+                    await asyncio.sleep(0)
+        finally:
+            self._producer_done = True
+            self._check_complete()
+
+    def _skip(self, spec: PipelineSpec, reason: str) -> None:
+        self.counters["skipped"] += 1
+        self._event("pipeline.skipped", "pipeline", pipeline_id=spec.key, data={"reason": reason})
+
+    def _open(self, spec: PipelineSpec, row: PipelineRecord | None) -> _Pipeline | None:
+        """Decide what to do with one admitted spec: skip, repair, resume or start."""
+        cfg = self.config
+        template = spec.template
+        n = len(template.tasks)
+        now = self.clock.wall()
+        if row is not None and (row.spec_digest != template.spec_digest or row.seed_digest != spec.seed_digest):
+            what = "task chain" if row.spec_digest != template.spec_digest else "seed"
+            err = PipelineIdentityConflict(
+                f"pipeline {spec.key!r} is stored with a different {what}; its old results are kept."
+                " Use a new key or a new store for the changed pipeline"
+            )
+            self._event("pipeline.identity_conflict", "pipeline", pipeline_id=spec.key, data={"error": str(err)})
+            raise err
+        if row is not None and row.state == "succeeded" and not cfg.retry_succeeded:
+            if row.run_id != self.run_id:
+                self._skip(spec, "succeeded")
+            return None
+        record = row if row is not None else PipelineRecord(
+            pipeline_id=spec.key, run_id=self.run_id or "", name=template.name, key=spec.key,
+            created_at=now, n_tasks_total=n, seed_digest=spec.seed_digest, spec_digest=template.spec_digest,
+            seed_key=spec.seed_key, repeat=spec.repeat, tags=template.tags,
+        )
+        previous_run = record.run_id
+        start, value = 0, spec.seed
+        restart = cfg.fresh_restart and row is not None
+        if row is not None and not restart and row.state != "succeeded":
+            if row.cursor > n:
+                self._corrupt(spec, record)
+                return None
+            if row.cursor == n:
+                self._repair(spec, record)
+                return None
+            if row.cursor > 0:
+                start, value = self._load_checkpoint(spec, row)
+        if restart:
+            self._event("pipeline.restarted", "pipeline", pipeline_id=spec.key,
+                        data={"reason": "fresh_restart", "discarded_cursor": row.cursor if row else 0, "append_only_history_preserved": True})
+        record.run_id = self.run_id or ""
+        record.state = "running"
+        record.started_at = record.started_at or now
+        record.finished_at = None
+        record.cursor = start
+        record.failed_task = record.error_class = record.error_type = record.error_message = record.traceback = None
+        record.resume_of = previous_run if start > 0 else None
+        record.repeat = spec.repeat
+        state = _Pipeline(spec, record, start, value)
+        state.write_seed = row is None or restart or start == 0
+        if start > 0:
+            self._event("pipeline.resumed", "pipeline", pipeline_id=spec.key, data={"from_seq": start, "resume_of": previous_run})
+        return state
+
+    def _load_checkpoint(self, spec: PipelineSpec, row: PipelineRecord) -> tuple[int, Any]:
+        seq = row.cursor - 1
+        art = self.store.get_artifact(spec.key, seq)
+        if art is not None and art.payload is None and art.blob_ref and self._backend is not None:
+            art = self._backend.hydrate(art)
+        if art is None or art.payload is None:
+            reason = "summary_journal_or_null_backend" if art is not None else "artifact_row_missing"
+            self._event("pipeline.checkpoint_missing", "pipeline", pipeline_id=spec.key, data={"seq": seq, "reason": reason})
+            return 0, spec.seed
+        try:
+            value = self.codecs.decode(art.codec, art.type_name, art.payload)
+        except ArtifactCodecError as exc:
+            self._event("pipeline.checkpoint_unusable", "pipeline", pipeline_id=spec.key, data={"seq": seq, "error": str(exc)})
+            return 0, spec.seed
+        return row.cursor, value
+
+    def _corrupt(self, spec: PipelineSpec, record: PipelineRecord) -> None:
+        err = CorruptCheckpoint(f"pipeline {spec.key!r}: stored cursor {record.cursor} is past its {record.n_tasks_total} tasks")
+        record.run_id = self.run_id or ""
+        record.state = "failed"
+        record.error_class, record.error_type, record.error_message = "fatal", "CorruptCheckpoint", str(err)
+        record.finished_at = self.clock.wall()
+        self._event("pipeline.corrupt_cursor", "pipeline", pipeline_id=spec.key, data={"cursor": record.cursor})
+        self._event("pipeline.failed", "pipeline", pipeline_id=spec.key, data={"error": str(err), "phase": "corrupt_cursor"})
+        self._recorder_pending().pipelines.append(record)
+        self.counters["pipelines_failed"] += 1
+
+    def _repair(self, spec: PipelineSpec, record: PipelineRecord) -> None:
+        """A pipeline whose last artifact is durable but whose row never said so: settle it."""
+        n = record.n_tasks_total
+        art = self.store.get_artifact(spec.key, n - 1)
+        previous = {
+            "previous_state": record.state, "previous_error_type": record.error_type,
+            "previous_error_message": record.error_message, "previous_failed_task": record.failed_task,
+            "previous_run_id": record.run_id,
+        }
+        if art is None:
+            self._event("pipeline.checkpoint_missing", "pipeline", pipeline_id=spec.key, data={"seq": n - 1, "reason": "terminal_artifact_missing"})
+            return
+        settled = msgspec_copy(record)
+        settled.state = "succeeded"
+        settled.run_id = self.run_id or ""
+        settled.finished_at = self.clock.wall()
+        settled.failed_task = settled.error_class = settled.error_type = settled.error_message = settled.traceback = None
+        batch = Batch()
+        art.is_final = True
+        batch.artifacts.append(art)
+        batch.pipelines.append(settled)
+        try:
+            self.store.commit(batch)
+        except Exception as exc:
+            self.counters["repair_failures"] += 1
+            self.counters["pipelines_failed"] += 1
+            self._event("pipeline.terminal_repair_failed", "pipeline", pipeline_id=spec.key,
+                        data={**previous, "error": f"{type(exc).__name__}: {exc}", "phase": "settle"})
+            return
+        self.counters["pipelines_succeeded"] += 1
+        self._event("pipeline.terminal_repaired", "pipeline", pipeline_id=spec.key,
+                    data={**previous, "n_tasks_done": n, "n_tasks_total": n, "artifact": art.artifact_id, "artifact_seq": n - 1})
+        self._event("pipeline.succeeded", "pipeline", pipeline_id=spec.key, data={"tasks": n, "repaired": True})
+
+    # -- the delay queue -----------------------------------------------------------------------------
+    def _park(self, state: _Pipeline, delay: float) -> None:
+        assert self._pump_wake is not None
+        due = self.clock.now() + delay
+        heapq.heappush(self._parked, (due, next(self._tie), state))
+        self.counters["pipelines_deferred"] += 1
+        self._pump_wake.set()
+
+    async def _pump(self, queue: asyncio.Queue[_Pipeline | None]) -> None:
+        assert self._pump_wake is not None
+        wake = self._pump_wake
+        while True:
+            if self._stopping:
+                self._check_complete()
+                await asyncio.sleep(3600)
+                continue
+            now = self.clock.now()
+            while self._parked and self._parked[0][0] <= now and not self._stopping:
+                _, _, state = heapq.heappop(self._parked)
+                await queue.put(state)
+            wake.clear()
+            timeout = self._parked[0][0] - self.clock.now() if self._parked else None
+            try:
+                await asyncio.wait_for(wake.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    # -- workers ------------------------------------------------------------------------------------
+    async def _worker(self, queue: asyncio.Queue[_Pipeline | None], index: int) -> None:
+        me = asyncio.current_task()
+        while True:
+            state = await queue.get()
+            if state is None:
+                return
+            if me is not None:
+                me.pyattacker_pipeline = state.spec.key  # type: ignore[attr-defined]
+            try:
+                await self._drive(state)
+            except asyncio.CancelledError:
+                self._interrupt(state, "cancelled")
+                raise
+            except (StoreUnavailable, PipelineIdentityConflict):
+                raise
+            except Exception as exc:
+                self._internal_error(state, exc)
+            except BaseException as exc:
+                # outside task code (task bodies never get here): record, then let supervision stop the run
+                self._terminal(state, "interrupted" if self._stopping else "failed", error=exc, phase="worker_crashed")
+                raise
+            if me is not None:
+                me.pyattacker_pipeline = None  # type: ignore[attr-defined]
+
+    def _internal_error(self, state: _Pipeline, exc: Exception) -> None:
+        self._event("runner.internal_error", "run", pipeline_id=state.spec.key,
+                    data={"error": f"{type(exc).__name__}: {exc}", "traceback": "".join(traceback.format_exception(exc))})
+        self._terminal(state, "failed", error=exc, phase="internal")
+
+    async def _drive(self, state: _Pipeline) -> None:
+        while state.seq < state.n:
+            if self._stopping:
+                self._interrupt(state, "stopped")
+                return
+            outcome = await self._attempt(state)
+            if outcome is not True:
+                return
+
+    async def _attempt(self, state: _Pipeline) -> bool:
+        """Run one attempt of the current task. True: advanced; False: parked or finished."""
+        spec = state.tasks[state.seq]
+        state.attempt += 1
+        attempt = state.attempt
+        ctx = TaskContext(self, state, state.seq, attempt)
+        clock = self.clock
+        t0 = clock.now()
+        wall0 = clock.wall()
+        if state.task_started is None:
+            state.task_started = t0
+            state.task_started_wall = wall0
+        state.record.attempts_total += 1
+        self.counters["attempts"] += 1
+        error: BaseException | None = None
+        value: Any = None
+        try:
+            value = spec.fn(state.value, ctx) if spec.takes_ctx else spec.fn(state.value)
+            if spec.is_async or asyncio.iscoroutine(value):
+                value = await (asyncio.wait_for(value, spec.timeout_s) if spec.timeout_s else value)
+        except asyncio.CancelledError:
+            ctx.reclaim_now()
+            self._record_attempt(state, ctx, t0, wall0, "cancelled", None, {"retry": False, "reason": "cancelled", "delay_s": 0.0})
+            raise
+        except Exception as exc:
+            error = exc
+        leaked = ctx.reclaim_now()
+        if leaked:
+            self.counters["leases_leaked"] += len(leaked)
+            for lease in leaked:
+                self._event("lease.leaked", "task", pipeline_id=state.spec.key, task_run_id=ctx.task_run_id,
+                            pool=lease.pool, resource_id=lease.resource.id,
+                            data={"task": spec.name, "seq": state.seq, "attempt": attempt, "held_ms": lease.held_ms,
+                                  "hint": "use `async with ctx.acquire()` or release the lease before returning"})
+            if error is None and self.config.strict_leases:
+                error = LeaseLeakError(f"task {spec.name!r} ended holding {len(leaked)} lease(s) (strict_leases)")
+        if error is None:
+            try:
+                await self._checkpoint(state, ctx, value, t0, wall0)
+            except ArtifactCodecError as exc:
+                error = exc
+            else:
+                return state.seq < state.n
+        elapsed = clock.now() - (state.task_started or t0)
+        decision = spec.retry.decide(error, attempt, ctx.rng, elapsed)
+        decision["leaked_leases"] = len(leaked)
+        outcome = "timeout" if isinstance(error, TimeoutError) else "failed"
+        self._record_attempt(state, ctx, t0, wall0, outcome, error, decision)
+        self._event("task.failed", "task", pipeline_id=state.spec.key, task_run_id=ctx.task_run_id,
+                    data={"task": spec.name, "seq": state.seq, "attempt": attempt, "error_class": decision["error_class"],
+                          "error": f"{type(error).__name__}: {_error_text(error)}", "decision": decision})
+        if decision["retry"] and not self._stopping:
+            self.counters["retries"] += 1
+            delay = decision["delay_s"]
+            self._event("task.retry_scheduled", "task", pipeline_id=state.spec.key, task_run_id=ctx.task_run_id,
+                        data={"task": spec.name, "attempt": attempt, "delay_s": delay})
+            if delay > 0:
+                self._event("pipeline.deferred", "pipeline", pipeline_id=state.spec.key,
+                            data={"task": spec.name, "seq": state.seq, "attempt": attempt, "delay_s": delay})
+                self._park(state, delay)
+                return False
+            return True
+        if decision["retry"] and self._stopping:
+            self._interrupt(state, "stopped")
+            return False
+        await self._fail(state, ctx, error, decision)
+        return False
+
+    def _record_attempt(
+        self, state: _Pipeline, ctx: TaskContext, t0: float, wall0: float, outcome: str,
+        error: BaseException | None, decision: dict[str, Any],
+    ) -> None:
+        assert self._recorder is not None
+        duration = round((self.clock.now() - t0) * 1000, 3)
+        self._recorder.attempt(
+            AttemptRecord(
+                run_id=self.run_id or "", pipeline_id=state.spec.key, task_run_id=ctx.task_run_id,
+                task_name=ctx.task.name, seq=state.seq, attempt=ctx.attempt, started_at=wall0,
+                ended_at=wall0 + duration / 1000, duration_ms=duration, outcome=outcome,
+                error_class=None if error is None else error_class_of(error),
+                error_type=None if error is None else type(error).__name__,
+                error_message=None if error is None else _error_text(error),
+                decision=decision, leases=ctx.lease_records, metric_failures=ctx.metric_failures,
+            )
+        )
+
+    async def _checkpoint(self, state: _Pipeline, ctx: TaskContext, value: Any, t0: float, wall0: float) -> None:
+        """Make the task's output durable (one group-committed batch), then advance the cursor."""
+        assert self._recorder is not None
+        spec = ctx.task
+        seq = state.seq
+        key = state.spec.key
+        codec, type_name, data = self.codecs.encode(value)
+        now = self.clock.wall()
+        last = seq + 1 == state.n
+        full = self.config.journal == "full"
+        art = ArtifactRecord(
+            artifact_id=f"{key}:{seq}", pipeline_id=key, task_name=spec.name, seq=seq, type_name=type_name, codec=codec,
+            digest=digest_bytes(data), size=len(data), created_at=now, payload=data if full else None, is_final=last,
+        )
+        if full and self._backend is not None:
+            art = self._backend.put(art)
+        duration = round((self.clock.now() - t0) * 1000, 3)
+        decision = {"retry": False, "reason": "ok", "delay_s": 0.0}
+        self._record_attempt(state, ctx, t0, wall0, "succeeded", None, decision)
+        batch = Batch()
+        if state.write_seed:
+            batch.artifacts.append(self._seed_artifact(state, full))
+            state.write_seed = False
+        batch.artifacts.append(art)
+        task_wall = state.task_started_wall or wall0
+        batch.tasks.append(
+            TaskRecord(
+                task_run_id=ctx.task_run_id, pipeline_id=key, run_id=self.run_id or "", name=spec.name, seq=seq,
+                state="succeeded", attempts_used=ctx.attempt, started_at=task_wall, ended_at=now,
+                duration_ms=round((now - task_wall) * 1000, 3), output_artifact_id=art.artifact_id,
+                resource=spec.resource,
+            )
+        )
+        record = state.record
+        record.cursor = seq + 1
+        if last:
+            record.state = "succeeded"
+            record.finished_at = now
+        batch.pipelines.append(msgspec_copy(record))
+        self._event("task.succeeded", "task", pipeline_id=key, task_run_id=ctx.task_run_id,
+                    data={"task": spec.name, "seq": seq, "attempt": ctx.attempt, "duration_ms": duration, "digest": art.digest})
+        await self._recorder.checkpoint(batch)
+        state.seq = seq + 1
+        state.value = value
+        state.attempt = 0
+        state.task_started = state.task_started_wall = None
+        if last:
+            self._event("pipeline.succeeded", "pipeline", pipeline_id=key, data={"tasks": state.n, "resumed_from": record.resume_of})
+            self._finished(state, "succeeded", art)
+
+    def _seed_artifact(self, state: _Pipeline, full: bool) -> ArtifactRecord:
+        spec = state.spec
+        art = ArtifactRecord(
+            artifact_id=f"{spec.key}:-1", pipeline_id=spec.key, task_name="__seed__", seq=-1, type_name=spec.seed_type,
+            codec=spec.seed_codec, digest=spec.seed_digest, size=len(spec.seed_bytes), created_at=self.clock.wall(),
+            payload=spec.seed_bytes if full else None,
+        )
+        if full and self._backend is not None:
+            art = self._backend.put(art)
+        return art
+
+    async def _fail(self, state: _Pipeline, ctx: TaskContext, error: BaseException, decision: dict[str, Any]) -> None:
+        assert self._recorder is not None
+        now = self.clock.wall()
+        record = state.record
+        cls = decision.get("error_class") or error_class_of(error)
+        record.state = "failed"
+        record.finished_at = now
+        record.failed_task = ctx.task.name
+        record.error_class = cls
+        record.error_type = type(error).__name__
+        record.error_message = _error_text(error)
+        record.traceback = "".join(traceback.format_exception(error))[-8000:]
+        batch = Batch()
+        if state.write_seed:
+            batch.artifacts.append(self._seed_artifact(state, self.config.journal == "full"))
+            state.write_seed = False
+        task_wall = state.task_started_wall or now
+        batch.tasks.append(
+            TaskRecord(
+                task_run_id=ctx.task_run_id, pipeline_id=state.spec.key, run_id=self.run_id or "", name=ctx.task.name,
+                seq=state.seq, state="failed", attempts_used=ctx.attempt, started_at=task_wall, ended_at=now,
+                duration_ms=round((now - task_wall) * 1000, 3), error_class=cls, error_type=type(error).__name__,
+                error_message=_error_text(error), resource=ctx.task.resource,
+            )
+        )
+        batch.pipelines.append(msgspec_copy(record))
+        self._event("pipeline.failed", "pipeline", pipeline_id=state.spec.key,
+                    data={"task": ctx.task.name, "seq": state.seq, "error_class": cls, "error": f"{type(error).__name__}: {_error_text(error)}"})
+        await self._recorder.checkpoint(batch)
+        self._finished(state, "failed", None)
+
+    def _interrupt(self, state: _Pipeline, why: str) -> None:
+        """Leave a pipeline resumable: state interrupted, cursor kept (written with the next commit)."""
+        self._terminal(state, "interrupted", phase=why)
+
+    def _terminal(self, state: _Pipeline, final: str, *, error: BaseException | None = None, phase: str = "") -> None:
+        if self._recorder is None:
+            return
+        record = state.record
+        record.state = final
+        record.finished_at = self.clock.wall()
+        if error is not None:
+            record.error_class = error_class_of(error)
+            record.error_type = type(error).__name__
+            record.error_message = _error_text(error)
+            record.failed_task = state.tasks[min(state.seq, state.n - 1)].name
+        pending = self._recorder.pending
+        if state.write_seed:
+            pending.artifacts.append(self._seed_artifact(state, self.config.journal == "full"))
+            state.write_seed = False
+        pending.pipelines.append(msgspec_copy(record))
+        data: dict[str, Any] = {"cursor": record.cursor, "reason": phase}
+        if error is not None:
+            data["error"] = f"{type(error).__name__}: {_error_text(error)}"
+        self._event(f"pipeline.{final}", "pipeline", pipeline_id=state.spec.key, data=data)
+        self._finished(state, final, None)
+
+    def _finished(self, state: _Pipeline, final: str, artifact: ArtifactRecord | None) -> None:
+        self._done += 1
+        self.counters["pipelines_done"] += 1
+        self.counters[f"pipelines_{final}"] = self.counters.get(f"pipelines_{final}", 0) + 1
+        self._active.discard(state.spec.key)
+        if self._capacity is not None:
+            self._capacity.set()
+        limit = self.config.stop_after_failures
+        if final == "failed" and limit is not None and self.counters["pipelines_failed"] >= limit:
+            self.stop("stop_after_failures")
+        if self.on_pipeline_finished is not None:
+            try:
+                self.on_pipeline_finished(self, state.record, artifact)
+            except Exception as exc:
+                self.counters["monitor_callback_errors"] += 1
+                self._event("monitor.callback_failed", "run", pipeline_id=state.spec.key, data={"error": f"{type(exc).__name__}: {exc}"})
+        self._check_complete()
+
+
+def msgspec_copy(record: PipelineRecord) -> PipelineRecord:
+    import msgspec
+
+    return msgspec.structs.replace(record)
+
+
+def _pool_stats(pool: Any) -> dict[str, Any]:
+    try:
+        stats = pool.stats()
+    except Exception:
+        return {}
+    if isinstance(stats, Mapping):
+        return dict(stats)
+    try:
+        import msgspec
+
+        return msgspec.structs.asdict(stats)
+    except TypeError:
+        return dict(vars(stats))

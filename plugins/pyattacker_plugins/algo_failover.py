@@ -1,0 +1,89 @@
+"""The ``failover`` acquisition algorithm: try several pools in order, wait only on the first.
+
+Each listed pool gets one immediate try, so a healthy secondary serves while the primary is
+saturated. When none has a free slot the fallback waits on the *first* pool only: waiting on
+all of them would need a lease race across pools, and the first is the preferred endpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pyattacker.algorithm import FallbackRef
+from pyattacker.errors import ConfigError, ResourceUnavailable
+from pyattacker.hookspecs import Register, hookimpl
+from pyattacker.pool import Lease, Pool
+
+
+class Failover:
+    """Try each of ``pools`` (names in ``ctx.pools``; empty = the current pool) once, then fall back."""
+
+    name = "failover"
+
+    def __init__(self, pools: Any = (), fallback: Any = None) -> None:
+        if isinstance(pools, str):
+            pools = (pools,)
+        try:
+            names = list(pools)
+        except TypeError:
+            raise ConfigError(f"parameter 'pools' must be a list of pool names, got {pools!r}") from None
+        if not all(isinstance(n, str) and n for n in names):
+            raise ConfigError(f"parameter 'pools' must be a list of pool names, got {pools!r}")
+        self.pools: tuple[str, ...] = tuple(names)
+        self.fallback = FallbackRef(fallback)
+
+    def _lookup(self, pool: Pool, ctx: Any, name: str) -> Pool | None:
+        if name == pool.name:
+            return pool
+        known = getattr(ctx, "pools", None) if ctx is not None else None
+        found = known.get(name) if known is not None else None
+        return found if found is not None else None
+
+    async def acquire(
+        self, pool: Pool, *, ctx: Any, where: Any, timeout: float | None, selector: Mapping[str, Any]
+    ) -> Lease:
+        names = self.pools or (pool.name,)
+        reasons: dict[str, str] = {}
+        first: Pool | None = None
+        for index, name in enumerate(names):
+            target = self._lookup(pool, ctx, name)
+            if target is None:
+                reasons[name] = "unknown pool"
+                continue
+            if index == 0:
+                first = target
+            try:
+                lease = target.try_acquire(ctx, where=where, **selector)
+            except ResourceUnavailable as exc:
+                reasons[name] = str(exc)
+                continue
+            if lease is not None:
+                target.note_wait(0.0, selector, lease.resource.id)
+                return lease
+            reasons[name] = "no resource free"
+        if first is not None:
+            try:
+                return await self.fallback.acquire(
+                    first, ctx=ctx, where=where, timeout=timeout, selector=selector
+                )
+            except ResourceUnavailable as exc:
+                reasons[first.name] = f"{reasons.get(first.name, 'no resource free')}; then {exc}"
+                raise _combined(type(exc), reasons) from exc
+        raise _combined(ResourceUnavailable, reasons)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"name": self.name, "pools": list(self.pools), "fallback": self.fallback.fingerprint()}
+
+    def __repr__(self) -> str:
+        return f"Failover(pools={list(self.pools)!r}, fallback={self.fallback.spec!r})"
+
+
+def _combined(cls: type[ResourceUnavailable], reasons: Mapping[str, str]) -> ResourceUnavailable:
+    detail = "; ".join(f"{name}: {why}" for name, why in reasons.items())
+    return cls(f"failover found no resource in any pool ({detail})")
+
+
+@hookimpl
+def pyattacker_algorithms(register: Register) -> None:
+    register("failover", Failover)

@@ -1,0 +1,62 @@
+"""The ``wait`` (the default) and ``immediate`` acquisition algorithms.
+
+``wait`` blocks on the pool's targeted wake-ups, so a waiter costs nothing until a matching
+slot is released; ``immediate`` is one synchronous try for callers that prefer failing fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pyattacker.algorithm import optional_number_param, unavailable, wait_for_lease
+from pyattacker.hookspecs import Register, hookimpl
+from pyattacker.pool import Lease, Pool
+
+
+class Wait:
+    """Try; else wait for a matching release. ``timeout`` (the call's wins) → AcquireTimeout."""
+
+    name = "wait"
+
+    def __init__(self, timeout: float | None = None) -> None:
+        self.timeout = optional_number_param("timeout", timeout)
+
+    async def acquire(
+        self, pool: Pool, *, ctx: Any, where: Any, timeout: float | None, selector: Mapping[str, Any]
+    ) -> Lease:
+        limit = timeout if timeout is not None else self.timeout
+        return await wait_for_lease(pool, ctx=ctx, where=where, selector=selector, timeout=limit)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"name": self.name, "timeout": self.timeout}
+
+    def __repr__(self) -> str:
+        return f"Wait(timeout={self.timeout})"
+
+
+class Immediate:
+    """One synchronous try; nothing free → ResourceUnavailable."""
+
+    name = "immediate"
+
+    async def acquire(
+        self, pool: Pool, *, ctx: Any, where: Any, timeout: float | None, selector: Mapping[str, Any]
+    ) -> Lease:
+        lease = pool.try_acquire(ctx, where=where, **selector)
+        if lease is None:
+            raise unavailable(pool, selector, where)
+        pool.note_wait(0.0, selector, lease.resource.id)
+        return lease
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def __repr__(self) -> str:
+        return "Immediate()"
+
+
+@hookimpl
+def pyattacker_algorithms(register: Register) -> None:
+    register("wait", Wait)
+    register("immediate", Immediate)

@@ -1,0 +1,148 @@
+"""The ``file`` artifact backend: large payloads go to content-addressed files under ``root``.
+
+A payload of at least ``min_bytes`` is written to ``<root>/<2 hex>/<rest of digest>`` through a
+temp file in the same directory (fsynced, atomically renamed, directory fsynced), so a path that
+exists always holds complete bytes and identical payloads share one file. Smaller payloads stay
+inline. A missing file on read is not an error: the artifact is unavailable and resume
+recomputes it. There is no garbage collection; ``delete`` exists for operators only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from pyattacker.digest import digest_bytes
+from pyattacker.hookspecs import hookimpl
+from pyattacker.model import ArtifactRecord
+
+__all__ = ["DEFAULT_MIN_BYTES", "FileBackend"]
+
+DEFAULT_MIN_BYTES = 262_144
+_TMP_PREFIX = ".tmp-"
+_HEX = re.compile(r"[0-9a-f]{8,128}")
+_REF = "file://"
+
+
+class FileBackend:
+    """Spills payloads of ``size >= min_bytes`` to files under ``root`` (created lazily)."""
+
+    name = "file"
+
+    def __init__(self, root: str | os.PathLike[str], min_bytes: int = DEFAULT_MIN_BYTES) -> None:
+        problems = self.validate({"root": root, "min_bytes": min_bytes})
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.root = os.path.abspath(os.path.expanduser(os.fspath(root)))
+        self.min_bytes = min_bytes
+
+    @staticmethod
+    def validate(params: Mapping[str, Any]) -> list[str]:
+        """Parameter problems as ``"field: message"``; touches nothing on disk."""
+        problems = []
+        root = params.get("root")
+        if not isinstance(root, str | os.PathLike) or not os.fspath(root):
+            problems.append("root: required for kind 'file' (a directory path)")
+        min_bytes = params.get("min_bytes", DEFAULT_MIN_BYTES)
+        if isinstance(min_bytes, bool) or not isinstance(min_bytes, int) or min_bytes < 0:
+            problems.append(f"min_bytes: must be a non-negative integer, got {min_bytes!r}")
+        return problems
+
+    # -- the backend protocol -------------------------------------------------------------
+    def put(self, artifact: ArtifactRecord) -> ArtifactRecord:
+        payload = artifact.payload
+        if payload is None or len(payload) < self.min_bytes:
+            return artifact
+        path = self.path_for(_address(artifact.digest, payload))
+        if not os.path.exists(path):
+            _write_atomically(path, payload)
+        return msgspec.structs.replace(artifact, payload=None, blob_ref=_REF + path)
+
+    def hydrate(self, artifact: ArtifactRecord) -> ArtifactRecord:
+        if artifact.payload is not None or not artifact.blob_ref or not artifact.blob_ref.startswith(_REF):
+            return artifact
+        path = artifact.blob_ref[len(_REF) :]
+        if not os.path.isabs(path):
+            path = os.path.join(self.root, path)
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            return artifact  # unavailable: resume recomputes
+        if len(data) != artifact.size:
+            return artifact  # truncated or foreign bytes are not this artifact
+        return msgspec.structs.replace(artifact, payload=data)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.name, "root": self.root, "min_bytes": self.min_bytes}
+
+    # -- operator helpers -----------------------------------------------------------------
+    def path_for(self, digest: str) -> str:
+        return os.path.join(self.root, digest[:2], digest[2:])
+
+    def stats(self) -> dict[str, int]:
+        """Blob files and bytes under ``root`` (temp files ignored)."""
+        files = total = 0
+        for dirpath, _dirs, names in os.walk(self.root):
+            for name in names:
+                if name.startswith(_TMP_PREFIX):
+                    continue
+                try:
+                    total += os.stat(os.path.join(dirpath, name)).st_size
+                except OSError:
+                    continue
+                files += 1
+        return {"files": files, "bytes": total}
+
+    def delete(self, digest: str) -> bool:
+        """Remove one blob (never called by the kernel); True when a file was removed."""
+        try:
+            os.unlink(self.path_for(digest))
+        except FileNotFoundError:
+            return False
+        return True
+
+
+def _address(digest: str, payload: bytes) -> str:
+    """The digest to file under: the row's, unless it is not plain hex (never trust a path)."""
+    return digest if _HEX.fullmatch(digest) else digest_bytes(payload)
+
+
+def _write_atomically(path: str, payload: bytes) -> None:
+    directory = os.path.dirname(path)
+    created = not os.path.isdir(directory)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(directory)
+    if created:
+        _fsync_dir(os.path.dirname(directory))
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@hookimpl
+def pyattacker_artifact_backends(register: Any) -> None:
+    register("file", FileBackend)

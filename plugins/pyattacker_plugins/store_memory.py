@@ -1,0 +1,209 @@
+"""The ``memory`` store plugin: the reference implementation of the Store protocol.
+
+Used for ``:memory:`` and by tests. It keeps every row in dicts and lists; ``commit`` works on
+copies so a failing batch leaves nothing behind, exactly like a rolled-back transaction.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from pyattacker.hookspecs import hookimpl
+from pyattacker.model import (
+    ArtifactRecord,
+    AttemptRecord,
+    Batch,
+    EventRecord,
+    MetricPoint,
+    MetricRecord,
+    PipelineRecord,
+    ResourceRecord,
+    RunRecord,
+    TaskRecord,
+)
+from pyattacker.store import PAGE_KINDS
+
+__all__ = ["MemoryStore", "MemoryStoreOpener"]
+
+
+def _copy(row: Any) -> Any:
+    return msgspec.structs.replace(row)
+
+
+class MemoryStore:
+    """All rows in memory; nothing survives the process."""
+
+    def __init__(self, location: str = ":memory:") -> None:
+        self.location = location
+        self.read_only = False
+        self._runs: dict[str, RunRecord] = {}
+        self._pipelines: dict[str, PipelineRecord] = {}
+        self._tasks: dict[str, TaskRecord] = {}
+        self._artifacts: dict[str, ArtifactRecord] = {}
+        self._attempts: list[AttemptRecord] = []
+        self._events: list[EventRecord] = []
+        self._metrics: dict[tuple[str, str, str], MetricRecord] = {}
+        self._points: list[MetricPoint] = []
+        self._point_ops: set[str] = set()
+        self._resources: dict[tuple[str, str, str], ResourceRecord] = {}
+        self.commits = 0
+        self.closed = False
+
+    # -- writes -------------------------------------------------------------------------
+    def commit(self, batch: Batch) -> None:
+        if self.closed:
+            raise RuntimeError("store is closed")
+        for run in batch.runs:
+            self._runs[run.run_id] = _copy(run)
+        for p in batch.pipelines:
+            old = self._pipelines.get(p.pipeline_id)
+            row = _copy(p)
+            if old is not None:
+                row.created_at = old.created_at
+            self._pipelines[p.pipeline_id] = row
+        for t in batch.tasks:
+            self._tasks[t.task_run_id] = _copy(t)
+        for a in batch.artifacts:
+            self._artifacts[a.artifact_id] = _copy(a)
+        for at in batch.attempts:
+            at.attempt_id = len(self._attempts) + 1
+            self._attempts.append(_copy(at))
+        for ev in batch.events:
+            ev.event_id = len(self._events) + 1
+            self._events.append(_copy(ev))
+        for m in batch.metrics:
+            self._metrics[(m.run_id, m.pipeline_id, m.name)] = _copy(m)
+        for pt in batch.metric_points:
+            if pt.op_id in self._point_ops:
+                continue
+            self._point_ops.add(pt.op_id)
+            self._points.append(_copy(pt))
+        for r in batch.resources:
+            self._resources[(r.run_id, r.pool, r.resource_id)] = _copy(r)
+        self.commits += 1
+
+    def interrupt_running(self, run_id: str, now: float) -> int:
+        changed = 0
+        for p in self._pipelines.values():
+            if p.state == "running" and p.run_id != run_id:
+                p.state = "interrupted"
+                changed += 1
+        for t in self._tasks.values():
+            if t.state == "running" and t.run_id != run_id:
+                t.state = "interrupted"
+        for r in self._runs.values():
+            if r.status == "running" and r.run_id != run_id:
+                r.status = "interrupted"
+                r.ended_at = r.ended_at or now
+        return changed
+
+    # -- reads --------------------------------------------------------------------------
+    def lookup_pipelines(self, ids: Sequence[str]) -> dict[str, PipelineRecord]:
+        found = {}
+        for pid in ids:
+            row = self._pipelines.get(pid)
+            if row is not None:
+                found[pid] = _copy(row)
+        return found
+
+    def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
+        row = self._artifacts.get(f"{pipeline_id}:{seq}")
+        return None if row is None else _copy(row)
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        row = self._runs.get(run_id)
+        return None if row is None else _copy(row)
+
+    def runs(self) -> list[RunRecord]:
+        return [_copy(r) for r in sorted(self._runs.values(), key=lambda r: (r.started_at, r.run_id))]
+
+    def page(
+        self,
+        kind: str,
+        *,
+        run_id: str | None = None,
+        pipeline_id: str | None = None,
+        state: str | None = None,
+        after: tuple[Any, ...] | None = None,
+        limit: int = 1000,
+    ) -> list[Any]:
+        rows: list[Any]
+        if kind == "pipelines":
+            rows = list(self._pipelines.values())
+        elif kind == "tasks":
+            rows = list(self._tasks.values())
+        elif kind == "attempts":
+            rows = self._attempts
+        elif kind == "events":
+            rows = self._events
+        elif kind == "artifacts":
+            rows = list(self._artifacts.values())
+        else:
+            raise ValueError(f"unknown row kind {kind!r}")
+        keys = PAGE_KINDS[kind]
+        out = []
+        for row in rows:
+            if run_id is not None and getattr(row, "run_id", run_id) != run_id:
+                continue
+            if pipeline_id is not None and row.pipeline_id != pipeline_id:
+                continue
+            if state is not None and getattr(row, "state", state) != state:
+                continue
+            out.append(row)
+        out.sort(key=lambda r: tuple(getattr(r, k) for k in keys))
+        if after is not None:
+            out = [r for r in out if tuple(getattr(r, k) for k in keys) > tuple(after)]
+        return [_copy(r) for r in out[: max(0, limit)]]
+
+    def metrics(self, run_id: str | None = None, pipeline_id: str | None = None) -> list[MetricRecord]:
+        rows = [
+            m
+            for m in self._metrics.values()
+            if (run_id is None or m.run_id == run_id) and (pipeline_id is None or m.pipeline_id == pipeline_id)
+        ]
+        return [_copy(m) for m in sorted(rows, key=lambda m: (m.run_id, m.pipeline_id, m.name))]
+
+    def metric_points(
+        self, run_id: str, pipeline_id: str, key: str | None = None, after_step: int = -1, limit: int = 1000
+    ) -> list[MetricPoint]:
+        rows = [
+            p
+            for p in self._points
+            if p.run_id == run_id
+            and p.pipeline_id == pipeline_id
+            and (key is None or p.key == key)
+            and p.step > after_step
+        ]
+        rows.sort(key=lambda p: (p.step, p.key))
+        return [_copy(p) for p in rows[:limit]]
+
+    def resources(self, run_id: str | None = None) -> list[ResourceRecord]:
+        rows = [r for r in self._resources.values() if run_id is None or r.run_id == run_id]
+        return [_copy(r) for r in sorted(rows, key=lambda r: (r.pool, r.resource_id))]
+
+    def close(self) -> None:
+        self.closed = True
+
+    def snapshot(self) -> MemoryStore:
+        """A deep copy (tests compare history before and after)."""
+        return copy.deepcopy(self)
+
+
+class MemoryStoreOpener:
+    """Opens a fresh in-memory store for ``:memory:`` / ``memory:``."""
+
+    name = "memory"
+    schemes = ("memory",)
+    suffixes: tuple[str, ...] = ()
+
+    def open(self, location: str, *, read_only: bool = False) -> MemoryStore:
+        return MemoryStore(":memory:")
+
+
+@hookimpl
+def pyattacker_stores(register: Any) -> None:
+    register(MemoryStoreOpener())

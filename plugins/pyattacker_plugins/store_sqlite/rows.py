@@ -1,0 +1,179 @@
+"""Record <-> SQL row conversion: one ``RowCodec`` per table, built once at import.
+
+The hot path is ``commit``: a row becomes a plain tuple through ``operator.attrgetter`` (C code)
+plus one ``msgspec.json`` encode per dict/list field, never a JSON dump of the whole record.
+Column order is the record's field order with the JSON columns last, so reads rebuild a record
+from a row by position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from operator import attrgetter
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from pyattacker.model import (
+    ArtifactRecord,
+    AttemptRecord,
+    EventRecord,
+    MetricPoint,
+    MetricRecord,
+    PipelineRecord,
+    ResourceRecord,
+    RunRecord,
+    TaskRecord,
+)
+
+__all__ = [
+    "ARTIFACTS",
+    "ATTEMPTS",
+    "EVENTS",
+    "METRICS",
+    "METRIC_POINTS",
+    "PIPELINES",
+    "RESOURCES",
+    "RUNS",
+    "TASKS",
+    "RowCodec",
+]
+
+R = TypeVar("R")
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+
+def _to_json(value: Any) -> str:
+    return _encode(value).decode()
+
+
+def _from_json(text: str | bytes | None, default: Any) -> Any:
+    if text is None:
+        return default
+    return _decode(text)
+
+
+class RowCodec(Generic[R]):
+    """How one record type maps to one table."""
+
+    def __init__(
+        self,
+        table: str,
+        cls: type[R],
+        plain: tuple[str, ...],
+        json_fields: tuple[str, ...] = (),
+        bool_fields: tuple[str, ...] = (),
+    ) -> None:
+        self.table = table
+        self.cls = cls
+        self.plain = plain
+        self.json_fields = json_fields
+        self.bool_fields = bool_fields
+        self.columns: tuple[str, ...] = plain + tuple(f"{f}_json" for f in json_fields)
+        self.select_list = ", ".join(f'"{c}"' for c in self.columns)
+        self._get: Callable[[Any], Any] = attrgetter(*plain)
+        self._defaults = {f: getattr(cls(**_required_dummy(cls)), f) for f in json_fields}
+
+    def encode(self, rec: R) -> tuple[Any, ...]:
+        values: tuple[Any, ...] = self._get(rec)
+        if self.json_fields:
+            values += tuple(_to_json(getattr(rec, f)) for f in self.json_fields)
+        return values
+
+    def decode(self, row: tuple[Any, ...]) -> R:
+        n = len(self.plain)
+        kw = dict(zip(self.plain, row, strict=False))
+        for i, f in enumerate(self.json_fields):
+            kw[f] = _from_json(row[n + i], self._defaults[f])
+        for f in self.bool_fields:
+            kw[f] = bool(kw[f])
+        return self.cls(**kw)
+
+
+def _required_dummy(cls: type[Any]) -> dict[str, Any]:
+    """Placeholder values for required fields, only to read the defaults of optional ones."""
+    info = msgspec.structs.fields(cls)
+    return {f.name: None for f in info if f.required}
+
+
+RUNS = RowCodec(
+    "runs",
+    RunRecord,
+    (
+        "run_id", "status", "label", "started_at", "ended_at", "heartbeat_at", "host", "pid",
+        "pid_started_at", "python", "version", "notes", "stop_reason",
+    ),
+    ("config", "stats"),
+)  # fmt: skip
+
+PIPELINES = RowCodec(
+    "pipelines",
+    PipelineRecord,
+    (
+        "pipeline_id", "run_id", "name", "key", "state", "created_at", "started_at", "finished_at",
+        "n_tasks_total", "cursor", "attempts_total", "failed_task", "error_class", "error_type",
+        "error_message", "traceback", "seed_digest", "spec_digest", "seed_key", "repeat", "resume_of",
+    ),
+    ("tags",),
+)  # fmt: skip
+
+TASKS = RowCodec(
+    "tasks",
+    TaskRecord,
+    (
+        "task_run_id", "pipeline_id", "run_id", "name", "seq", "state", "attempts_used", "started_at",
+        "ended_at", "duration_ms", "output_artifact_id", "error_class", "error_type", "error_message",
+        "resource",
+    ),
+)  # fmt: skip
+
+ATTEMPTS = RowCodec(
+    "attempts",
+    AttemptRecord,
+    (
+        "attempt_id", "run_id", "pipeline_id", "task_run_id", "task_name", "seq", "attempt",
+        "started_at", "ended_at", "duration_ms", "outcome", "error_class", "error_type",
+        "error_message", "metric_failures",
+    ),
+    ("decision", "leases"),
+)  # fmt: skip
+
+EVENTS = RowCodec(
+    "events",
+    EventRecord,
+    ("event_id", "ts", "kind", "scope", "run_id", "pipeline_id", "task_run_id", "pool", "resource_id"),
+    ("data",),
+)
+
+ARTIFACTS = RowCodec(
+    "artifacts",
+    ArtifactRecord,
+    (
+        "artifact_id", "pipeline_id", "task_name", "seq", "type_name", "codec", "digest", "size",
+        "created_at", "payload", "is_final", "blob_ref",
+    ),
+    bool_fields=("is_final",),
+)  # fmt: skip
+
+METRICS = RowCodec(
+    "metrics",
+    MetricRecord,
+    ("run_id", "pipeline_id", "name", "updated_at", "attempt"),
+    ("value",),
+)
+
+METRIC_POINTS = RowCodec(
+    "metric_points",
+    MetricPoint,
+    ("op_id", "run_id", "pipeline_id", "key", "step", "ts", "attempt"),
+    ("value",),
+)
+
+RESOURCES = RowCodec(
+    "resources",
+    ResourceRecord,
+    ("run_id", "pool", "resource_id", "kind", "state", "updated_at"),
+    ("spec", "stats"),
+)

@@ -1,0 +1,163 @@
+"""The SQLite schema, its version marker, additive migrations, and the read-only file probe.
+
+A file is ours only if ``PRAGMA application_id`` carries our id *and* ``store_meta`` names the
+application; anything else is refused before a single byte is written. The schema version
+lives in ``store_meta.schema_version`` (mirrored in ``PRAGMA user_version``). Migrations are
+numbered steps applied in one transaction: a new file is simply "migrated from version 0".
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from pyattacker.errors import ConfigError, StoreUnavailable
+
+from .rows import ARTIFACTS, ATTEMPTS, EVENTS, METRIC_POINTS, METRICS, PIPELINES, RESOURCES, RUNS, TASKS
+
+__all__ = ["APPLICATION", "APPLICATION_ID", "MIGRATIONS", "SCHEMA_VERSION", "migrate", "probe", "ro_uri"]
+
+APPLICATION = "pyattacker"
+#: "PYAT" as a big-endian 32-bit integer, stored in the file header.
+APPLICATION_ID = 0x50594154
+SCHEMA_VERSION = 1
+
+_REAL = {
+    "started_at", "ended_at", "heartbeat_at", "pid_started_at", "created_at", "finished_at", "ts",
+    "duration_ms", "updated_at",
+}  # fmt: skip
+_INT = {
+    "pid", "n_tasks_total", "cursor", "attempts_total", "repeat", "seq", "attempts_used", "attempt",
+    "metric_failures", "size", "is_final", "step",
+}  # fmt: skip
+
+
+def _column_type(column: str) -> str:
+    if column == "payload":
+        return "BLOB"
+    if column in _REAL:
+        return "REAL"
+    if column in _INT:
+        return "INTEGER"
+    return "TEXT"
+
+
+def _table(columns: tuple[str, ...], table: str, constraint: str, rowid_key: str | None = None) -> str:
+    """DDL for a table; ``rowid_key`` names an INTEGER PRIMARY KEY (an alias of the rowid)."""
+    defs = [f'"{rowid_key}" INTEGER PRIMARY KEY'] if rowid_key else []
+    defs += [f'"{c}" {_column_type(c)}' for c in columns if c != rowid_key]
+    return f'CREATE TABLE "{table}" ({", ".join(defs)}, {constraint})'
+
+
+_V1 = (
+    "CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    _table(RUNS.columns, "runs", "PRIMARY KEY (run_id)"),
+    _table(PIPELINES.columns, "pipelines", "PRIMARY KEY (pipeline_id)"),
+    _table(TASKS.columns, "tasks", "PRIMARY KEY (task_run_id)"),
+    _table(ATTEMPTS.columns, "attempts", "CHECK (attempt_id > 0)", rowid_key="attempt_id"),
+    _table(EVENTS.columns, "events", "CHECK (event_id > 0)", rowid_key="event_id"),
+    _table(ARTIFACTS.columns, "artifacts", "PRIMARY KEY (artifact_id)"),
+    _table(METRICS.columns, "metrics", "PRIMARY KEY (run_id, pipeline_id, name)"),
+    _table(METRIC_POINTS.columns, "metric_points", "UNIQUE (op_id)", rowid_key="point_id"),
+    _table(RESOURCES.columns, "resources", "PRIMARY KEY (run_id, pool, resource_id)"),
+    "CREATE INDEX pipelines_by_run_state ON pipelines (run_id, state)",
+    "CREATE INDEX pipelines_by_created ON pipelines (created_at, pipeline_id)",
+    "CREATE INDEX pipelines_by_state ON pipelines (state, created_at, pipeline_id)",
+    "CREATE INDEX tasks_by_pipeline ON tasks (pipeline_id, seq, task_run_id)",
+    "CREATE INDEX tasks_by_run ON tasks (run_id, name, state)",
+    "CREATE INDEX attempts_by_run ON attempts (run_id)",
+    "CREATE INDEX attempts_by_pipeline ON attempts (pipeline_id)",
+    "CREATE INDEX events_by_run ON events (run_id)",
+    "CREATE INDEX events_by_pipeline ON events (pipeline_id)",
+    "CREATE INDEX artifacts_by_pipeline ON artifacts (pipeline_id, seq, artifact_id)",
+    "CREATE INDEX metric_points_by_series ON metric_points (run_id, pipeline_id, step)",
+)
+
+#: version -> statements that bring a file from ``version - 1`` to ``version`` (additive only).
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1}
+
+
+def ro_uri(path: str) -> str:
+    """A ``mode=ro`` URI: the connection can neither create nor write the file."""
+    return Path(path).absolute().as_uri() + "?mode=ro"
+
+
+def _not_ours(path: str, why: str) -> ConfigError:
+    return ConfigError(f"store {path} is not a pyattacker store ({why}); refusing to open it")
+
+
+def probe(path: str) -> int:
+    """The schema version of the file at ``path`` (0: absent or an empty database).
+
+    Reads through a read-only connection, so a refused file is never modified. Raises
+    ``ConfigError`` for corrupt, foreign or newer files.
+    """
+    if not os.path.exists(path):
+        return 0
+    if os.path.getsize(path) == 0 and not os.path.exists(path + "-wal"):
+        return 0
+    try:
+        conn = sqlite3.connect(ro_uri(path), uri=True, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(f"store {path} cannot be opened: {exc}") from exc
+    try:
+        return _probe_connection(conn, path)
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(
+            f"store {path} is not a readable SQLite database (corrupt or another format): {exc}"
+        ) from exc
+    finally:
+        conn.close()
+
+
+def _probe_connection(conn: sqlite3.Connection, path: str) -> int:
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    user_version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if not tables and app_id == 0 and user_version == 0:
+        return 0
+    if app_id != APPLICATION_ID:
+        raise _not_ours(path, "a SQLite database written by another application")
+    if "store_meta" not in tables:
+        raise _not_ours(path, "its store_meta table is missing")
+    meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
+    if meta.get("application") != APPLICATION:
+        raise _not_ours(path, f"store_meta.application is {meta.get('application')!r}")
+    try:
+        version = int(meta.get("schema_version", user_version))
+    except ValueError:
+        raise _not_ours(path, f"bad schema_version {meta.get('schema_version')!r}") from None
+    if version > SCHEMA_VERSION:
+        raise ConfigError(
+            f"store {path} was written by a newer pyattacker (schema {version} > {SCHEMA_VERSION}); "
+            "upgrade pyattacker to open it"
+        )
+    if version < 1:
+        raise _not_ours(path, f"schema_version {version}")
+    return version
+
+
+def migrate(conn: sqlite3.Connection, from_version: int, now: float) -> None:
+    """Bring the file to ``SCHEMA_VERSION`` in one transaction (no-op when current)."""
+    if from_version >= SCHEMA_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for version in range(from_version + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[version]:
+                conn.execute(statement)
+        meta = [("application", APPLICATION), ("schema_version", str(SCHEMA_VERSION))]
+        if from_version == 0:
+            meta.append(("created_at", repr(now)))
+        conn.executemany(
+            "INSERT INTO store_meta (key, value) VALUES (?, ?)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            meta,
+        )
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

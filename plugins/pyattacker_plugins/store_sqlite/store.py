@@ -1,0 +1,470 @@
+"""``SqliteStore``: the embedded default store, one SQLite file in WAL mode.
+
+One writer connection (guarded by the sidecar writer lock) applies each ``Batch`` as one
+``BEGIN IMMEDIATE ... COMMIT`` with one ``executemany`` per table; readers open ``mode=ro``
+connections that never create or migrate anything and see consistent snapshots beside a live
+writer. Every SQL string is built once; rows travel as tuples.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from pyattacker.errors import ConfigError, StoreUnavailable
+from pyattacker.model import (
+    ArtifactRecord,
+    Batch,
+    MetricPoint,
+    MetricRecord,
+    PipelineRecord,
+    ResourceRecord,
+    RunRecord,
+)
+from pyattacker.stats import duration_summary
+from pyattacker.store import PAGE_KINDS
+from pyattacker.writer_lock import WriterLock
+
+from . import schema
+from .rows import (
+    ARTIFACTS,
+    ATTEMPTS,
+    EVENTS,
+    METRIC_POINTS,
+    METRICS,
+    PIPELINES,
+    RESOURCES,
+    RUNS,
+    TASKS,
+    RowCodec,
+)
+
+__all__ = ["LOOKUP_CHUNK", "SqliteStore"]
+
+#: ids per ``IN (...)`` query in ``lookup_pipelines`` (well under SQLite's variable limit)
+LOOKUP_CHUNK = 500
+BUSY_TIMEOUT_MS = 10_000
+SYNCHRONOUS_MODES = ("normal", "full")
+
+
+def _upsert_sql(codec: RowCodec[Any], key: tuple[str, ...], keep: tuple[str, ...] = ()) -> str:
+    cols = ", ".join(f'"{c}"' for c in codec.columns)
+    marks = ", ".join("?" for _ in codec.columns)
+    updates = ", ".join(f'"{c}" = excluded."{c}"' for c in codec.columns if c not in key and c not in keep)
+    conflict = ", ".join(f'"{c}"' for c in key)
+    return (
+        f'INSERT INTO "{codec.table}" ({cols}) VALUES ({marks})'
+        f" ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
+    )
+
+
+def _insert_sql(codec: RowCodec[Any], suffix: str = "") -> str:
+    cols = ", ".join(f'"{c}"' for c in codec.columns)
+    marks = ", ".join("?" for _ in codec.columns)
+    return f'INSERT INTO "{codec.table}" ({cols}) VALUES ({marks}){suffix}'
+
+
+_UPSERT_RUN = _upsert_sql(RUNS, ("run_id",))
+_UPSERT_PIPELINE = _upsert_sql(PIPELINES, ("pipeline_id",), keep=("created_at",))
+_UPSERT_TASK = _upsert_sql(TASKS, ("task_run_id",))
+_UPSERT_ARTIFACT = _upsert_sql(ARTIFACTS, ("artifact_id",))
+_UPSERT_METRIC = _upsert_sql(METRICS, ("run_id", "pipeline_id", "name"))
+_UPSERT_RESOURCE = _upsert_sql(RESOURCES, ("run_id", "pool", "resource_id"))
+_INSERT_ATTEMPT = _insert_sql(ATTEMPTS)
+_INSERT_EVENT = _insert_sql(EVENTS)
+_INSERT_POINT = _insert_sql(METRIC_POINTS, " ON CONFLICT (op_id) DO NOTHING")
+
+#: (table attribute of Batch, SQL, codec) in the order rows are applied
+_WRITES: tuple[tuple[str, str, RowCodec[Any]], ...] = (
+    ("runs", _UPSERT_RUN, RUNS),
+    ("pipelines", _UPSERT_PIPELINE, PIPELINES),
+    ("tasks", _UPSERT_TASK, TASKS),
+    ("artifacts", _UPSERT_ARTIFACT, ARTIFACTS),
+    ("attempts", _INSERT_ATTEMPT, ATTEMPTS),
+    ("events", _INSERT_EVENT, EVENTS),
+    ("metrics", _UPSERT_METRIC, METRICS),
+    ("metric_points", _INSERT_POINT, METRIC_POINTS),
+    ("resources", _UPSERT_RESOURCE, RESOURCES),
+)
+
+_PAGE_CODECS: dict[str, RowCodec[Any]] = {
+    "pipelines": PIPELINES,
+    "tasks": TASKS,
+    "attempts": ATTEMPTS,
+    "events": EVENTS,
+    "artifacts": ARTIFACTS,
+}
+#: which filters each kind honours (same as the memory reference store)
+_PAGE_FILTERS: dict[str, tuple[str, ...]] = {
+    "pipelines": ("run_id", "pipeline_id", "state"),
+    "tasks": ("run_id", "pipeline_id", "state"),
+    "attempts": ("run_id", "pipeline_id"),
+    "events": ("run_id", "pipeline_id"),
+    "artifacts": ("pipeline_id",),
+}
+
+
+@lru_cache(maxsize=256)
+def _page_sql(kind: str, filters: tuple[str, ...], keyset: bool) -> str:
+    codec = _PAGE_CODECS[kind]
+    keys = PAGE_KINDS[kind]
+    where = [f'"{f}" = ?' for f in filters]
+    if keyset:
+        cols = ", ".join(f'"{k}"' for k in keys)
+        marks = ", ".join("?" for _ in keys)
+        where.append(f"({cols}) > ({marks})" if len(keys) > 1 else f'"{keys[0]}" > ?')
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    order = ", ".join(f'"{k}"' for k in keys)
+    return f'SELECT {codec.select_list} FROM "{kind}"{clause} ORDER BY {order} LIMIT ?'
+
+
+@lru_cache(maxsize=64)
+def _lookup_sql(n: int) -> str:
+    marks = ", ".join("?" for _ in range(n))
+    return f"SELECT {PIPELINES.select_list} FROM pipelines WHERE pipeline_id IN ({marks})"
+
+
+def synchronous_mode(query: dict[str, str]) -> str:
+    """``?synchronous=`` in the location wins over ``PYATTACKER_SQLITE_SYNCHRONOUS``; NORMAL default."""
+    raw = query.get("synchronous") or os.environ.get("PYATTACKER_SQLITE_SYNCHRONOUS") or "normal"
+    mode = raw.strip().lower()
+    if mode not in SYNCHRONOUS_MODES:
+        raise ConfigError(f"sqlite synchronous={raw!r}: expected one of {', '.join(SYNCHRONOUS_MODES)}")
+    return mode
+
+
+class SqliteStore:
+    """A pyattacker store in one SQLite file. Build it with ``open_writer`` / ``open_reader``."""
+
+    def __init__(
+        self,
+        path: str,
+        conn: sqlite3.Connection,
+        *,
+        read_only: bool,
+        lock: WriterLock | None,
+        synchronous: str,
+    ) -> None:
+        self.location = path
+        self.path = path
+        self.read_only = read_only
+        self.synchronous = synchronous
+        self._conn: sqlite3.Connection | None = conn
+        self._writer_lock = lock
+        self._mutex = threading.RLock()
+        self._next_attempt_id = self._next_id("attempts", "attempt_id")
+        self._next_event_id = self._next_id("events", "event_id")
+
+    # -- opening ----------------------------------------------------------------------------
+    @classmethod
+    def open_writer(cls, path: str, synchronous: str = "normal") -> SqliteStore:
+        """Create/open the file for writing, holding the writer lock for the store's lifetime."""
+        path = os.path.abspath(os.path.expanduser(path))
+        _ensure_writable_dir(path)
+        schema.probe(path)  # refuse foreign/corrupt/newer files before leaving any trace
+        lock = WriterLock.acquire(path + ".lock", path)
+        conn: sqlite3.Connection | None = None
+        try:
+            version = schema.probe(path)
+            conn = _connect(path)
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+            schema.migrate(conn, version, time.time())
+            return cls(path, conn, read_only=False, lock=lock, synchronous=synchronous)
+        except BaseException as exc:
+            if conn is not None:
+                conn.close()
+            lock.release()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreUnavailable(f"store {path} cannot be opened for writing: {exc}") from exc
+            raise
+
+    @classmethod
+    def open_reader(cls, path: str) -> SqliteStore:
+        """Open an existing store read-only (works beside a live writer; never writes)."""
+        path = os.path.abspath(os.path.expanduser(path))
+        if not os.path.isfile(path):
+            raise ConfigError(f"store {path} does not exist")
+        if schema.probe(path) == 0:
+            raise ConfigError(f"store {path} is not a pyattacker store (an empty database)")
+        try:
+            conn = sqlite3.connect(
+                schema.ro_uri(path), uri=True, isolation_level=None, check_same_thread=False
+            )
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA query_only = 1")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"store {path} cannot be opened for reading: {exc}") from exc
+        return cls(path, conn, read_only=True, lock=None, synchronous="normal")
+
+    def _next_id(self, table: str, column: str) -> int:
+        row = self._db().execute(f'SELECT COALESCE(MAX("{column}"), 0) FROM "{table}"').fetchone()
+        return int(row[0]) + 1
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreUnavailable(f"store {self.path} is closed")
+        return self._conn
+
+    def _writer(self) -> sqlite3.Connection:
+        if self.read_only:
+            raise StoreUnavailable(f"store {self.path} is open read-only")
+        return self._db()
+
+    # -- writes -----------------------------------------------------------------------------
+    def commit(self, batch: Batch) -> None:
+        """Apply ``batch`` in one transaction; on failure nothing is kept and ids are reset."""
+        with self._mutex:
+            conn = self._writer()
+            for i, attempt in enumerate(batch.attempts, self._next_attempt_id):
+                attempt.attempt_id = i
+            for i, event in enumerate(batch.events, self._next_event_id):
+                event.event_id = i
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                for attr, sql, codec in _WRITES:
+                    rows = getattr(batch, attr)
+                    if rows:
+                        conn.executemany(sql, map(codec.encode, rows))
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                self._rollback(conn)
+                for attempt in batch.attempts:
+                    attempt.attempt_id = None
+                for event in batch.events:
+                    event.event_id = None
+                if isinstance(exc, Exception):
+                    raise StoreUnavailable(
+                        f"store {self.path}: commit failed, nothing written ({type(exc).__name__}: {exc})"
+                    ) from exc
+                raise
+            self._next_attempt_id += len(batch.attempts)
+            self._next_event_id += len(batch.events)
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+
+    def interrupt_running(self, run_id: str, now: float) -> int:
+        """Mark rows left ``running`` by other (dead: we hold the lock) runs interrupted."""
+        with self._mutex:
+            conn = self._writer()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                changed = conn.execute(
+                    "UPDATE pipelines SET state = 'interrupted' WHERE state = 'running' AND run_id != ?",
+                    (run_id,),
+                ).rowcount
+                conn.execute(
+                    "UPDATE tasks SET state = 'interrupted' WHERE state = 'running' AND run_id != ?",
+                    (run_id,),
+                )
+                conn.execute(
+                    "UPDATE runs SET status = 'interrupted',"
+                    " ended_at = CASE WHEN ended_at IS NULL OR ended_at = 0 THEN ? ELSE ended_at END"
+                    " WHERE status = 'running' AND run_id != ?",
+                    (now, run_id),
+                )
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback(conn)
+                raise StoreUnavailable(f"store {self.path}: interrupt_running failed: {exc}") from exc
+            return int(changed)
+
+    # -- reads ------------------------------------------------------------------------------
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._mutex:
+            try:
+                return self._db().execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"store {self.path}: read failed: {exc}") from exc
+
+    def lookup_pipelines(self, ids: Sequence[str]) -> dict[str, PipelineRecord]:
+        unique = list(dict.fromkeys(ids))
+        found: dict[str, PipelineRecord] = {}
+        decode = PIPELINES.decode
+        for start in range(0, len(unique), LOOKUP_CHUNK):
+            chunk = unique[start : start + LOOKUP_CHUNK]
+            for row in self._query(_lookup_sql(len(chunk)), chunk):
+                found[row[0]] = decode(row)
+        return found
+
+    def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
+        rows = self._query(
+            f"SELECT {ARTIFACTS.select_list} FROM artifacts WHERE artifact_id = ?", (f"{pipeline_id}:{seq}",)
+        )
+        return ARTIFACTS.decode(rows[0]) if rows else None
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        rows = self._query(f"SELECT {RUNS.select_list} FROM runs WHERE run_id = ?", (run_id,))
+        return RUNS.decode(rows[0]) if rows else None
+
+    def runs(self) -> list[RunRecord]:
+        rows = self._query(f"SELECT {RUNS.select_list} FROM runs ORDER BY started_at, run_id")
+        return [RUNS.decode(r) for r in rows]
+
+    def page(
+        self,
+        kind: str,
+        *,
+        run_id: str | None = None,
+        pipeline_id: str | None = None,
+        state: str | None = None,
+        after: tuple[Any, ...] | None = None,
+        limit: int = 1000,
+    ) -> list[Any]:
+        if kind not in _PAGE_CODECS:
+            raise ValueError(f"unknown row kind {kind!r}; expected one of {', '.join(PAGE_KINDS)}")
+        if limit <= 0:
+            return []
+        given = {"run_id": run_id, "pipeline_id": pipeline_id, "state": state}
+        filters = tuple(f for f in _PAGE_FILTERS[kind] if given[f] is not None)
+        params: list[Any] = [given[f] for f in filters]
+        if after is not None:
+            keys = PAGE_KINDS[kind]
+            if len(after) != len(keys):
+                raise ValueError(f"after for {kind} must be a tuple of {', '.join(keys)}")
+            params.extend(after)
+        params.append(limit)
+        decode = _PAGE_CODECS[kind].decode
+        return [decode(r) for r in self._query(_page_sql(kind, filters, after is not None), params)]
+
+    def metrics(self, run_id: str | None = None, pipeline_id: str | None = None) -> list[MetricRecord]:
+        where, params = _where({"run_id": run_id, "pipeline_id": pipeline_id})
+        rows = self._query(
+            f"SELECT {METRICS.select_list} FROM metrics{where} ORDER BY run_id, pipeline_id, name", params
+        )
+        return [METRICS.decode(r) for r in rows]
+
+    def metric_points(
+        self, run_id: str, pipeline_id: str, key: str | None = None, after_step: int = -1, limit: int = 1000
+    ) -> list[MetricPoint]:
+        where, params = _where({"run_id": run_id, "pipeline_id": pipeline_id, "key": key})
+        rows = self._query(
+            f"SELECT {METRIC_POINTS.select_list} FROM metric_points{where} AND step > ?"
+            " ORDER BY step, key, point_id LIMIT ?",
+            [*params, after_step, max(0, limit)],
+        )
+        return [METRIC_POINTS.decode(r) for r in rows]
+
+    def resources(self, run_id: str | None = None) -> list[ResourceRecord]:
+        where, params = _where({"run_id": run_id})
+        rows = self._query(
+            f"SELECT {RESOURCES.select_list} FROM resources{where} ORDER BY pool, resource_id, rowid", params
+        )
+        return [RESOURCES.decode(r) for r in rows]
+
+    def stats(self, run_id: str | None = None) -> dict[str, Any]:
+        """Aggregates in SQL, read in one transaction so the numbers agree with each other."""
+        with self._mutex:
+            conn = self._db()
+            try:
+                conn.execute("BEGIN")
+                try:
+                    return _stats(conn, run_id)
+                finally:
+                    conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback(conn)
+                raise StoreUnavailable(f"store {self.path}: stats failed: {exc}") from exc
+
+    def close(self) -> None:
+        """Close the connection (WAL checkpointed by SQLite) and free the writer lock."""
+        with self._mutex:
+            conn, self._conn = self._conn, None
+            try:
+                if conn is not None:
+                    if not self.read_only:
+                        try:
+                            conn.execute("PRAGMA optimize")
+                        except sqlite3.Error:
+                            pass
+                    conn.close()
+            finally:
+                if self._writer_lock is not None:
+                    self._writer_lock.release()
+
+    def __enter__(self) -> SqliteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mode = "read-only" if self.read_only else "writer"
+        return f"SqliteStore({self.path!r}, {mode})"
+
+
+def _where(filters: dict[str, Any]) -> tuple[str, list[Any]]:
+    used = [(k, v) for k, v in filters.items() if v is not None]
+    if not used:
+        return "", []
+    return " WHERE " + " AND ".join(f'"{k}" = ?' for k, _ in used), [v for _, v in used]
+
+
+def _run_filter(run_id: str | None, prefix: str = " WHERE") -> tuple[str, tuple[Any, ...]]:
+    return (f"{prefix} run_id = ?", (run_id,)) if run_id is not None else ("", ())
+
+
+def _stats(conn: sqlite3.Connection, run_id: str | None) -> dict[str, Any]:
+    where, params = _run_filter(run_id)
+    by_state = dict(
+        conn.execute(f"SELECT state, COUNT(*) FROM pipelines{where} GROUP BY state ORDER BY state", params)
+    )
+    and_run, _ = _run_filter(run_id, " AND")
+    durations = [
+        r[0]
+        for r in conn.execute(
+            "SELECT (finished_at - started_at) * 1000.0 AS d FROM pipelines"
+            f" WHERE finished_at IS NOT NULL AND started_at IS NOT NULL{and_run} ORDER BY d",
+            params,
+        )
+    ]
+    by_name: dict[str, dict[str, int]] = {}
+    for name, state, n in conn.execute(
+        f"SELECT name, state, COUNT(*) FROM tasks{where} GROUP BY name, state ORDER BY name, state", params
+    ):
+        by_name.setdefault(name, {})[state] = n
+    attempts = conn.execute(f"SELECT COUNT(*) FROM attempts{where}", params).fetchone()[0]
+    events = conn.execute(f"SELECT COUNT(*) FROM events{where}", params).fetchone()[0]
+    return {
+        "pipelines": {
+            "total": sum(by_state.values()),
+            "by_state": by_state,
+            "duration_ms": duration_summary(durations),
+        },
+        "tasks": {"by_name": by_name},
+        "attempts_total": attempts,
+        "events_total": events,
+    }
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return conn
+
+
+def _ensure_writable_dir(path: str) -> None:
+    directory = os.path.dirname(path)
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise StoreUnavailable(
+            f"store {path}: cannot create directory {directory}: {exc.strerror or exc}"
+        ) from exc
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise StoreUnavailable(
+            f"store {path}: directory {directory} is not writable (a writer needs it for -wal/-shm files)"
+        )
+    if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
+        raise StoreUnavailable(f"store {path}: file is not writable by this user")
