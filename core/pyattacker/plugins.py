@@ -174,6 +174,10 @@ class _Registrar:
         check_provided(self._kind, name, obj)
         self._pending.append(Provided(self._kind, name, obj, self._row.name, self._row.builtin))
 
+    def entry_points(self, group: str) -> list[EntryPointInfo]:
+        """The typed-group entry points discovery found (read by the bridge plugin)."""
+        return list(self._plugins.typed_entry_points.get(group, []))
+
     def failed(self, origin: EntryPointInfo, error: BaseException | str) -> None:
         """Record a typed entry point that could not be loaded (used by the bridge plugin)."""
         self._plugins._typed_row(origin, status="failed", error=_describe(error))

@@ -366,7 +366,7 @@ class Lease:
 
     @property
     def held_ms(self) -> float:
-        end = self.released_at if self.released_at is not None else self._pool.clock.now()
+        end = self.released_at if self.released_at is not None else self._pool._now()
         return (end - self.acquired_at) * 1000.0
 
     def report(
@@ -754,6 +754,8 @@ class Pool:
 
     def _wake_slot(self, resource: Resource, slots: int) -> None:
         """A slot of ``resource`` may be free: wake up to ``slots`` waiters that want it."""
+        if not self._leasable(resource):
+            return  # e.g. a degraded resource's lease came back: nothing usable was freed
         for waiter in self._waiters:
             if slots <= 0:
                 return

@@ -335,6 +335,8 @@ class Runner:
 
     def _resolve_backend(self) -> Any:
         spec = self.config.artifact_backend
+        if spec in (None, "", "inline") and "inline" not in self.plugins.artifact_backends:
+            return None  # bytes stay in the store row: that is what "inline" means anyway
         from .backends import resolve_backend
 
         return resolve_backend(spec, self.plugins.artifact_backends)

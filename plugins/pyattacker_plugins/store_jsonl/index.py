@@ -181,9 +181,11 @@ class Index:
         limit: int,
     ) -> list[Any]:
         """Rows of an upserted kind in key order strictly after ``after``, filtered."""
-        rows: dict[str, Any] = {"pipelines": self.pipelines, "tasks": self.tasks, "artifacts": self.artifacts}[
-            kind
-        ]
+        rows: dict[str, Any] = {
+            "pipelines": self.pipelines,
+            "tasks": self.tasks,
+            "artifacts": self.artifacts,
+        }[kind]
         keys = self._order[kind].keys(rows.values())
         start = 0 if after is None else bisect_right(keys, tuple(after))
         prefix = filters.get("pipeline_id") if kind != "pipelines" else None

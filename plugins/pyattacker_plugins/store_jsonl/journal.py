@@ -162,7 +162,9 @@ def scan(fd: int, start: int, first_line: int, commits: int, name: str, apply: A
         if line.startswith(_COMMIT_PREFIX):
             count = _commit_count(line)
             if bad is not None:
-                raise ConfigError(f"store {name}: line {bad[0]} is corrupt ({bad[1]}) inside a committed batch")
+                raise ConfigError(
+                    f"store {name}: line {bad[0]} is corrupt ({bad[1]}) inside a committed batch"
+                )
             if count is None or count != len(pending):
                 raise ConfigError(f"store {name}: line {line_no} is a corrupt commit marker")
             apply(pending)

@@ -1,0 +1,25 @@
+"""Shared test setup: every test gets its own PYATTACKER_HOME, and no third-party plugin a
+developer happens to have installed can change the results (only built-ins load unless a test
+says otherwise)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pyattacker.plugins import reset_plugins
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("pyattacker-home")
+    monkeypatch.setenv("PYATTACKER_HOME", str(home))
+    monkeypatch.setenv("PYATTACKER_ONLY_PLUGINS", os.environ.get("PYATTACKER_TEST_PLUGINS", "pyattacker"))
+    reset_plugins()
+    yield home
+    reset_plugins()

@@ -1,0 +1,683 @@
+"""Pools, resources, leases and the bus: selection, health, wake-ups, lease safety, views."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+import pytest
+
+from _pool_fixtures import Ctx, Recorder, algorithms_fixture, clock_fixture, run
+from pyattacker.bus import Bus
+from pyattacker.clock import VirtualClock
+from pyattacker.errors import AcquireTimeout, ConfigError, ResourceUnavailable
+from pyattacker.pool import (
+    Lease,
+    Pool,
+    PoolStats,
+    Resource,
+    ResourceEvent,
+    ResourceState,
+    mask_secrets,
+)
+from pyattacker.registry import Registry
+
+__all__ = ["algorithms_fixture", "clock_fixture"]  # fixtures used by name below
+
+
+def make_pool(clock: VirtualClock, n: int = 1, *, registry: Registry | None = None, **kw: Any) -> Pool:
+    resources = [Resource.create("api", id=f"r{i}", **kw) for i in range(n)]
+    return Pool("p", resources, clock=clock, algorithms=registry)
+
+
+# -- resources ------------------------------------------------------------------------------
+
+
+def test_create_assigns_kind_counter_ids_and_validates_capacity() -> None:
+    a, b = Resource.create("idtest"), Resource.create("idtest")
+    assert a.id.startswith("idtest-") and b.id.startswith("idtest-")
+    assert int(b.id.rsplit("-", 1)[1]) == int(a.id.rsplit("-", 1)[1]) + 1
+    assert Resource.create("x", id="mine").id == "mine"
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ConfigError, match="capacity"):
+            Resource.create("x", capacity=bad)
+    with pytest.raises(ConfigError, match="cooldown_s"):
+        Resource.create("x", cooldown_s=-1)
+
+
+def test_spec_masks_secret_values_recursively_keeping_last_four() -> None:
+    r = Resource.create(
+        "llm",
+        id="r",
+        options={
+            "api_key": "sk-abcdef123456",
+            "endpoint": "https://x",
+            "auth": {"Authorization": "Bearer zzzz9876", "token": 1234567, "user": "bob"},
+            "keys": ["aaaaaaa1", "bbbbbbb2"],
+            "password": "abc",
+        },
+        meta={"client_secret": "shhhhhh-0001"},
+    )
+    spec = r.spec()
+    assert spec["options"]["api_key"] == "****3456"
+    assert spec["options"]["endpoint"] == "https://x"
+    assert spec["options"]["auth"] == {"Authorization": "****9876", "token": "****4567", "user": "bob"}
+    assert spec["options"]["keys"] == ["****aaa1", "****bbb2"]
+    assert spec["options"]["password"] == "****"
+    assert spec["meta"]["client_secret"] == "****0001"
+    assert r.options["api_key"] == "sk-abcdef123456"  # the live options are untouched
+    assert mask_secrets({"SECRET_THING": {"nested": "1234567890"}}) == {
+        "SECRET_THING": {"nested": "****7890"}
+    }
+
+
+def test_selector_lookup_order_and_dotted_paths() -> None:
+    r = Resource.create("llm", id="a", options={"model": "m1", "limits": {"rpm": 60}}, tags=("eu", "fast"))
+    assert r.matches({"id": "a", "kind": "llm", "model": "m1"})
+    assert r.matches({"limits.rpm": 60})
+    assert not r.matches({"limits.rpm": 61})
+    assert not r.matches({"limits.tpm": 1})
+    assert r.matches({"tag": "eu"}) and r.matches({"tags": ["eu", "fast"]})
+    assert not r.matches({"tag": "us"})
+    assert r.matches(None, where=lambda res: res.options["model"] == "m1")
+    assert not r.matches({"model": "m1"}, where={"model": "m2"})
+    mapped = Resource.create("llm", tags={"region": "eu"})
+    assert mapped.matches({"region": "eu"}) and not mapped.matches({"region": "us"})
+
+
+# -- selection --------------------------------------------------------------------------------
+
+
+def test_try_acquire_lowest_load_then_round_robin(clock: VirtualClock) -> None:
+    pool = make_pool(clock, 3, capacity=2)
+    first = [pool.try_acquire() for _ in range(3)]
+    assert [lease.resource.id for lease in first if lease] == ["r0", "r1", "r2"]
+    second = [pool.try_acquire() for _ in range(3)]
+    assert sorted(lease.resource.id for lease in second if lease) == ["r0", "r1", "r2"]
+    assert pool.try_acquire() is None
+    first[1].release_now()  # r1 is now the least loaded
+    again = pool.try_acquire()
+    assert again is not None and again.resource.id == "r1"
+
+
+def test_round_robin_among_idle_ties(clock: VirtualClock) -> None:
+    pool = make_pool(clock, 3)
+    picked = []
+    for _ in range(6):
+        lease = pool.try_acquire()
+        assert lease is not None
+        picked.append(lease.resource.id)
+        lease.release_now()
+    assert picked == ["r0", "r1", "r2", "r0", "r1", "r2"]
+
+
+def test_selector_where_score_and_revoked(clock: VirtualClock) -> None:
+    pool = Pool(
+        "p",
+        [
+            Resource.create("api", id="a", options={"region": "eu", "w": 1}),
+            Resource.create("api", id="b", options={"region": "us", "w": 5}),
+            Resource.create("api", id="c", options={"region": "eu", "w": 3}),
+        ],
+        clock=clock,
+    )
+    lease = pool.try_acquire(region="us")
+    assert lease is not None and lease.resource.id == "b"
+    lease.release_now()
+    best = pool.try_acquire(score=lambda r: r.options["w"])
+    assert best is not None and best.resource.id == "b"
+    best.release_now()
+    eu = pool.try_acquire(where=lambda r: r.options["region"] == "eu", score=lambda r: r.options["w"])
+    assert eu is not None and eu.resource.id == "c"
+    eu.release_now()
+    assert pool.revoke("b", reason="rotated")
+    assert pool.try_acquire(region="us") is None
+    assert not pool.revoke("b") and not pool.revoke("nope")
+    assert pool.select(region="eu") is not None
+
+
+def test_lease_attributes_and_as_dict(clock: VirtualClock) -> None:
+    pool = Pool(
+        "p", [Resource.create("api", id="r", options={"url": "u"}, factory=lambda r: ("client", r.id))]
+    )
+    pool.clock = clock
+    ctx = Ctx(task_name="fetch")
+    lease = pool.try_acquire(ctx)
+    assert lease is not None
+    assert lease.client == ("client", "r") and lease.options == {"url": "u"}
+    assert lease.pool == "p" and lease.task_name == "fetch" and not lease.released
+    assert set(lease.as_dict()) == {"pool", "resource_id", "held_ms", "waited_ms"}
+    assert lease.release_now() is True and lease.released
+    assert lease.release_now() is False  # idempotent
+
+
+# -- health -----------------------------------------------------------------------------------
+
+
+def test_failures_degrade_then_cooldown_keeps_count_and_lone_resource_dies(clock: VirtualClock) -> None:
+    rec = Recorder()
+    pool = Pool("p", [Resource.create("api", id="r", cooldown_s=30)], clock=clock, on_event=rec)
+    r = pool.resource("r")
+    assert r is not None
+    for _ in range(3):
+        lease = pool.try_acquire()
+        assert lease is not None
+        lease.report(ok=False, error=RuntimeError("boom"))
+        lease.release_now()
+    assert r.state is ResourceState.DEGRADED and r.consecutive_failures == 3
+    assert pool.try_acquire() is None  # blocked until the cooldown ends
+    degraded = rec.of("resource.degraded")
+    assert degraded[0].data == {"consecutive_failures": 3, "cooldown_s": 30.0, "error": "RuntimeError: boom"}
+    for expected in (4, 5, 6, 7):
+        clock.advance(30)
+        lease = pool.try_acquire()
+        assert lease is not None, "the cooldown elapsed"
+        assert r.consecutive_failures == expected - 1  # the cooldown did not reset the counter
+        lease.report(ok=False)
+        lease.release_now()
+        assert r.state is ResourceState.DEGRADED
+    clock.advance(30)
+    lease = pool.try_acquire()
+    assert lease is not None
+    lease.report(ok=False, error="still broken")
+    lease.release_now()
+    assert r.state is ResourceState.DEAD
+    assert rec.of("resource.dead")[0].data == {"consecutive_failures": 8, "error": "still broken"}
+    clock.advance(1000)
+    assert pool.try_acquire() is None  # dead stays dead
+
+
+def test_ok_report_revives_and_resets(clock: VirtualClock) -> None:
+    rec = Recorder()
+    pool = Pool("p", [Resource.create("api", id="r", degrade_after=1, dead_after=2)], clock=clock)
+    pool.listeners.append(rec)
+    a = pool.try_acquire()
+    assert a is not None
+    a.report(ok=False)
+    a.report(ok=False)
+    r = a.resource
+    assert r.state is ResourceState.DEAD
+    a.report(ok=True, latency_ms=100)
+    assert r.state is ResourceState.READY and r.consecutive_failures == 0 and r.blocked_until is None
+    assert "resource.recovered" in rec.kinds()
+    a.release_now()
+    assert pool.try_acquire() is not None
+
+
+def test_latency_ema_and_usage_counters(clock: VirtualClock) -> None:
+    pool = make_pool(clock)
+    lease = pool.try_acquire()
+    assert lease is not None
+    lease.report(latency_ms=100, usage={"tokens": 10})
+    lease.report(latency_ms=200, usage={"tokens": 5, "requests": 1})
+    assert lease.resource.latency_ms_ema == pytest.approx(0.7 * 100 + 0.3 * 200)
+    assert lease.resource.usage == {"tokens": 15, "requests": 1}
+    assert pool.stats().usage == {"tokens": 15, "requests": 1}
+    with pytest.raises(ValueError, match="tokens"):
+        lease.report(usage={"tokens": "many"})
+
+
+def test_degrade_forces_one_cooldown(clock: VirtualClock) -> None:
+    rec = Recorder()
+    pool = Pool("p", [Resource.create("api", id="r", cooldown_s=10)], clock=clock, on_event=rec)
+    lease = pool.try_acquire()
+    assert lease is not None
+    lease.degrade("429 from server")
+    lease.release_now()
+    assert lease.resource.state is ResourceState.DEGRADED and lease.resource.consecutive_failures == 0
+    assert rec.of("resource.degraded")[0].data == {"reason": "429 from server"}
+    clock.advance(9.9)
+    assert pool.try_acquire() is None
+    clock.advance(0.1)
+    assert pool.try_acquire() is not None
+    assert rec.of("resource.recovered")[0].data == {"reason": "cooldown_elapsed"}
+
+
+# -- factories ------------------------------------------------------------------------------------
+
+
+def test_factory_is_called_lazily_and_once(clock: VirtualClock) -> None:
+    calls: list[str] = []
+
+    def factory(r: Resource) -> object:
+        calls.append(r.id)
+        return object()
+
+    pool = Pool("p", [Resource.create("api", id="r", capacity=2, factory=factory)], clock=clock)
+    assert calls == []
+    a, b = pool.try_acquire(), pool.try_acquire()
+    assert a is not None and b is not None and a.client is b.client
+    a.release_now()
+    b.release_now()
+    assert pool.try_acquire() is not None
+    assert calls == ["r"]
+
+
+def test_factory_failure_refuses_blocks_until_cooldown_then_retries(clock: VirtualClock) -> None:
+    rec = Recorder()
+    attempts: list[int] = []
+
+    def factory(r: Resource) -> str:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise OSError("cannot connect")
+        return "client"
+
+    pool = Pool(
+        "p", [Resource.create("api", id="r", factory=factory, cooldown_s=20)], clock=clock, on_event=rec
+    )
+    with pytest.raises(ResourceUnavailable, match="cannot connect"):
+        pool.try_acquire()
+    r = pool.resource("r")
+    assert r is not None
+    assert r.consecutive_failures == 1 and r.factory_error == "OSError: cannot connect"
+    assert rec.of("resource.factory_failed")[0].data == {"error": "OSError: cannot connect"}
+    assert pool.try_acquire() is None  # the stored error blocks: no client=None lease, no retry storm
+    assert len(attempts) == 1
+    clock.advance(20)
+    lease = pool.try_acquire()
+    assert lease is not None and lease.client == "client"
+    assert r.factory_error is None and len(attempts) == 2
+
+
+def test_factory_failure_drops_slot_and_tries_next(clock: VirtualClock) -> None:
+    def broken(r: Resource) -> object:
+        raise RuntimeError("bad key")
+
+    pool = Pool(
+        "p",
+        [Resource.create("api", id="bad", factory=broken), Resource.create("api", id="good")],
+        clock=clock,
+    )
+    lease = pool.try_acquire()
+    assert lease is not None and lease.resource.id == "good"
+
+
+def test_repeated_factory_failures_degrade_and_die(clock: VirtualClock) -> None:
+    def broken(r: Resource) -> object:
+        raise RuntimeError("nope")
+
+    pool = Pool("p", [Resource.create("api", id="r", factory=broken, cooldown_s=1)], clock=clock)
+    r = pool.resource("r")
+    assert r is not None
+    for _ in range(3):
+        with pytest.raises(ResourceUnavailable):
+            pool.try_acquire()
+        clock.advance(1)
+    assert r.consecutive_failures == 3
+    for _ in range(5):
+        with pytest.raises(ResourceUnavailable):
+            pool.try_acquire()
+        clock.advance(1)
+    assert r.state is ResourceState.DEAD
+    assert pool.try_acquire() is None
+
+
+def test_async_factory_is_rejected(clock: VirtualClock) -> None:
+    async def factory(r: Resource) -> object:
+        return object()
+
+    pool = Pool("p", [Resource.create("api", factory=factory)], clock=clock)
+    with pytest.raises(ResourceUnavailable, match="synchronous"):
+        pool.try_acquire()
+
+
+# -- waiting and wake-ups -----------------------------------------------------------------------------
+
+
+def test_release_wakes_only_matching_waiters(clock: VirtualClock) -> None:
+    async def scenario() -> None:
+        pool = Pool("p", [Resource.create("a", id="a"), Resource.create("b", id="b")], clock=clock)
+        held_a = pool.try_acquire(kind="a")
+        held_b = pool.try_acquire(kind="b")
+        assert held_a is not None and held_b is not None
+        wait_a = asyncio.ensure_future(pool.wait_slot(selector={"kind": "a"}))
+        wait_b = asyncio.ensure_future(pool.wait_slot(selector={"kind": "b"}))
+        await asyncio.sleep(0)
+        assert pool.stats().waiting == 2
+        held_a.release_now()
+        await asyncio.sleep(0)
+        assert wait_a.done() and wait_a.result() is True
+        assert not wait_b.done()
+        held_b.release_now()
+        assert await wait_b is True
+
+    run(clock, scenario)
+
+
+def test_one_release_wakes_one_waiter_and_cancelled_wake_is_passed_on(clock: VirtualClock) -> None:
+    async def scenario() -> None:
+        pool = make_pool(clock)
+        held = pool.try_acquire()
+        assert held is not None
+        first = asyncio.ensure_future(pool.wait_slot())
+        second = asyncio.ensure_future(pool.wait_slot())
+        await asyncio.sleep(0)
+        held.release_now()
+        assert not second.done()
+        first.cancel()  # woken, but it will never take the slot
+        await asyncio.sleep(0)
+        assert first.cancelled()
+        assert await second is True
+
+    run(clock, scenario)
+
+
+def test_wait_slot_timeout_returns_false(clock: VirtualClock) -> None:
+    async def scenario() -> tuple[bool, float]:
+        pool = make_pool(clock)
+        assert pool.try_acquire() is not None
+        ok = await pool.wait_slot(timeout=3)
+        return ok, clock.now()
+
+    assert run(clock, scenario) == (False, 3.0)
+
+
+def test_cooldown_notifier_wakes_waiters_when_all_resources_cool_down(
+    clock: VirtualClock, algorithms: Registry
+) -> None:
+    async def scenario() -> tuple[str, float]:
+        pool = Pool(
+            "p",
+            [Resource.create("api", id="a", cooldown_s=30), Resource.create("api", id="b", cooldown_s=50)],
+            clock=clock,
+            algorithms=algorithms,
+        )
+        for rid in ("b", "a"):
+            lease = pool.try_acquire(id=rid)
+            assert lease is not None
+            lease.degrade("overloaded")
+            lease.release_now()
+        lease = await asyncio.wait_for(pool.acquire(), timeout=100)
+        return lease.resource.id, clock.now()
+
+    assert run(clock, scenario) == ("a", 30.0)
+
+
+def test_cooldown_notifier_rearms_for_an_earlier_ending_cooldown(clock: VirtualClock) -> None:
+    async def scenario() -> float:
+        pool = Pool(
+            "p",
+            [Resource.create("api", id="a", cooldown_s=60), Resource.create("api", id="b", cooldown_s=5)],
+            clock=clock,
+        )
+        a = pool.try_acquire(id="a")
+        b = pool.try_acquire(id="b")
+        assert a is not None and b is not None
+        a.degrade("slow")
+        a.release_now()
+        waiter = asyncio.ensure_future(pool.wait_slot())
+        await asyncio.sleep(1)  # the notifier is armed for t=60 now
+        b.degrade("slow")  # ends at t=6: must replace the later timer
+        b.release_now()
+        assert await waiter is True
+        return clock.now()
+
+    assert run(clock, scenario) == 6.0
+
+
+def test_cooldown_notifier_ignores_dead_slots_without_livelock(clock: VirtualClock) -> None:
+    async def scenario() -> tuple[bool, float]:
+        pool = Pool("p", [Resource.create("api", id="a", degrade_after=1, dead_after=1)], clock=clock)
+        lease = pool.try_acquire()
+        assert lease is not None
+        lease.report(ok=False)
+        lease.release_now()
+        assert lease.resource.state is ResourceState.DEAD
+        ok = await pool.wait_slot(timeout=100)
+        return ok, clock.now()
+
+    assert run(clock, scenario) == (False, 100.0)
+
+
+def test_publish_wakes_waiters_and_republish_resets(clock: VirtualClock) -> None:
+    async def scenario() -> None:
+        rec = Recorder()
+        pool = Pool("p", clock=clock, on_event=rec)
+        waiter = asyncio.ensure_future(pool.wait_slot(selector={"kind": "api"}))
+        await asyncio.sleep(0)
+        r = pool.publish(Resource.create("api", id="r", degrade_after=1), by="task-x")
+        assert await waiter is True
+        assert rec.of("resource.published")[0].data == {"kind": "api", "capacity": 1, "by": "task-x"}
+        lease = pool.try_acquire()
+        assert lease is not None
+        lease.report(ok=False)
+        assert r.state is ResourceState.DEGRADED
+        pool.publish(r)
+        assert r.state is ResourceState.READY and r.consecutive_failures == 0
+        assert len(pool.resources()) == 1
+        pool.publish({"id": "r2", "capacity": 2})
+        r2 = pool.resource("r2")
+        assert r2 is not None and r2.kind == "p" and r2.capacity == 2
+
+    run(clock, scenario)
+
+
+# -- lease safety -----------------------------------------------------------------------------------
+
+
+def test_async_with_releases_on_exception_and_cancellation(clock: VirtualClock) -> None:
+    async def scenario() -> None:
+        pool = make_pool(clock)
+        with pytest.raises(KeyError):
+            async with pool.try_acquire() as lease:  # type: ignore[union-attr]
+                raise KeyError("x")
+        assert lease.released and pool.stats().active == 0
+
+        entered = asyncio.Event()
+        holder: list[Lease] = []
+
+        async def task() -> None:
+            lease = await pool.acquire(algorithm=_first_try())
+            async with lease:
+                holder.append(lease)
+                entered.set()
+                await asyncio.sleep(3600)
+
+        job = asyncio.ensure_future(task())
+        await entered.wait()
+        job.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await job
+        assert holder[0].released and pool.stats().active == 0
+
+    run(clock, scenario)
+
+
+class _first_try:
+    name = "first_try"
+
+    async def acquire(self, pool: Pool, *, ctx: Any, where: Any, timeout: Any, selector: Any) -> Lease:
+        lease = pool.try_acquire(ctx, where=where, **selector)
+        assert lease is not None
+        return lease
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+def test_leaked_release_is_counted_and_reported(clock: VirtualClock) -> None:
+    rec = Recorder()
+    pool = make_pool(clock)
+    pool.listeners.append(rec)
+    lease = pool.try_acquire(Ctx(task_name="leaky"))
+    assert lease is not None
+    clock.advance(2)
+    assert lease.release_now(leaked=True) is True
+    assert lease.release_now(leaked=True) is False
+    assert pool.stats().leaked_total == 1
+    assert "resource.released" not in rec.kinds()
+    leaked = rec.of("resource.leaked")
+    assert len(leaked) == 1
+    assert leaked[0].data == {"active": 0, "held_ms": 2000.0, "task": "leaky"}
+
+
+def test_waiter_cancelled_inside_wait_leaves_no_waiter(clock: VirtualClock) -> None:
+    async def scenario() -> None:
+        pool = make_pool(clock)
+        assert pool.try_acquire() is not None
+        job = asyncio.ensure_future(pool.wait_slot())
+        await asyncio.sleep(0)
+        job.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await job
+        assert pool.stats().waiting == 0 and not pool._waiters
+
+    run(clock, scenario)
+
+
+# -- events -------------------------------------------------------------------------------------------
+
+
+def test_events_go_to_listeners_bus_and_subscribers(clock: VirtualClock) -> None:
+    async def scenario() -> None:
+        bus = Bus(clock)
+        all_topics = bus.subscribe()
+        pool = Pool("p", [Resource.create("api", id="r")], clock=clock, bus=bus)
+        sub = pool.subscribe(events={"resource.released"})
+        lease = pool.try_acquire()
+        assert lease is not None
+        lease.release_now()
+        event = await sub.__anext__()
+        assert isinstance(event, ResourceEvent)
+        assert (event.pool, event.kind, event.resource_id) == ("p", "resource.released", "r")
+        assert sub.pending() == 0
+        payloads = [all_topics.get_nowait() for _ in range(all_topics.pending())]
+        kinds = [p["kind"] for p in payloads if p]
+        assert kinds == ["resource.published", "resource.leased", "resource.released"]
+        assert all(p and p["topic"] == "resource" and p["pool"] == "p" for p in payloads)
+        sub.close()
+        all_topics.close()
+        assert bus.subscriber_count == 0
+
+    run(clock, scenario)
+
+
+def test_no_event_is_built_when_nobody_listens(clock: VirtualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    pool = make_pool(clock)
+
+    def fail(*args: Any) -> None:
+        raise AssertionError("an event was built with nobody listening")
+
+    monkeypatch.setattr(pool, "_emit", fail)
+    lease = pool.try_acquire()
+    assert lease is not None
+    lease.report(ok=False)
+    lease.release_now()
+    pool.publish(Resource.create("api", id="x"))
+    pool.revoke("x")
+
+
+def test_listener_failure_does_not_break_release(clock: VirtualClock) -> None:
+    pool = make_pool(clock)
+
+    def broken(event: ResourceEvent) -> None:
+        raise RuntimeError("listener bug")
+
+    pool.listeners.append(broken)
+    lease = pool.try_acquire()
+    assert lease is not None
+    assert lease.release_now() is True
+
+
+def test_bus_publish_counts_and_drops_oldest(clock: VirtualClock) -> None:
+    bus = Bus(clock, maxsize=2)
+    assert bus.publish("x", a=1) == 0
+    star = bus.subscribe("*")
+    only_x = bus.subscribe("x")
+    assert bus.publish("x", n=1) == 2
+    assert bus.publish("y", n=2) == 1
+    assert bus.publish("x", n=3) == 2
+    assert only_x.dropped == 0 and star.dropped == 1
+    first = star.get_nowait()
+    assert first is not None and first["n"] == 2 and first["topic"] == "y" and first["ts"] == clock.wall()
+
+    async def drain() -> list[int]:
+        only_x.close()
+        return [item["n"] async for item in only_x]
+
+    assert run(clock, drain) == [1, 3]
+
+
+# -- stats and views ------------------------------------------------------------------------------------
+
+
+def test_stats_percentiles_over_last_512_waits(clock: VirtualClock) -> None:
+    pool = make_pool(clock, 2, capacity=2)
+    for ms in range(1, 101):
+        pool.note_wait(float(ms))
+    stats = pool.stats()
+    assert isinstance(stats, PoolStats)
+    assert (stats.waits_total, stats.wait_ms_p50, stats.wait_ms_p95, stats.wait_ms_max) == (100, 50, 95, 100)
+    assert stats.wait_ms_avg == pytest.approx(50.5)
+    for _ in range(600):
+        pool.note_wait(1.0)
+    stats = pool.stats()
+    assert stats.waits_total == 700 and stats.wait_ms_max == 1.0  # only the last 512 count
+    lease = pool.try_acquire()
+    assert lease is not None
+    stats = pool.stats()
+    assert (stats.total, stats.ready, stats.capacity, stats.active) == (2, 2, 4, 1)
+    assert stats.utilization == 0.25 and stats.leases_total == 1
+    assert pool.stats(id="r1").active == 0
+    msgspec.json.encode(stats)  # plain data
+
+
+def test_snapshot_rows_mask_secrets(clock: VirtualClock) -> None:
+    pool = Pool("p", [Resource.create("llm", id="r", options={"api_key": "sk-verysecret-9999"})], clock=clock)
+    lease = pool.try_acquire()
+    assert lease is not None
+    lease.report(ok=False, latency_ms=12.5)
+    (row,) = pool.snapshot()
+    assert {
+        "id",
+        "kind",
+        "state",
+        "active",
+        "capacity",
+        "consecutive_failures",
+        "leases",
+        "failed",
+        "latency_ms_ema",
+        "blocked_until",
+    } <= set(row)
+    assert row["state"] == "ready" and row["active"] == 1 and row["failed"] == 1
+    assert row["latency_ms_ema"] == 12.5 and row["consecutive_failures"] == 1
+    assert "sk-verysecret" not in repr(row) and row["options"]["api_key"] == "****9999"
+    msgspec.json.encode(row)
+
+
+def test_slow_wait_and_suspected_deadlock_events(clock: VirtualClock, algorithms: Registry) -> None:
+    async def scenario() -> None:
+        rec = Recorder()
+        pool = Pool("p", [Resource.create("api", id="r")], clock=clock, on_event=rec, algorithms=algorithms)
+        ctx = Ctx(task_name="greedy", pipeline_id="pipe-1")
+        first = await pool.acquire(ctx)
+        ctx.held_leases.append(first)
+        with pytest.raises(AcquireTimeout):
+            await pool.acquire(ctx, timeout=8)
+        (hint,) = rec.of("acquire.suspected_deadlock")
+        assert hint.ts == clock.wall() - 3  # fired at t=5 of the 8 s wait
+        assert hint.data["held"] == ["r"] and hint.data["task"] == "greedy"
+        assert hint.data["pipeline_id"] == "pipe-1" and "hint" in hint.data
+
+        # a wait that ends before deadlock_warn_s cancels the hint; a wait > 1 s is "slow"
+        loop = asyncio.get_running_loop()
+        loop.call_later(2, first.release_now)
+        second = await pool.acquire(ctx)
+        await asyncio.sleep(10)
+        assert len(rec.of("acquire.suspected_deadlock")) == 1
+        (slow,) = rec.of("acquire.slow_wait")
+        assert slow.data["waited_ms"] == pytest.approx(2000) and second.waited_ms == pytest.approx(2000)
+
+    run(clock, scenario)
+
+
+def test_pool_validates_inputs() -> None:
+    with pytest.raises(ConfigError):
+        Pool("")
+    with pytest.raises(ConfigError, match="bad resource spec"):
+        Pool("p", [{"kind": "x", "nonsense": 1}])
+    with pytest.raises(ConfigError, match="expected a Resource"):
+        Pool("p", [object()])  # type: ignore[list-item]

@@ -1,0 +1,325 @@
+"""SQLite store specifics: the file marker, refusing files that are not ours (unchanged), the
+writer lock across processes, live read-only readers, and the synchronous option."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pyattacker.errors import ConfigError, StoreUnavailable
+from pyattacker.store import resolve_opener
+from pyattacker_plugins.store_jsonl import JsonlStoreOpener
+from pyattacker_plugins.store_sqlite import APPLICATION_ID, SCHEMA_VERSION, SqliteStore, SqliteStoreOpener
+from store_contract import attempt, commit, event, pipeline, task
+
+OPENER = SqliteStoreOpener()
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def siblings(path: Path) -> set[str]:
+    return {p.name for p in path.parent.iterdir()}
+
+
+def make_store(path: Path) -> None:
+    store = OPENER.open(str(path))
+    commit(store, pipelines=[pipeline("p1")])
+    store.close()
+
+
+def test_new_file_has_marker_version_and_tables(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "dir" / "runs.db"
+    make_store(path)
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        meta = dict(conn.execute("SELECT key, value FROM store_meta"))
+        assert meta["application"] == "pyattacker" and meta["schema_version"] == str(SCHEMA_VERSION)
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert {"runs", "pipelines", "tasks", "attempts", "events", "artifacts", "metrics"} <= tables
+        assert {"metric_points", "resources", "store_meta"} <= tables
+        indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        assert {"pipelines_by_run_state", "pipelines_by_created", "tasks_by_pipeline"} <= indexes
+        assert {"attempts_by_run", "events_by_pipeline", "artifacts_by_pipeline"} <= indexes
+    finally:
+        conn.close()
+    # reopening an existing store does not migrate or rewrite it
+    store = OPENER.open(str(path))
+    assert set(store.lookup_pipelines(["p1"])) == {"p1"}
+    store.close()
+
+
+def test_query_plans_use_indexes(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    make_store(path)
+    conn = sqlite3.connect(path)
+    try:
+        plan = " ".join(
+            str(r[-1])
+            for r in conn.execute(
+                "EXPLAIN QUERY PLAN SELECT * FROM pipelines WHERE (created_at, pipeline_id) > (?, ?)"
+                " ORDER BY created_at, pipeline_id LIMIT 10",
+                (1.0, "x"),
+            )
+        )
+        assert "pipelines_by_created" in plan and "TEMP B-TREE" not in plan
+        plan = " ".join(
+            str(r[-1])
+            for r in conn.execute(
+                "EXPLAIN QUERY PLAN SELECT * FROM tasks WHERE pipeline_id = ?"
+                " ORDER BY pipeline_id, seq, task_run_id",
+                ("p",),
+            )
+        )
+        assert "tasks_by_pipeline" in plan
+    finally:
+        conn.close()
+
+
+def test_foreign_sqlite_file_refused_and_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "theirs.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.execute("INSERT INTO customers (name) VALUES ('ada')")
+    conn.commit()
+    conn.close()
+    before, names = digest(path), siblings(path)
+    for read_only in (False, True):
+        with pytest.raises(ConfigError, match="not a pyattacker store") as info:
+            OPENER.open(str(path), read_only=read_only)
+        assert str(path) in str(info.value)
+    assert digest(path) == before
+    assert siblings(path) == names  # no lock file, no -wal left behind
+
+
+def test_newer_schema_refused_and_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    make_store(path)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE store_meta SET value = '99' WHERE key = 'schema_version'")
+    conn.execute("PRAGMA user_version = 99")
+    conn.commit()
+    conn.close()
+    before = digest(path)
+    for read_only in (False, True):
+        with pytest.raises(ConfigError, match=r"newer pyattacker \(schema 99 > 1\); upgrade"):
+            OPENER.open(str(path), read_only=read_only)
+    assert digest(path) == before
+
+
+@pytest.mark.parametrize(
+    "content", [b"this is not a database at all\n" * 200, b"SQLite format 3\x00" + b"\xff" * 4000]
+)
+def test_corrupt_file_refused_and_unchanged(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "broken.db"
+    path.write_bytes(content)
+    for read_only in (False, True):
+        with pytest.raises(ConfigError) as info:
+            OPENER.open(str(path), read_only=read_only)
+        assert str(path) in str(info.value)
+    assert path.read_bytes() == content
+
+
+def test_read_only_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope" / "missing.db"
+    with pytest.raises(ConfigError, match="does not exist"):
+        OPENER.open(str(path), read_only=True)
+    assert not path.parent.exists()
+
+
+def test_unwritable_location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(StoreUnavailable, match="cannot create directory"):
+        OPENER.open(str(blocker / "sub" / "runs.db"))
+    target = tmp_path / "ro" / "runs.db"
+    target.parent.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode: False if str(p) == str(target.parent) else real_access(p, mode)
+    )
+    with pytest.raises(StoreUnavailable, match="is not writable"):
+        OPENER.open(str(target))
+    assert not target.exists()
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root ignores directory permissions")
+def test_read_only_directory_permissions(tmp_path: Path) -> None:
+    directory = tmp_path / "locked"
+    directory.mkdir()
+    directory.chmod(0o500)
+    try:
+        with pytest.raises(StoreUnavailable, match="not writable"):
+            OPENER.open(str(directory / "runs.db"))
+    finally:
+        directory.chmod(0o700)
+
+
+HOLD_WRITER = textwrap.dedent(
+    """
+    import sys
+    from pyattacker_plugins.store_sqlite import SqliteStoreOpener
+    store = SqliteStoreOpener().open(sys.argv[1])
+    print("ready", flush=True)
+    sys.stdin.readline()
+    """
+)
+
+
+def test_second_writer_in_another_process_refused(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD_WRITER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreUnavailable, match=rf"is being written by pid {proc.pid} on host \S+"):
+            OPENER.open(str(path))
+        reader = OPENER.open(str(path), read_only=True)  # readers are never locked out
+        reader.close()
+    finally:
+        proc.communicate("\n", timeout=30)
+    OPENER.open(str(path)).close()
+
+
+KILLED_WRITER = textwrap.dedent(
+    """
+    import os, sys
+    from pyattacker.model import Batch, PipelineRecord, RunRecord
+    from pyattacker_plugins.store_sqlite import SqliteStoreOpener
+    store = SqliteStoreOpener().open(sys.argv[1])
+    b = Batch()
+    b.runs.append(RunRecord(run_id="dead", started_at=1.0))
+    b.pipelines.append(PipelineRecord(pipeline_id="p1", run_id="dead", name="n", key="k", state="running"))
+    store.commit(b)
+    os._exit(9)  # no close, no checkpoint: like a crash
+    """
+)
+
+
+def test_dead_writer_leaves_resumable_rows(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    subprocess.run([sys.executable, "-c", KILLED_WRITER, str(path)], check=False, timeout=60)
+    store = OPENER.open(str(path))  # the lock died with its process
+    try:
+        assert store.lookup_pipelines(["p1"])["p1"].state == "running"
+        assert store.interrupt_running("next", 5.0) == 1
+        assert store.lookup_pipelines(["p1"])["p1"].state == "interrupted"
+        assert store.get_run("dead").status == "interrupted"  # type: ignore[union-attr]
+    finally:
+        store.close()
+
+
+LIVE_READER = textwrap.dedent(
+    """
+    import sys, time
+    from pyattacker_plugins.store_sqlite import SqliteStoreOpener
+    path, goal = sys.argv[1], int(sys.argv[2])
+    store = SqliteStoreOpener().open(path, read_only=True)
+    reads, seen = 0, set()
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        s = store.stats(None)
+        n = s["pipelines"]["total"]
+        tasks = s["tasks"]["by_name"].get("t0", {}).get("succeeded", 0)
+        if s["attempts_total"] != 3 * n or s["events_total"] != n or tasks != n:
+            print("INCONSISTENT", s, flush=True)
+            sys.exit(1)
+        if s["pipelines"]["by_state"].get("succeeded", 0) != n:
+            print("INCONSISTENT", s, flush=True)
+            sys.exit(1)
+        reads += 1
+        seen.add(n)
+        if n >= goal:
+            break
+    store.close()
+    print("OK", reads, len(seen), flush=True)
+    """
+)
+
+
+def test_reader_in_another_process_sees_consistent_stats(tmp_path: Path) -> None:
+    path = tmp_path / "live.db"
+    store = OPENER.open(str(path))
+    goal = 300
+
+    def one(i: int) -> None:
+        commit(
+            store,
+            pipelines=[pipeline(f"p{i}", state="succeeded", started_at=1.0, finished_at=1.0 + i / 1000)],
+            tasks=[task(f"p{i}", 0, state="succeeded")],
+            attempts=[attempt(f"p{i}", n=k) for k in (1, 2, 3)],
+            events=[event(pid=f"p{i}")],
+        )
+
+    one(0)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LIVE_READER, str(path), str(goal)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        for i in range(1, goal):
+            one(i)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        store.close()
+    assert proc.returncode == 0, out
+    assert out.startswith("OK"), out
+
+
+def test_synchronous_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def level(store: SqliteStore) -> int:
+        return int(store._db().execute("PRAGMA synchronous").fetchone()[0])
+
+    monkeypatch.delenv("PYATTACKER_SQLITE_SYNCHRONOUS", raising=False)
+    store = OPENER.open(str(tmp_path / "a.db"))
+    assert (store.synchronous, level(store)) == ("normal", 1)
+    store.close()
+    store = OPENER.open(str(tmp_path / "a.db") + "?synchronous=full")
+    assert (store.synchronous, level(store)) == ("full", 2)
+    commit(store, pipelines=[pipeline("p1")])
+    store.close()
+    monkeypatch.setenv("PYATTACKER_SQLITE_SYNCHRONOUS", "FULL")
+    store = OPENER.open(str(tmp_path / "a.db"))
+    assert (store.synchronous, level(store)) == ("full", 2)
+    store.close()
+    with pytest.raises(ConfigError, match="synchronous"):
+        OPENER.open(str(tmp_path / "a.db") + "?synchronous=sometimes")
+    with pytest.raises(ConfigError, match="unknown sqlite option"):
+        OPENER.open(str(tmp_path / "a.db") + "?journal=off")
+
+
+def test_location_resolution(tmp_path: Path) -> None:
+    openers = {"sqlite": OPENER, "jsonl": JsonlStoreOpener()}
+    for location in ("runs/x.db", "x.sqlite", "x.SQLITE3", "sqlite:runs/x", "plain/path"):
+        opener, _rest = resolve_opener(location, openers)  # type: ignore[arg-type]
+        assert opener is OPENER, location
+    assert resolve_opener("sqlite://runs/x.db", openers)[1] == "runs/x.db"  # type: ignore[arg-type]
+
+
+def test_large_batch_commit_is_fast(tmp_path: Path) -> None:
+    import time
+
+    store = OPENER.open(str(tmp_path / "perf.db"))
+    rows = [attempt(f"p{i % 100}", n=i, decision={"retry": True, "delay": 0.1}) for i in range(20_000)]
+    start = time.perf_counter()
+    for i in range(0, len(rows), 1000):
+        commit(store, attempts=rows[i : i + 1000])
+    per_row_us = (time.perf_counter() - start) / len(rows) * 1e6
+    store.close()
+    assert per_row_us < 40, per_row_us  # measured ~3-6 us; generous for slow CI disks
