@@ -39,6 +39,7 @@ def test_create_assigns_kind_counter_ids_and_validates_capacity() -> None:
     assert a.id.startswith("idtest-") and b.id.startswith("idtest-")
     assert int(b.id.rsplit("-", 1)[1]) == int(a.id.rsplit("-", 1)[1]) + 1
     assert Resource.create("x", id="mine").id == "mine"
+    bad: Any
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ConfigError, match="capacity"):
             Resource.create("x", capacity=bad)
@@ -96,6 +97,7 @@ def test_try_acquire_lowest_load_then_round_robin(clock: VirtualClock) -> None:
     second = [pool.try_acquire() for _ in range(3)]
     assert sorted(lease.resource.id for lease in second if lease) == ["r0", "r1", "r2"]
     assert pool.try_acquire() is None
+    assert first[1] is not None
     first[1].release_now()  # r1 is now the least loaded
     again = pool.try_acquire()
     assert again is not None and again.resource.id == "r1"
@@ -141,13 +143,17 @@ def test_lease_attributes_and_as_dict(clock: VirtualClock) -> None:
     pool = Pool(
         "p", [Resource.create("api", id="r", options={"url": "u"}, factory=lambda r: ("client", r.id))]
     )
-    pool.clock = clock
+    assert pool.clock_is_default
+    pool.clock = clock  # e.g. a runner imposing its virtual clock
+    assert not pool.clock_is_default
     ctx = Ctx(task_name="fetch")
     lease = pool.try_acquire(ctx)
     assert lease is not None
     assert lease.client == ("client", "r") and lease.options == {"url": "u"}
     assert lease.pool == "p" and lease.task_name == "fetch" and not lease.released
     assert set(lease.as_dict()) == {"pool", "resource_id", "held_ms", "waited_ms"}
+    clock.advance(1.5)
+    assert lease.held_ms == 1500.0
     assert lease.release_now() is True and lease.released
     assert lease.release_now() is False  # idempotent
 
@@ -215,7 +221,7 @@ def test_latency_ema_and_usage_counters(clock: VirtualClock) -> None:
     assert lease.resource.usage == {"tokens": 15, "requests": 1}
     assert pool.stats().usage == {"tokens": 15, "requests": 1}
     with pytest.raises(ValueError, match="tokens"):
-        lease.report(usage={"tokens": "many"})
+        lease.report(usage={"tokens": "many"})  # type: ignore[dict-item]
 
 
 def test_degrade_forces_one_cooldown(clock: VirtualClock) -> None:
@@ -681,3 +687,23 @@ def test_pool_validates_inputs() -> None:
         Pool("p", [{"kind": "x", "nonsense": 1}])
     with pytest.raises(ConfigError, match="expected a Resource"):
         Pool("p", [object()])  # type: ignore[list-item]
+
+
+def test_a_broken_where_filter_cannot_break_a_release(clock: VirtualClock) -> None:
+    async def scenario() -> None:
+        pool = make_pool(clock)
+        held = pool.try_acquire()
+        assert held is not None
+
+        def where(r: Resource) -> bool:
+            raise RuntimeError("filter bug")
+
+        waiter = asyncio.ensure_future(pool.wait_slot(where=where))
+        await asyncio.sleep(0)
+        assert held.release_now() is True  # the filter raised inside the wake-up: swallowed
+        assert await waiter is True  # woken so that it re-checks in its own task...
+        with pytest.raises(RuntimeError, match="filter bug"):
+            pool.try_acquire(where=where)  # ...where the error belongs
+        assert pool.stats().active == 0
+
+    run(clock, scenario)

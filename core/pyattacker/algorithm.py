@@ -301,7 +301,7 @@ def _build(name: str, factory: Any, params: dict[str, Any]) -> Algorithm:
 
 def validate_algorithm_spec(spec: Any, registry: Registry, path: str) -> list[str]:
     """Errors (prefixed with ``path``) of an algorithm spec, found without building anything."""
-    if spec is None or _is_instance(spec):
+    if spec is None or hasattr(spec, "acquire"):
         return []
     name, params, error = _split_spec(spec)
     if error is not None or name is None:
@@ -318,19 +318,24 @@ def validate_algorithm_spec(spec: Any, registry: Registry, path: str) -> list[st
 
 
 def algorithm_fingerprint(algorithm: Any) -> dict[str, Any]:
-    """An algorithm's identity: its ``fingerprint()``, or ``{"name": ...}`` as a last resort."""
+    """An algorithm's identity (part of a task's fingerprint): its ``fingerprint()`` dict.
+
+    An algorithm without one cannot be told apart from a changed version of itself, so that
+    is an error; the task can instead carry an explicit ``version=``.
+    """
     fingerprint = getattr(algorithm, "fingerprint", None)
-    if fingerprint is not None:
-        result = fingerprint()
-        if not isinstance(result, dict):
-            raise ConfigError(
-                f"algorithm {getattr(algorithm, 'name', algorithm)!r}: fingerprint() must return a dict"
-            )
-        return result
-    name = getattr(algorithm, "name", None)
-    if not isinstance(name, str):
-        raise ConfigError(f"algorithm {algorithm!r} has neither fingerprint() nor a name")
-    return {"name": name}
+    label = getattr(algorithm, "name", None) or type(algorithm).__name__
+    if fingerprint is None:
+        raise ConfigError(
+            f"algorithm {label!r} has no fingerprint(): add one returning its name and parameters"
+            " (strict JSON), or give the task an explicit version="
+        )
+    result = fingerprint()
+    if not isinstance(result, dict):
+        raise ConfigError(
+            f"algorithm {label!r}: fingerprint() must return a dict, got {type(result).__name__}"
+        )
+    return result
 
 
 class FallbackRef:

@@ -183,6 +183,8 @@ def resolve_backend(spec: Any, registry: Registry, path: str = "run.artifact_bac
         raise ConfigError("; ".join(problems))
     kind, params = _parse(spec)
     factory = registry.get(kind)
+    if factory is None:  # validated above; only a registry changing underneath gets here
+        raise ConfigError(f"{path}.kind: unknown artifact backend {kind!r}")
     try:
         built: ArtifactBackend = factory(**params)
     except ConfigError:

@@ -448,7 +448,10 @@ class _Waiter:
     def wants(self, resource: Resource) -> bool:
         if self.selector is None and self.where is None:
             return True
-        return resource.matches(self.selector, self.where)
+        try:
+            return resource.matches(self.selector, self.where)
+        except Exception:
+            return True  # a broken where() must not break a release: the waiter re-checks and raises
 
 
 def _expire(fut: asyncio.Future[bool]) -> None:
@@ -489,11 +492,12 @@ class Pool:
         self.kind = kind
         self.algorithm_spec = algorithm
         self.bus = bus
-        self.clock: Clock = clock or RealClock()
-        # the real clock's now() is time.monotonic: call it directly on the hot path
-        self._now: Callable[[], float] = (
-            time.monotonic if type(self.clock).now is Clock.now else self.clock.now
-        )
+        #: False until a clock is given (here or by assignment): a runner may then impose its own.
+        self.clock_is_default = clock is None
+        self._now: Callable[[], float] = time.monotonic
+        self._clock: Clock = RealClock()
+        if clock is not None:
+            self.clock = clock
         self.deadlock_warn_s = deadlock_warn_s
         #: Called with every ResourceEvent (the runner appends its recorder here).
         self.listeners: list[Callable[[ResourceEvent], None]] = [on_event] if on_event else []
@@ -519,6 +523,17 @@ class Pool:
 
     def __repr__(self) -> str:
         return f"Pool({self.name!r}, resources={len(self._slots)})"
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self._clock = clock
+        self.clock_is_default = False
+        # the real clock's now() is time.monotonic: call it directly on the hot path
+        self._now = time.monotonic if type(clock).now is Clock.now else clock.now
 
     # -- membership -----------------------------------------------------------------------
     def publish(self, resource: Resource | Mapping[str, Any], by: str | None = None) -> Resource:
@@ -1087,7 +1102,7 @@ class Pool:
                     "latency_ms_ema": None if r.latency_ms_ema is None else round(r.latency_ms_ema, 3),
                     "blocked_until": r.blocked_until,
                     "options": mask_secrets(r.options),
-                    "tags": r.spec()["tags"],
+                    "tags": mask_secrets(r.tags) if isinstance(r.tags, dict) else list(r.tags),
                 }
             )
         return rows

@@ -848,23 +848,23 @@ class Runner:
         self._pump_wake.set()
 
     async def _pump(self, queue: asyncio.Queue[_Pipeline | None]) -> None:
+        """Move parked pipelines whose delay has passed back onto the work queue."""
         assert self._pump_wake is not None
         wake = self._pump_wake
-        while True:
-            if self._stopping:
-                self._check_complete()
-                await asyncio.sleep(3600)
-                continue
+        loop = asyncio.get_running_loop()
+        while not self._stopping:
             now = self.clock.now()
             while self._parked and self._parked[0][0] <= now and not self._stopping:
                 _, _, state = heapq.heappop(self._parked)
                 await queue.put(state)
             wake.clear()
-            timeout = self._parked[0][0] - self.clock.now() if self._parked else None
+            timer = loop.call_later(max(0.0, self._parked[0][0] - self.clock.now()), wake.set) if self._parked else None
             try:
-                await asyncio.wait_for(wake.wait(), timeout)
-            except TimeoutError:
-                pass
+                await wake.wait()
+            finally:
+                if timer is not None:
+                    timer.cancel()
+        self._check_complete()
 
     # -- workers ------------------------------------------------------------------------------------
     async def _worker(self, queue: asyncio.Queue[_Pipeline | None], index: int) -> None:
@@ -924,7 +924,11 @@ class Runner:
         try:
             value = spec.fn(state.value, ctx) if spec.takes_ctx else spec.fn(state.value)
             if spec.is_async or asyncio.iscoroutine(value):
-                value = await (asyncio.wait_for(value, spec.timeout_s) if spec.timeout_s else value)
+                if spec.timeout_s:
+                    async with asyncio.timeout(spec.timeout_s):
+                        value = await value
+                else:
+                    value = await value
         except asyncio.CancelledError:
             ctx.reclaim_now()
             self._record_attempt(state, ctx, t0, wall0, "cancelled", None, {"retry": False, "reason": "cancelled", "delay_s": 0.0})

@@ -172,6 +172,13 @@ class Index:
         r: ResourceRecord = e.record
         self.resources[(r.run_id, r.pool, r.resource_id)] = r
 
+    def keyed_rows(self, kind: str) -> dict[str, Any]:
+        if kind == "pipelines":
+            return self.pipelines
+        if kind == "tasks":
+            return self.tasks
+        return self.artifacts
+
     # -- paging --------------------------------------------------------------------------------
     def page_keyed(
         self,
@@ -181,11 +188,7 @@ class Index:
         limit: int,
     ) -> list[Any]:
         """Rows of an upserted kind in key order strictly after ``after``, filtered."""
-        rows: dict[str, Any] = {
-            "pipelines": self.pipelines,
-            "tasks": self.tasks,
-            "artifacts": self.artifacts,
-        }[kind]
+        rows: dict[str, Any] = self.keyed_rows(kind)
         keys = self._order[kind].keys(rows.values())
         start = 0 if after is None else bisect_right(keys, tuple(after))
         prefix = filters.get("pipeline_id") if kind != "pipelines" else None

@@ -63,9 +63,15 @@ TAGS: dict[str, type[Any]] = {
     "point": MetricPoint,
     "resource": ResourceRecord,
 }
+
+
+def _line_decoder(cls: type[Any]) -> msgspec.json.Decoder[Any]:
+    row_type = _ArtifactMeta if cls is ArtifactRecord else cls
+    return msgspec.json.Decoder(tuple[str, row_type])  # type: ignore[valid-type]
+
+
 _DECODERS: dict[bytes, msgspec.json.Decoder[Any]] = {
-    tag.encode(): msgspec.json.Decoder(tuple[str, _ArtifactMeta if cls is ArtifactRecord else cls])
-    for tag, cls in TAGS.items()
+    tag.encode(): _line_decoder(cls) for tag, cls in TAGS.items()
 }
 _COMMIT_DECODER = msgspec.json.Decoder(tuple[str, int, int])
 _FULL_ARTIFACT = msgspec.json.Decoder(tuple[str, ArtifactRecord])

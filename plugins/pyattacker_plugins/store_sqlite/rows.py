@@ -45,10 +45,6 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
 
-def _to_json(value: Any) -> str:
-    return _encode(value).decode()
-
-
 def _from_json(text: str | bytes | None, default: Any) -> Any:
     if text is None:
         return default
@@ -73,14 +69,8 @@ class RowCodec(Generic[R]):
         self.bool_fields = bool_fields
         self.columns: tuple[str, ...] = plain + tuple(f"{f}_json" for f in json_fields)
         self.select_list = ", ".join(f'"{c}"' for c in self.columns)
-        self._get: Callable[[Any], Any] = attrgetter(*plain)
         self._defaults = {f: getattr(cls(**_required_dummy(cls)), f) for f in json_fields}
-
-    def encode(self, rec: R) -> tuple[Any, ...]:
-        values: tuple[Any, ...] = self._get(rec)
-        if self.json_fields:
-            values += tuple(_to_json(getattr(rec, f)) for f in self.json_fields)
-        return values
+        self.encode: Callable[[R], tuple[Any, ...]] = _encoder_for(plain, json_fields)
 
     def decode(self, row: tuple[Any, ...]) -> R:
         n = len(self.plain)
@@ -90,6 +80,26 @@ class RowCodec(Generic[R]):
         for f in self.bool_fields:
             kw[f] = bool(kw[f])
         return self.cls(**kw)
+
+
+def _encoder_for(plain: tuple[str, ...], json_fields: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """A row builder specialised on the number of JSON fields (the per-row hot path)."""
+    get = attrgetter(*plain)
+    if not json_fields:
+        return get
+    if len(json_fields) == 1:
+        (a,) = json_fields
+
+        def one(rec: Any) -> tuple[Any, ...]:
+            return (*get(rec), _encode(getattr(rec, a)).decode())
+
+        return one
+    get_json = attrgetter(*json_fields)
+
+    def many(rec: Any) -> tuple[Any, ...]:
+        return (*get(rec), *[_encode(v).decode() for v in get_json(rec)])
+
+    return many
 
 
 def _required_dummy(cls: type[Any]) -> dict[str, Any]:

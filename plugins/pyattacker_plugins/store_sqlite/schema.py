@@ -63,7 +63,6 @@ _V1 = (
     _table(RESOURCES.columns, "resources", "PRIMARY KEY (run_id, pool, resource_id)"),
     "CREATE INDEX pipelines_by_run_state ON pipelines (run_id, state)",
     "CREATE INDEX pipelines_by_created ON pipelines (created_at, pipeline_id)",
-    "CREATE INDEX pipelines_by_state ON pipelines (state, created_at, pipeline_id)",
     "CREATE INDEX tasks_by_pipeline ON tasks (pipeline_id, seq, task_run_id)",
     "CREATE INDEX tasks_by_run ON tasks (run_id, name, state)",
     "CREATE INDEX attempts_by_run ON attempts (run_id)",

@@ -1,0 +1,150 @@
+"""``report``, ``export`` and ``watch``: the read-only views of the CLI.
+
+They open stores read-only (safe beside a live run) and exit 0 whatever the pipelines did:
+a report is a view, not a verdict. A missing or foreign store is a ``ConfigError`` (exit 2).
+Stored text is echoed literally (``click.echo``), never interpreted as rich markup.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import rich_click as click
+
+from .merge import MergedReport, merge_stores
+from .view_common import encode_json, expand_locations
+
+__all__ = ["export_command", "report_command", "watch_command"]
+
+
+def _line(value: Any) -> str:
+    return " ".join(str(value).split())
+
+
+def _report_text(rep: MergedReport, errors: int) -> list[str]:
+    out: list[str] = []
+    for s in rep.sources:
+        out.append(f"store {s.store}: {s.description}; {s.rows} pipeline row(s)")
+    st = rep.stats()
+    p = st["pipelines"]
+    states = " ".join(f"{k}={v}" for k, v in p["by_state"].items())
+    out.append(f"pipelines: total={p['total']} {states}".rstrip())
+    if len(rep.sources) > 1 or rep.duplicates:
+        out.append(f"merged: {len(rep.sources)} store(s), folded {rep.duplicates} duplicate row(s)")
+    d = p["duration_ms"]
+    out.append(f"duration_ms: p50={d['p50']} p95={d['p95']} max={d['max']}")
+    for name, states_ in st["tasks"]["by_name"].items():
+        out.append(f"  task {name}: " + " ".join(f"{k}={v}" for k, v in states_.items()))
+    out.append(f"attempts: total={st['attempts_total']}  source_events={st['source_events_total']}")
+    if rep.repair_failures:
+        out.append(f"Terminal repair failures: {len(rep.repair_failures)} pipeline(s)")
+        for pid in sorted(rep.repair_failures):
+            r = rep.repair_failures[pid]
+            out.append(f"  - {pid} phase={r['phase']}: {_line(r['error'])}")
+    failed = rep.failed_rows()
+    if errors and failed:
+        shown = rep.errors(errors)
+        out.append(f"Errors (newest first, {len(shown)} of {len(failed)}):")
+        for e in shown:
+            seed = f" seed_key={e['seed_key']}" if e["seed_key"] and e["seed_key"] != e["key"] else ""
+            out.append(
+                f"  - pipeline {e['key']}{seed} task={e['failed_task']} class={e['error_class']}"
+                f" {e['error_type']}: {_line(e['error_message'] or '')}"
+            )
+    elif failed:
+        out.append(f"{len(failed)} failed pipeline(s); --errors N lists them")
+    return out
+
+
+@click.command("report")
+@click.argument("stores", nargs=-1, required=True, metavar="STORE [STORE ...]")
+@click.option(
+    "--run-id", default=None, help="A run id, or `all` (default: the latest started run of each store)."
+)
+@click.option("--errors", "errors", type=click.IntRange(min=0), default=0, help="List the first N failures.")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON document on stdout.")
+def report_command(stores: tuple[str, ...], run_id: str | None, errors: int, as_json: bool) -> None:
+    """Counts, failures and errors of one or more stores (shards are merged).
+
+    Rows of the same pipeline in several stores are folded (the best state wins) and every
+    count is recomputed from the surviving rows, so naming a store twice changes nothing.
+    STORE may be a glob pattern (quote it). Exit 0 unless a store is missing or foreign (2).
+    """
+    rep = merge_stores(expand_locations(stores), run_id)
+    if as_json:
+        doc = rep.to_dict(errors if errors else 20)
+        sys.stdout.write(encode_json(doc).decode() + "\n")
+        return
+    for line in _report_text(rep, errors):
+        click.echo(line)
+
+
+@click.command("export")
+@click.argument("paths", nargs=-1, required=True, metavar="STORE [STORE ...] OUTPUT")
+@click.option(
+    "--rows",
+    type=click.Choice(
+        ["pipelines", "tasks", "attempts", "events", "artifacts", "results", "metrics", "points"]
+    ),
+    default="pipelines",
+    show_default=True,
+    help="What one output row is.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "json", "csv"]),
+    default=None,
+    help="Output format (default: from OUTPUT's suffix, else jsonl).",
+)
+@click.option(
+    "--run-id", default=None, help="Only this run (default: every run in the store; `all` is the same)."
+)
+def export_command(paths: tuple[str, ...], rows: str, fmt: str | None, run_id: str | None) -> None:
+    """Write every row of a kind to OUTPUT (`-` = stdout), streamed in bounded batches.
+
+    Several stores are concatenated in argument order; `--rows pipelines` and `results` are
+    merged (one row per pipeline, best state wins). Files appear atomically (temp + rename).
+    """
+    from .errors import ConfigError
+    from .export import export_stores
+
+    if len(paths) < 2:
+        raise ConfigError("export needs at least one STORE and an OUTPUT (use - for stdout)")
+    *stores, output = paths
+    n = export_stores(expand_locations(stores), output, rows=rows, fmt=fmt, run_id=run_id)
+    if output != "-":
+        click.echo(f"wrote {n} {rows} row(s) to {output}", err=True)
+
+
+@click.command("watch")
+@click.argument("store")
+@click.option(
+    "--run-id",
+    default=None,
+    help="A run id, or `all` for the aggregate (default: follow the latest started run).",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="Seconds between refreshes.",
+)
+@click.option("--iterations", type=click.IntRange(min=1), default=None, help="Exit 0 after N refreshes.")
+@click.option("--no-clear", is_flag=True, help="Print snapshots one after another instead of redrawing.")
+def watch_command(
+    store: str, run_id: str | None, interval: float, iterations: int | None, no_clear: bool
+) -> None:
+    """Live panel of a running (or finished) store: states, latency, pools, errors, metrics.
+
+    Opens the store read-only, so it runs safely beside the writer. It redraws in place only
+    on a terminal; into a pipe it prints plain snapshots. Ctrl+C stops watching, not the run.
+    """
+    from .watch import watch
+
+    try:
+        watch(store, run_id=run_id, interval=interval, iterations=iterations, clear=not no_clear)
+    except KeyboardInterrupt:
+        return

@@ -1,0 +1,435 @@
+"""Declarative configs: the one entry point shared by ``validate``, ``run`` and ``resume``.
+
+``load_config(path)`` reads and env-expands a file; ``check_config(loaded)`` validates every
+section (reporting *all* errors, one per line, each with its field path) without opening the
+dataset, creating directories or calling tasks; ``build(loaded, overrides)`` turns a valid
+config into a ``RunConfig``, fresh pools, the pipeline template and a lazy seed stream. Since
+``run`` goes through ``check_config`` first, it accepts and rejects exactly what ``validate``
+does.
+
+Relative paths (``run.store``, ``source.path``, a file artifact backend's ``root``) are
+resolved from the config file's folder, so a config means the same thing from any cwd.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .backends import parse_backend_spec, validate_backend_spec
+from .config_loader import expand_env, read_document
+from .config_model import RunConfig
+from .config_schema import (
+    SECTIONS,
+    PipelineSection,
+    PoolSection,
+    ResourceSection,
+    RunSection,
+    SourceSection,
+    check_mapping,
+    did_you_mean,
+    type_name,
+)
+from .config_tasks import resolve_task_entry
+from .errors import ConfigError
+from .pipeline import PipelineSpec, PipelineTemplate, pipeline
+from .task import TaskSpec
+
+__all__ = [
+    "Built",
+    "CheckedConfig",
+    "LoadedConfig",
+    "build",
+    "check_config",
+    "effective_config",
+    "load_config",
+    "resolve_store",
+]
+
+
+@dataclass
+class LoadedConfig:
+    """A parsed, env-expanded config file (not yet validated)."""
+
+    path: Path
+    data: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def base_dir(self) -> Path:
+        """Relative paths in the file are resolved from here (the file's folder)."""
+        return self.path.parent
+
+
+@dataclass
+class PoolDef:
+    name: str
+    kind: str | None
+    algorithm: Any
+    resources: list[dict[str, Any]]
+
+
+@dataclass
+class SourceDef:
+    kind: str
+    source: Any
+    options: Any
+    repeats: int
+
+
+@dataclass
+class CheckedConfig:
+    """Everything validation established; ``build`` only has to instantiate it."""
+
+    loaded: LoadedConfig
+    run: dict[str, Any]
+    pools: dict[str, PoolDef]
+    template: PipelineTemplate
+    source: SourceDef
+
+
+@dataclass
+class Built:
+    """What ``run`` needs: settings, pools, the template and a factory of the seed stream."""
+
+    config: RunConfig
+    pools: list[Any]
+    template: PipelineTemplate
+    specs: Callable[[], Iterator[PipelineSpec]]
+    total: int | None
+    checked: CheckedConfig
+
+
+def load_config(path: str | os.PathLike[str], *, strict_env: bool = False) -> LoadedConfig:
+    """Read ``path`` (parser by suffix) and expand ``${VAR}``; unset variables warn or, strict, fail."""
+    p = Path(path).expanduser().absolute()
+    data = read_document(p)
+    expanded, unset = expand_env(data)
+    if unset and strict_env:
+        raise ConfigError("\n".join(f"{p}: {msg} (--strict-env)" for msg in unset))
+    return LoadedConfig(path=p, data=expanded, warnings=[f"{p}: {msg}" for msg in unset])
+
+
+# -- validation ------------------------------------------------------------------------------
+def _plugins() -> Any:
+    from .plugins import get_plugins
+
+    return get_plugins()
+
+
+def _resolve_path(value: str, base: Path) -> str:
+    path = Path(os.path.expanduser(value))
+    return str(path if path.is_absolute() else (base / path))
+
+
+def _is_plain_path(location: str) -> bool:
+    from .store import _scheme_of
+
+    scheme, _ = _scheme_of(location)
+    return location != ":memory:" and scheme in (None, "file")
+
+
+def _resolve_backend_paths(spec: Any, base: Path) -> Any:
+    """A file backend's relative ``root`` made absolute from the config folder (others unchanged)."""
+    if spec is None or not isinstance(spec, str | Mapping):
+        return spec
+    try:
+        kind, params = parse_backend_spec(spec)
+    except ConfigError:
+        return spec
+    root = params.get("root")
+    if kind != "file" or not isinstance(root, str) or not root:
+        return spec
+    return {"kind": "file", **params, "root": _resolve_path(root, base)}
+
+
+def _check_run(data: Any, base: Path, errors: list[str]) -> dict[str, Any]:
+    values = check_mapping(data, RunSection, "run", errors) or {}
+    if "store" in values and values["store"] and _is_plain_path(values["store"]):
+        values["store"] = _resolve_path(values["store"], base)
+    if values.get("write_behind", False) is None:
+        values.pop("write_behind")
+    if "artifact_backend" in values:
+        problems = validate_backend_spec(
+            values["artifact_backend"], _plugins().artifact_backends, "run.artifact_backend"
+        )
+        errors.extend(problems)
+        if not problems:
+            values["artifact_backend"] = _resolve_backend_paths(values["artifact_backend"], base)
+    return values
+
+
+def _check_pools(data: Any, errors: list[str]) -> dict[str, PoolDef]:
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        errors.append(f"pools: must be a mapping of pool name -> pool, got {type_name(data)}")
+        return {}
+    from .algorithm import validate_algorithm_spec
+
+    algorithms = _plugins().algorithms
+    pools: dict[str, PoolDef] = {}
+    for name, body in data.items():
+        path = f"pools.{name}"
+        per_resource = {
+            f: f"did you mean {path}.resources[i].{f}? {f} is set per resource"
+            for f in ResourceSection.__struct_fields__
+        }
+        values = check_mapping(body, PoolSection, path, errors, hints=per_resource)
+        if values is None:
+            continue
+        if values.get("algorithm") is not None:
+            errors.extend(validate_algorithm_spec(values["algorithm"], algorithms, f"{path}.algorithm"))
+        raw = values.get("resources", [])
+        if not isinstance(raw, list):
+            errors.append(f"{path}.resources: must be a list of resources, got {type_name(raw)}")
+            continue
+        if not raw:
+            errors.append(f"{path}.resources: a pool needs at least one resource (tasks would wait forever)")
+        resources: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for i, item in enumerate(raw):
+            res = check_mapping(item, ResourceSection, f"{path}.resources[{i}]", errors)
+            if res is None:
+                continue
+            rid = res.get("id")
+            if rid is not None:
+                if rid in seen:
+                    errors.append(f"{path}.resources[{i}].id: duplicate resource id {rid!r} in pool {name!r}")
+                seen.add(rid)
+            resources.append(res)
+        pools[str(name)] = PoolDef(str(name), values.get("kind"), values.get("algorithm"), resources)
+    return pools
+
+
+def _check_pipeline(data: Any, pools: dict[str, PoolDef], errors: list[str]) -> PipelineTemplate | None:
+    if data is None:
+        errors.append("pipeline: required section is missing (pipeline: {name: ..., tasks: [...]})")
+        return None
+    values = check_mapping(data, PipelineSection, "pipeline", errors)
+    if values is None:
+        return None
+    if "control" in values and values["control"] is not None:
+        errors.append("pipeline.control: handoff control flow is not supported in this version")
+    raw = values.get("tasks")
+    if not isinstance(raw, list) or not raw:
+        errors.append(f"pipeline.tasks: must be a non-empty list of task entries, got {type_name(raw)}")
+        return None
+    from .algorithm import validate_algorithm_spec
+
+    registry = _plugins().tasks
+    algorithms = _plugins().algorithms
+    default_resource = values.get("resource")
+    if default_resource is not None and default_resource not in pools:
+        errors.append(
+            f"pipeline.resource: no pool named {default_resource!r}{_pool_hint(default_resource, pools)}"
+        )
+        default_resource = None
+    specs: list[TaskSpec] = []
+    for i, entry in enumerate(raw):
+        path = f"pipeline.tasks[{i}]"
+        own_resource = entry.get("resource") if isinstance(entry, dict) else None
+        if isinstance(entry, dict) and entry.get("algorithm") is not None:
+            errors.extend(validate_algorithm_spec(entry["algorithm"], algorithms, f"{path}.algorithm"))
+        if isinstance(own_resource, str) and own_resource and own_resource not in pools:
+            errors.append(f"{path}.resource: no pool named {own_resource!r}{_pool_hint(own_resource, pools)}")
+        spec, origin = resolve_task_entry(entry, path, registry, errors, default_resource=default_resource)
+        if spec is None:
+            continue
+        declared: Any = spec.resource  # type: ignore[attr-defined]
+        if declared is not None and declared not in pools and declared != own_resource:
+            errors.append(f"{origin}: no pool named {declared!r}{_pool_hint(declared, pools)}")
+        specs.append(spec)
+    if len(specs) != len(raw):
+        return None
+    try:
+        return pipeline(values.get("name", "pipeline"), *specs, tags=values.get("tags"))
+    except ConfigError as exc:
+        errors.append(f"pipeline: {exc}")
+        return None
+
+
+def _pool_hint(name: str, pools: Mapping[str, Any]) -> str:
+    known = f" (pools: {', '.join(pools)})" if pools else " (no pools are declared; add a pools: section)"
+    return did_you_mean(name, list(pools)) + known
+
+
+def _check_source(data: Any, errors: list[str]) -> SourceDef | None:
+    if data is None:
+        errors.append("source: required section is missing (e.g. source: {kind: range, n: 10})")
+        return None
+    registry = _plugins().sources
+    if not isinstance(data, dict):
+        errors.append(f"source: must be a mapping, got {type_name(data)}")
+        return None
+    kind = data.get("kind")
+    source = registry.get(kind) if isinstance(kind, str) else None
+    options_type: Any = getattr(source, "options", None)
+    skip = [f.name for f in msgspec.structs.fields(options_type)] if options_type is not None else list(data)
+    common = check_mapping(
+        data, SourceSection, "source", errors, skip=[k for k in skip if k not in ("kind", "repeats")]
+    )
+    if common is None or "kind" not in common:
+        return None
+    kind = common["kind"]
+    if source is None:
+        known = registry.names()
+        errors.append(
+            f"source.kind: unknown source kind {kind!r}{did_you_mean(kind, known)}"
+            f" (known: {', '.join(known) or 'none'})"
+        )
+        return None
+    own = {k: v for k, v in data.items() if k in skip and k not in ("kind", "repeats")}
+    before = len(errors)
+    values = check_mapping(own, options_type, "source", errors)
+    if values is None or len(errors) > before:
+        return None
+    try:
+        options = options_type(**values)
+    except (TypeError, ValueError, ConfigError) as exc:
+        errors.append(f"source: {exc}")
+        return None
+    return SourceDef(kind, source, options, common.get("repeats", 1))
+
+
+def check_config(loaded: LoadedConfig) -> CheckedConfig:
+    """Validate every section; raise one ``ConfigError`` listing all problems (one per line)."""
+    errors: list[str] = []
+    data = loaded.data
+    for key in data:
+        if not isinstance(key, str) or key not in SECTIONS:
+            errors.append(
+                f"{key}: unknown top-level section{did_you_mean(str(key), SECTIONS)}"
+                f" (sections: {', '.join(SECTIONS)})"
+            )
+    run_data = data.get("run")
+    run = _check_run(run_data, loaded.base_dir, errors) if run_data is not None else {}
+    pools = _check_pools(data.get("pools"), errors)
+    template = _check_pipeline(data.get("pipeline"), pools, errors)
+    source = _check_source(data.get("source"), errors)
+    if errors or template is None or source is None:
+        raise ConfigError(f"{loaded.path}: invalid config\n" + "\n".join(f"  {e}" for e in errors))
+    return CheckedConfig(loaded=loaded, run=run, pools=pools, template=template, source=source)
+
+
+# -- building --------------------------------------------------------------------------------
+def resolve_store(checked: CheckedConfig, flag: str | None) -> str:
+    """``--store`` (relative to the cwd) > ``run.store`` (relative to the config) > the default."""
+    if flag is not None:
+        return os.path.abspath(flag) if _is_plain_path(flag) else flag
+    store = checked.run.get("store")
+    if store:
+        return str(store)
+    from .store import default_store_path
+
+    return str(default_store_path())
+
+
+def _run_config(checked: CheckedConfig, overrides: Mapping[str, Any]) -> RunConfig:
+    values = dict(checked.run)
+    values.update({k: v for k, v in overrides.items() if v is not None and k != "store"})
+    values["store"] = resolve_store(checked, overrides.get("store"))
+    return RunConfig(**values)
+
+
+def _make_pools(checked: CheckedConfig) -> list[Any]:
+    from .pool import Pool
+
+    pools = []
+    for pdef in checked.pools.values():
+        resources = [{"kind": pdef.kind or pdef.name, **res} for res in pdef.resources]
+        pools.append(Pool(pdef.name, resources, kind=pdef.kind, algorithm=pdef.algorithm))
+    return pools
+
+
+def _specs(checked: CheckedConfig, limit: int | None) -> Callable[[], Iterator[PipelineSpec]]:
+    src = checked.source
+    template = checked.template
+    base = checked.loaded.base_dir
+
+    def bind() -> Iterator[PipelineSpec]:
+        for key, seed in src.source.open(src.options, base):
+            yield from template.map([seed], repeats=src.repeats, key_of=None if key is None else _key_of(key))
+
+    def specs() -> Iterator[PipelineSpec]:
+        return bind() if limit is None else itertools.islice(bind(), limit)
+
+    return specs
+
+
+def _total(checked: CheckedConfig, limit: int | None) -> int | None:
+    """How many pipelines will be offered, when the source can tell without reading data."""
+    src = checked.source
+    count = getattr(src.source, "count", None)
+    n = count(src.options, checked.loaded.base_dir) if callable(count) else None
+    if not isinstance(n, int):
+        return None
+    total = n * src.repeats
+    return total if limit is None else min(total, limit)
+
+
+def _key_of(key: str) -> Callable[[Any], str]:
+    return lambda _seed: key
+
+
+def build(
+    loaded: LoadedConfig | CheckedConfig,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    limit: int | None = None,
+) -> Built:
+    """Validate (if needed) and instantiate: RunConfig (flags > run block > defaults), pools,
+    template and the lazy seed stream. Checks that the source's data exists (exit 2 before
+    anything starts) and creates the default store's folder; reads no rows."""
+    checked = loaded if isinstance(loaded, CheckedConfig) else check_config(loaded)
+    overrides = dict(overrides or {})
+    config = _run_config(checked, overrides)
+    check = getattr(checked.source.source, "check", None)
+    if callable(check):
+        check(checked.source.options, checked.loaded.base_dir)
+    if config.store and _is_plain_path(config.store):
+        Path(config.store).parent.mkdir(parents=True, exist_ok=True)
+    return Built(
+        config=config,
+        pools=_make_pools(checked),
+        template=checked.template,
+        specs=_specs(checked, limit),
+        total=_total(checked, limit),
+        checked=checked,
+    )
+
+
+def effective_config(checked: CheckedConfig, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The config as it would run (defaults filled in, paths resolved, secrets masked)."""
+    from .pool import mask_secrets
+
+    overrides = dict(overrides or {})
+    values = dict(checked.run)
+    values.update({k: v for k, v in overrides.items() if v is not None and k != "store"})
+    values["store"] = resolve_store(checked, overrides.get("store"))
+    config = RunConfig(**values)
+    run = {name: getattr(config, name) for name in RunSection.__struct_fields__}
+    run["store_is_default"] = not checked.run.get("store") and overrides.get("store") is None
+    src = checked.source
+    return {
+        "config": str(checked.loaded.path),
+        "base_dir": str(checked.loaded.base_dir),
+        "run": mask_secrets(run),
+        "pools": {
+            name: {
+                "kind": p.kind,
+                "algorithm": p.algorithm,
+                "resources": [mask_secrets(r) for r in p.resources],
+            }
+            for name, p in checked.pools.items()
+        },
+        "pipeline": checked.template.describe(),
+        "source": {"kind": src.kind, "repeats": src.repeats, **msgspec.structs.asdict(src.options)},
+        "warnings": list(checked.loaded.warnings),
+    }

@@ -1,0 +1,410 @@
+"""``export``: every row of a kind, streamed in bounded batches to jsonl, json or csv.
+
+Nothing is capped: rows are read with keyset pages (``iter_rows``) and written as they come,
+so memory stays flat for millions of rows (the only per-pipeline state is the winner map of a
+multi-store ``pipelines``/``results`` merge). Files are written to a temporary file in the
+target directory and renamed into place, so a reader never sees half an export.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, Any
+
+from .errors import ConfigError
+from .merge import state_rank
+from .model import ArtifactRecord, PipelineRecord
+from .store import Store, iter_rows
+from .view_common import ALL_RUNS, choose_run, encode_json, read_only_store, render_payload, to_plain
+
+__all__ = [
+    "CSV_BATCH",
+    "FORMATS",
+    "ROW_KINDS",
+    "export_stores",
+    "guard_cell",
+    "infer_format",
+    "iter_kind",
+]
+
+ROW_KINDS = ("pipelines", "tasks", "attempts", "events", "artifacts", "results", "metrics", "points")
+FORMATS = ("jsonl", "json", "csv")
+SUFFIX_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv"}
+#: rows buffered before the CSV header is fixed (later keys go to the ``extra`` column)
+CSV_BATCH = 1000
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n")
+_POINT_KEYS_PROBE = 5000
+MERGED_KINDS = frozenset({"pipelines", "results"})
+
+
+def infer_format(output: str, fmt: str | None) -> str:
+    """The format named by ``--format``, else by the OUTPUT suffix, else jsonl; refuses a mismatch."""
+    suffix = os.path.splitext(output)[1].lower() if output != "-" else ""
+    implied = SUFFIX_FORMATS.get(suffix)
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+        if implied is not None and implied != fmt:
+            raise ConfigError(f"--format {fmt} contradicts the output name {output!r} (a {implied} suffix)")
+        return fmt
+    return implied or "jsonl"
+
+
+# -- rows of each kind ------------------------------------------------------------------------
+def _duration_ms(p: PipelineRecord) -> float | None:
+    if p.started_at is None or p.finished_at is None:
+        return None
+    return round((p.finished_at - p.started_at) * 1000.0, 3)
+
+
+def _artifact_row(a: ArtifactRecord, codecs: Any) -> dict[str, Any]:
+    value, encoding = render_payload(a, codecs)
+    return {
+        "artifact_id": a.artifact_id,
+        "pipeline_id": a.pipeline_id,
+        "task": a.task_name,
+        "seq": a.seq,
+        "type": a.type_name,
+        "codec": a.codec,
+        "digest": a.digest,
+        "size": a.size,
+        "created_at": a.created_at,
+        "is_final": a.is_final,
+        "blob_ref": a.blob_ref,
+        "payload": value,
+        "payload_encoding": encoding,
+    }
+
+
+def _pipeline_head(p: PipelineRecord) -> dict[str, Any]:
+    return {
+        "pipeline_id": p.pipeline_id,
+        "key": p.key,
+        "seed_key": p.seed_key,
+        "repeat": p.repeat,
+        "name": p.name,
+        "run_id": p.run_id,
+        "state": p.state,
+        "tags": p.tags,
+        "n_tasks_done": p.cursor,
+        "n_tasks_total": p.n_tasks_total,
+        "attempts_total": p.attempts_total,
+        "created_at": p.created_at,
+        "started_at": p.started_at,
+        "finished_at": p.finished_at,
+        "duration_ms": _duration_ms(p),
+        "failed_task": p.failed_task,
+        "error_class": p.error_class,
+        "error_type": p.error_type,
+        "error_message": p.error_message,
+        "resume_of": p.resume_of,
+    }
+
+
+def _nested_pipeline(store: Store, p: PipelineRecord, codecs: Any) -> dict[str, Any]:
+    row = _pipeline_head(p)
+    row["tasks"] = [
+        {
+            "name": t.name,
+            "seq": t.seq,
+            "state": t.state,
+            "attempts_used": t.attempts_used,
+            "duration_ms": t.duration_ms,
+            "resource": t.resource,
+            "error_class": t.error_class,
+            "error_type": t.error_type,
+            "error_message": t.error_message,
+            "output_artifact_id": t.output_artifact_id,
+        }
+        for t in iter_rows(store, "tasks", pipeline_id=p.pipeline_id)
+    ]
+    row["artifacts"] = [
+        _artifact_row(a, codecs) for a in iter_rows(store, "artifacts", pipeline_id=p.pipeline_id)
+    ]
+    row["metrics"] = {m.name: m.value for m in store.metrics(run_id=p.run_id, pipeline_id=p.pipeline_id)}
+    return row
+
+
+def _result(store: Store, p: PipelineRecord, codecs: Any) -> dict[str, Any]:
+    final = next((a for a in iter_rows(store, "artifacts", pipeline_id=p.pipeline_id) if a.is_final), None)
+    value, encoding = (None, "absent") if final is None else render_payload(final, codecs)
+    return {
+        "pipeline_id": p.pipeline_id,
+        "key": p.key,
+        "seed_key": p.seed_key,
+        "repeat": p.repeat,
+        "name": p.name,
+        "run_id": p.run_id,
+        "state": p.state,
+        "result": value,
+        "result_encoding": encoding,
+        "artifact_available": encoding != "absent",
+        "failed_task": p.failed_task,
+        "error_class": p.error_class,
+        "error_type": p.error_type,
+        "error_message": p.error_message,
+    }
+
+
+def _points(store: Store, run_id: str | None) -> Iterator[dict[str, Any]]:
+    runs = [r.run_id for r in store.runs()] if run_id is None else [run_id]
+    for rid in runs:
+        pids = {""} | {a.pipeline_id for a in iter_rows(store, "attempts", run_id=rid)}
+        for pid in sorted(pids):
+            keys = sorted(
+                {pt.key for pt in store.metric_points(rid, pid, None, -1, _POINT_KEYS_PROBE) if pt.step == 0}
+            )
+            for key in keys:
+                after = -1
+                while True:
+                    page = store.metric_points(rid, pid, key, after, 1000)
+                    for pt in page:
+                        row = to_plain(pt)
+                        row.pop("op_id", None)
+                        yield row
+                    if len(page) < 1000:
+                        break
+                    after = page[-1].step
+
+
+def iter_kind(
+    store: Store,
+    kind: str,
+    *,
+    run_id: str | None = None,
+    codecs: Any = None,
+    keep: Callable[[str], bool] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Every row of ``kind`` (``run_id`` None = all runs) as a JSON-ready dict, in documented order.
+
+    ``keep(pipeline_id)`` filters pipelines/results (used by the multi-store merge).
+    """
+    if kind in ("pipelines", "results"):
+        build = _nested_pipeline if kind == "pipelines" else _result
+        for p in iter_rows(store, "pipelines", run_id=run_id):
+            if keep is None or keep(p.pipeline_id):
+                yield build(store, p, codecs)
+    elif kind in ("tasks", "attempts", "events"):
+        for row in iter_rows(store, kind, run_id=run_id):
+            yield to_plain(row)
+    elif kind == "artifacts":
+        owned = (
+            None if run_id is None else {p.pipeline_id for p in iter_rows(store, "pipelines", run_id=run_id)}
+        )
+        for a in iter_rows(store, "artifacts"):
+            if owned is None or a.pipeline_id in owned:
+                yield _artifact_row(a, codecs)
+    elif kind == "metrics":
+        for m in store.metrics(run_id=run_id):
+            yield to_plain(m)
+    elif kind == "points":
+        yield from _points(store, run_id)
+    else:
+        raise ConfigError(f"--rows {kind!r}: expected one of {', '.join(ROW_KINDS)}")
+
+
+# -- writers ----------------------------------------------------------------------------------
+def guard_cell(text: str) -> str:
+    """Neutralise spreadsheet formulas: a cell starting with = + - @ or a control char gets a ``'``."""
+    return "'" + text if text.startswith(_FORMULA_STARTS) else text
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return guard_cell(value)
+    return guard_cell(encode_json(value).decode())
+
+
+class _JsonlWriter:
+    def __init__(self, fh: IO[str], title: str) -> None:
+        self.fh = fh
+
+    def write(self, row: dict[str, Any]) -> None:
+        self.fh.write(encode_json(row).decode())
+        self.fh.write("\n")
+
+    def close(self) -> None:
+        pass
+
+
+class _JsonWriter:
+    """``{"title": ..., "rows": [...]}`` written row by row (never built in memory)."""
+
+    def __init__(self, fh: IO[str], title: str) -> None:
+        self.fh = fh
+        self.first = True
+        fh.write('{"title":' + encode_json(title).decode() + ',"rows":[')
+
+    def write(self, row: dict[str, Any]) -> None:
+        self.fh.write("\n" if self.first else ",\n")
+        self.first = False
+        self.fh.write(encode_json(row).decode())
+
+    def close(self) -> None:
+        self.fh.write("\n]}\n")
+
+
+class _CsvWriter:
+    """Header from the first ``CSV_BATCH`` rows; keys seen later go into the ``extra`` column."""
+
+    def __init__(self, fh: IO[str], title: str) -> None:
+        self.out = csv.writer(fh, lineterminator="\n")
+        self.buffer: list[dict[str, Any]] | None = []
+        self.header: list[str] = []
+
+    def _start(self) -> None:
+        seen: dict[str, None] = {}
+        for row in self.buffer or ():
+            for k in row:
+                seen.setdefault(k, None)
+        seen.pop("extra", None)
+        self.header = [*seen, "extra"]
+        self.out.writerow(self.header)
+        rows, self.buffer = self.buffer or [], None
+        for row in rows:
+            self._emit(row)
+
+    def _emit(self, row: dict[str, Any]) -> None:
+        known = set(self.header[:-1])
+        extra = {k: v for k, v in row.items() if k not in known}
+        cells = [_cell(row.get(k)) for k in self.header[:-1]]
+        cells.append(_cell(extra) if extra else "")
+        self.out.writerow(cells)
+
+    def write(self, row: dict[str, Any]) -> None:
+        if self.buffer is not None:
+            self.buffer.append(row)
+            if len(self.buffer) >= CSV_BATCH:
+                self._start()
+            return
+        self._emit(row)
+
+    def close(self) -> None:
+        if self.buffer is not None:
+            self._start()
+
+
+_WRITERS: dict[str, Callable[[IO[str], str], Any]] = {
+    "jsonl": _JsonlWriter,
+    "json": _JsonWriter,
+    "csv": _CsvWriter,
+}
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+class _Target:
+    """``-`` (stdout) or a temporary file renamed over OUTPUT on success, removed on failure."""
+
+    def __init__(self, output: str) -> None:
+        self.output = output
+        self.tmp: str | None = None
+        self.fh: IO[str]
+
+    def __enter__(self) -> IO[str]:
+        if self.output == "-":
+            self.fh = sys.stdout
+            return self.fh
+        parent = os.path.dirname(os.path.abspath(self.output))
+        if not os.path.isdir(parent):
+            raise ConfigError(f"export: directory {parent} does not exist")
+        fd, self.tmp = tempfile.mkstemp(
+            dir=parent, prefix="." + os.path.basename(self.output) + ".", suffix=".tmp"
+        )
+        self.fh = io.open(fd, "w", encoding="utf-8", newline="")  # noqa: UP020 - explicit fd wrapper
+        return self.fh
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self.tmp is None:
+            self.fh.flush()
+            return
+        try:
+            if exc_type is None:
+                self.fh.flush()
+                os.fsync(self.fh.fileno())
+            self.fh.close()
+            if exc_type is None:
+                os.chmod(self.tmp, 0o666 & ~_umask())
+                os.replace(self.tmp, self.output)
+                self.tmp = None
+        finally:
+            if self.tmp is not None and os.path.exists(self.tmp):
+                os.unlink(self.tmp)
+
+
+def _winners(locations: Sequence[str], run_id: str | None) -> dict[str, int]:
+    """pipeline_id -> index of the store whose row wins the merge (same rules as ``report``)."""
+    best: dict[str, tuple[int, float, int]] = {}
+    for index, location in enumerate(locations):
+        with read_only_store(location) as store:
+            for p in iter_rows(store, "pipelines", run_id=_run_filter(store, run_id)):
+                cand = (state_rank(p.state), p.finished_at or 0.0, index)
+                old = best.get(p.pipeline_id)
+                if old is None or cand[0] > old[0] or (cand[0] == old[0] and cand[1] > old[1]):
+                    best[p.pipeline_id] = cand
+    return {pid: v[2] for pid, v in best.items()}
+
+
+def _run_filter(store: Store, run_id: str | None) -> str | None:
+    if run_id is None or run_id == ALL_RUNS:
+        return None
+    return choose_run(store, run_id).run_id
+
+
+def export_stores(
+    locations: Sequence[str],
+    output: str,
+    *,
+    rows: str = "pipelines",
+    fmt: str | None = None,
+    run_id: str | None = None,
+    codecs: Any = None,
+) -> int:
+    """Write every ``rows`` row of ``locations`` to ``output``; returns the number of rows.
+
+    ``run_id``: None or ``"all"`` = every run, else that run. Several stores are concatenated
+    in argument order, except ``pipelines`` and ``results``, which are merged (deduplicated).
+    """
+    if rows not in ROW_KINDS:
+        raise ConfigError(f"--rows {rows!r}: expected one of {', '.join(ROW_KINDS)}")
+    if not locations:
+        raise ConfigError("export: name at least one store")
+    fmt = infer_format(output, fmt)
+    if codecs is None:
+        from .codecs import CodecRegistry
+
+        codecs = CodecRegistry.from_plugins()
+    winners = _winners(locations, run_id) if rows in MERGED_KINDS and len(locations) > 1 else None
+    for location in locations:  # fail before creating anything if a store or run is wrong
+        with read_only_store(location) as store:
+            _run_filter(store, run_id)
+    count = 0
+    with _Target(output) as fh:
+        writer = _WRITERS[fmt](fh, rows)
+        for index, location in enumerate(locations):
+            keep: Callable[[str], bool] | None = None
+            if winners is not None:
+                keep = lambda pid, i=index: winners.get(pid) == i  # noqa: E731
+            with read_only_store(location) as store:
+                for row in iter_kind(
+                    store, rows, run_id=_run_filter(store, run_id), codecs=codecs, keep=keep
+                ):
+                    writer.write(row)
+                    count += 1
+        writer.close()
+    return count

@@ -1,0 +1,253 @@
+"""One coherent view of several stores (shards, or copies of one store).
+
+The same pipeline can sit in several stores (a shard count changed, a store was copied, the
+same file was named twice). Rows are folded by ``pipeline_id`` and every count is recomputed
+from the surviving rows, never summed from the stores' own totals, so ``report a.db a.db``
+shows exactly what ``report a.db`` shows. Only ``source_events_total`` stays a raw sum: events
+do not hang off pipeline rows, so there is nothing to fold them by.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+
+from .model import PipelineRecord
+from .stats import duration_summary, store_stats
+from .store import Store, iter_rows
+from .view_common import RunChoice, choose_run, read_only_store
+
+__all__ = ["MergedReport", "SourceInfo", "merge_stores", "state_rank", "wins"]
+
+_RANK = {"succeeded": 4, "failed": 3, "interrupted": 2, "pending": 1, "canceled": 0}
+REPAIR_FAILED = "pipeline.terminal_repair_failed"
+#: above this many failed rows per store, repair failures are found by one scan of the events
+_PER_PIPELINE_LOOKUPS = 2000
+
+
+def state_rank(state: str) -> int:
+    """Merge rank of a pipeline state; unknown states (``running``) rank below everything."""
+    return _RANK.get(state, -1)
+
+
+def wins(new: PipelineRecord, old: PipelineRecord) -> bool:
+    """Whether ``new`` replaces ``old``: better state, or same rank and strictly later finish."""
+    a, b = state_rank(new.state), state_rank(old.state)
+    if a != b:
+        return a > b
+    return (new.finished_at or 0.0) > (old.finished_at or 0.0)
+
+
+class SourceInfo(msgspec.Struct, kw_only=True):
+    """One store named on the command line and the run shown from it."""
+
+    store: str
+    run_id: str | None
+    run_selected: str  # latest | explicit | all | empty
+    run_status: str | None = None
+    run_label: str = ""
+    started_at: float | None = None
+    ended_at: float | None = None
+    rows: int = 0
+    events_total: int = 0
+    description: str = ""
+
+
+class MergedReport:
+    """Folded pipeline rows of several stores plus everything recomputed from them."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, PipelineRecord] = {}
+        self.origin: dict[str, int] = {}
+        self.sources: list[SourceInfo] = []
+        self.duplicates = 0
+        self.task_counts: dict[str, dict[str, int]] = {}
+        self.source_events_total = 0
+        self.repair_failures: dict[str, dict[str, Any]] = {}
+        self.run_metrics: dict[str, dict[str, Any]] = {}
+        self.pipeline_metrics: dict[str, dict[str, Any]] = {}
+
+    # -- folding -------------------------------------------------------------------------------
+    def add(self, row: PipelineRecord, source: int) -> None:
+        old = self.rows.get(row.pipeline_id)
+        if old is None:
+            self.rows[row.pipeline_id] = row
+            self.origin[row.pipeline_id] = source
+            return
+        self.duplicates += 1
+        if wins(row, old):
+            self.rows[row.pipeline_id] = row
+            self.origin[row.pipeline_id] = source
+
+    # -- derived numbers -----------------------------------------------------------------------
+    @property
+    def run_ids(self) -> list[str]:
+        return [s.run_id for s in self.sources if s.run_id is not None]
+
+    @property
+    def attempts_total(self) -> int:
+        return sum(r.attempts_total for r in self.rows.values())
+
+    def stats(self) -> dict[str, Any]:
+        by_state: dict[str, int] = {}
+        durations: list[float] = []
+        for r in self.rows.values():
+            by_state[r.state] = by_state.get(r.state, 0) + 1
+            if r.started_at is not None and r.finished_at is not None:
+                durations.append((r.finished_at - r.started_at) * 1000.0)
+        durations.sort()
+        return {
+            "pipelines": {
+                "total": len(self.rows),
+                "by_state": dict(sorted(by_state.items())),
+                "duration_ms": duration_summary(durations),
+            },
+            "tasks": {"by_name": {n: dict(sorted(s.items())) for n, s in sorted(self.task_counts.items())}},
+            "attempts_total": self.attempts_total,
+            "source_events_total": self.source_events_total,
+            "duplicates": self.duplicates,
+        }
+
+    def failed_rows(self) -> list[PipelineRecord]:
+        """Failed pipelines, most recently finished first."""
+        failed = [r for r in self.rows.values() if r.state == "failed"]
+        failed.sort(key=lambda r: (-(r.finished_at or 0.0), r.pipeline_id))
+        return failed
+
+    def errors(self, limit: int | None = None) -> list[dict[str, Any]]:
+        rows = self.failed_rows()
+        if limit is not None:
+            rows = rows[: max(0, limit)]
+        return [
+            {
+                "pipeline_id": r.pipeline_id,
+                "key": r.key,
+                "seed_key": r.seed_key,
+                "name": r.name,
+                "run_id": r.run_id,
+                "store": self.sources[self.origin[r.pipeline_id]].store,
+                "failed_task": r.failed_task,
+                "error_class": r.error_class,
+                "error_type": r.error_type,
+                "error_message": r.error_message,
+                "finished_at": r.finished_at,
+            }
+            for r in rows
+        ]
+
+    def metrics(self) -> dict[str, Any]:
+        return {"run": self.run_metrics, "pipelines": dict(sorted(self.pipeline_metrics.items()))}
+
+    def to_dict(self, errors: int | None = None) -> dict[str, Any]:
+        """The whole report as one JSON-ready object (``report --json``)."""
+        out: dict[str, Any] = {"schema_version": 1, "sources": [msgspec.to_builtins(s) for s in self.sources]}
+        out["run_ids"] = self.run_ids
+        out.update(self.stats())
+        out["failed_total"] = sum(1 for r in self.rows.values() if r.state == "failed")
+        out["errors"] = self.errors(errors)
+        out["repair_failures"] = {
+            "count": len(self.repair_failures),
+            "pipelines": [self.repair_failures[k] for k in sorted(self.repair_failures)],
+        }
+        out["metrics"] = self.metrics()
+        return out
+
+
+def _slim(row: PipelineRecord) -> PipelineRecord:
+    """Drop the traceback: a report holds every row in memory and never prints it."""
+    return msgspec.structs.replace(row, traceback=None) if row.traceback else row
+
+
+def _source_info(location: str, choice: RunChoice) -> SourceInfo:
+    run = choice.run
+    return SourceInfo(
+        store=location,
+        run_id=choice.run_id,
+        run_selected=choice.how,
+        run_status=None if run is None else run.status,
+        run_label="" if run is None else run.label,
+        started_at=None if run is None else run.started_at,
+        ended_at=None if run is None else run.ended_at,
+        description=choice.describe(),
+    )
+
+
+def _read_rows(report: MergedReport, store: Store, index: int, choice: RunChoice) -> None:
+    info = report.sources[index]
+    if choice.how == "empty":
+        return
+    for row in iter_rows(store, "pipelines", run_id=choice.run_id):
+        info.rows += 1
+        report.add(_slim(row), index)
+    info.events_total = int(store_stats(store, choice.run_id).get("events_total", 0))
+    report.source_events_total += info.events_total
+
+
+def _read_details(report: MergedReport, store: Store, index: int, choice: RunChoice) -> None:
+    """Task counts, repair failures and metrics of the rows this store won."""
+    if choice.how == "empty":
+        return
+    mine = {pid for pid, src in report.origin.items() if src == index}
+    for t in iter_rows(store, "tasks", run_id=choice.run_id):
+        if t.pipeline_id in mine and report.origin.get(t.pipeline_id) == index:
+            states = report.task_counts.setdefault(t.name, {})
+            states[t.state] = states.get(t.state, 0) + 1
+    failed = [pid for pid in mine if report.rows[pid].state == "failed"]
+    for ev in _repair_events(store, failed):
+        if ev.pipeline_id is None or ev.pipeline_id in report.repair_failures:
+            continue
+        report.repair_failures[ev.pipeline_id] = {
+            "pipeline_id": ev.pipeline_id,
+            "key": report.rows[ev.pipeline_id].key,
+            "store": report.sources[index].store,
+            "phase": ev.data.get("phase"),
+            "error": ev.data.get("error"),
+            "run_id": ev.run_id,
+            "ts": ev.ts,
+        }
+    if choice.run_id is None:
+        return  # the aggregate view shows no application metrics
+    for m in store.metrics(run_id=choice.run_id):
+        if m.pipeline_id == "":
+            report.run_metrics.setdefault(m.run_id, {})[m.name] = m.value
+        elif m.pipeline_id in mine:
+            report.pipeline_metrics.setdefault(m.pipeline_id, {})[m.name] = m.value
+
+
+def _repair_events(store: Store, failed: Sequence[str]) -> Iterable[Any]:
+    if not failed:
+        return
+    if len(failed) <= _PER_PIPELINE_LOOKUPS:
+        for pid in sorted(failed):
+            for ev in iter_rows(store, "events", pipeline_id=pid):
+                if ev.kind == REPAIR_FAILED:
+                    yield ev
+        return
+    wanted = set(failed)
+    for ev in iter_rows(store, "events"):
+        if ev.kind == REPAIR_FAILED and ev.pipeline_id in wanted:
+            yield ev
+
+
+def merge_stores(locations: Sequence[str], run_id: str | None = None) -> MergedReport:
+    """Fold the pipelines of ``locations`` (each opened read-only) into one report.
+
+    ``run_id``: None = each store's latest started run, ``"all"`` = every run, else that run
+    (which must exist in every store named).
+    """
+    report = MergedReport()
+    choices: list[RunChoice] = []
+    for index, location in enumerate(locations):
+        with read_only_store(location) as store:
+            choice = choose_run(store, run_id)
+            choices.append(choice)
+            report.sources.append(_source_info(location, choice))
+            _read_rows(report, store, index, choice)
+    winners = set(report.origin.values())
+    for index, location in enumerate(locations):
+        if index in winners:
+            with read_only_store(location) as store:
+                _read_details(report, store, index, choices[index])
+    return report

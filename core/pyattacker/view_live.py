@@ -1,0 +1,308 @@
+"""Live aggregates of one run, shared by ``watch`` and the ``serve`` plugin.
+
+Attempts and events are append-only with increasing ids, so a ``LiveDigest`` reads only the
+rows added since its last update (keyset pages) and folds them into latency, throughput,
+recent-error and parked-pipeline figures. Latency is measured per attempt of the selected run,
+so a resumed run is not charged for time spent in an earlier run. ``snapshot`` adds the cheap
+per-refresh reads (stats, run row, resources, run-level metrics); curves are never read here.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from array import array
+from collections import deque
+from typing import Any
+
+from .model import AttemptRecord, EventRecord, ResourceRecord
+from .stats import percentile, store_stats
+from .store import Store
+from .view_common import RunChoice, to_plain
+
+__all__ = ["HISTOGRAM_EDGES_MS", "LiveDigest", "pool_summary", "snapshot"]
+
+#: upper edges (ms) of the latency histogram buckets; the last bucket is open-ended
+HISTOGRAM_EDGES_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000, 300000)
+_PAGE = 1000
+_ERROR_KINDS = frozenset(
+    {"task.failed", "pipeline.failed", "pipeline.terminal_repair_failed", "runner.worker_crashed"}
+)
+_UNPARK_KINDS = frozenset(
+    {
+        "task.succeeded",
+        "task.failed",
+        "pipeline.succeeded",
+        "pipeline.failed",
+        "pipeline.interrupted",
+        "pipeline.canceled",
+        "pipeline.deferred_interrupted",
+    }
+)
+#: per-pipeline metric summaries are re-read at most this often (they scale with pipelines)
+METRIC_SUMMARY_EVERY_S = 10.0
+
+
+def _event_row(ev: EventRecord) -> dict[str, Any]:
+    return {
+        "event_id": ev.event_id,
+        "ts": ev.ts,
+        "kind": ev.kind,
+        "scope": ev.scope,
+        "run_id": ev.run_id,
+        "pipeline_id": ev.pipeline_id,
+        "pool": ev.pool,
+        "resource_id": ev.resource_id,
+        "data": to_plain(ev.data),
+    }
+
+
+class LiveDigest:
+    """Incremental view of the attempts and events of one run (``run_id=None``: every run)."""
+
+    def __init__(self, run_id: str | None, recent: int = 40) -> None:
+        self.run_id = run_id
+        self.lock = threading.Lock()
+        self._attempt_after: tuple[Any, ...] | None = None
+        self._event_after: tuple[Any, ...] | None = None
+        self._durations = array("d")
+        self._sorted = True
+        self.histogram = [0] * (len(HISTOGRAM_EDGES_MS) + 1)
+        #: second (int, wall clock) -> [attempts ended, succeeded, failed]
+        self.seconds: dict[int, list[int]] = {}
+        self.attempts_seen = 0
+        self.last_ended: float | None = None
+        self.recent_errors: deque[dict[str, Any]] = deque(maxlen=recent)
+        self.recent_events: deque[dict[str, Any]] = deque(maxlen=recent)
+        self.parked: dict[str, float] = {}
+        self.event_counts: dict[str, int] = {}
+        self._metric_summary: dict[str, Any] = {}
+        self._metric_summary_at = 0.0
+
+    # -- reading ---------------------------------------------------------------------------------
+    def update(self, store: Store) -> None:
+        """Fold every attempt and event written since the last update."""
+        with self.lock:
+            while True:
+                rows = store.page("attempts", run_id=self.run_id, after=self._attempt_after, limit=_PAGE)
+                for a in rows:
+                    self._add_attempt(a)
+                if rows:
+                    self._attempt_after = (rows[-1].attempt_id,)
+                if len(rows) < _PAGE:
+                    break
+            while True:
+                evs = store.page("events", run_id=self.run_id, after=self._event_after, limit=_PAGE)
+                for ev in evs:
+                    self._add_event(ev)
+                if evs:
+                    self._event_after = (evs[-1].event_id,)
+                if len(evs) < _PAGE:
+                    break
+
+    def _add_attempt(self, a: AttemptRecord) -> None:
+        ms = float(a.duration_ms)
+        if self._durations and ms < self._durations[-1]:
+            self._sorted = False
+        self._durations.append(ms)
+        self.histogram[bisect.bisect_left(HISTOGRAM_EDGES_MS, ms)] += 1
+        sec = int(a.ended_at)
+        slot = self.seconds.setdefault(sec, [0, 0, 0])
+        slot[0] += 1
+        slot[1 if a.outcome == "succeeded" else 2] += 1
+        self.attempts_seen += 1
+        if self.last_ended is None or a.ended_at > self.last_ended:
+            self.last_ended = a.ended_at
+
+    def _add_event(self, ev: EventRecord) -> None:
+        self.event_counts[ev.kind] = self.event_counts.get(ev.kind, 0) + 1
+        row = _event_row(ev)
+        self.recent_events.append(row)
+        if ev.kind in _ERROR_KINDS:
+            self.recent_errors.append(row)
+        pid = ev.pipeline_id
+        if pid is None:
+            return
+        if ev.kind == "pipeline.deferred":
+            self.parked[pid] = ev.ts
+        elif ev.kind in _UNPARK_KINDS and pid in self.parked and self.parked[pid] <= ev.ts:
+            del self.parked[pid]
+
+    # -- figures -----------------------------------------------------------------------------
+    def latency(self) -> dict[str, Any]:
+        """Percentiles of attempt durations (ms) of the run, same rule as the store stats."""
+        with self.lock:
+            if not self._sorted:
+                self._durations = array("d", sorted(self._durations))
+                self._sorted = True
+            d = self._durations
+            return {
+                "count": len(d),
+                "p50": percentile(d, 0.5),
+                "p95": percentile(d, 0.95),
+                "p99": percentile(d, 0.99),
+                "max": percentile(d, 1.0),
+            }
+
+    def histogram_rows(self) -> list[dict[str, Any]]:
+        with self.lock:
+            edges: list[float | None] = [*HISTOGRAM_EDGES_MS, None]
+            return [{"le_ms": e, "count": c} for e, c in zip(edges, self.histogram, strict=True)]
+
+    def throughput(self, points: int = 60) -> list[dict[str, Any]]:
+        """Attempts ended per second, resampled into at most ``points`` buckets over the run."""
+        with self.lock:
+            if not self.seconds:
+                return []
+            first, last = min(self.seconds), max(self.seconds)
+            width = max(1, -(-(last - first + 1) // points))
+            out: dict[int, list[int]] = {}
+            for sec, (n, ok, bad) in self.seconds.items():
+                b = first + ((sec - first) // width) * width
+                slot = out.setdefault(b, [0, 0, 0])
+                slot[0] += n
+                slot[1] += ok
+                slot[2] += bad
+            rows = []
+            for b in range(first, last + 1, width):
+                n, ok, bad = out.get(b, (0, 0, 0))
+                rows.append(
+                    {
+                        "t": b,
+                        "width_s": width,
+                        "attempts": n,
+                        "succeeded": ok,
+                        "failed": bad,
+                        "per_s": round(n / width, 3),
+                    }
+                )
+            return rows
+
+    def recent_rate(self, window_s: float = 60.0) -> float:
+        """Attempts per second over the last ``window_s`` seconds of attempt activity."""
+        with self.lock:
+            if self.last_ended is None:
+                return 0.0
+            start = int(self.last_ended - window_s) + 1
+            n = sum(v[0] for s, v in self.seconds.items() if s >= start)
+            return round(n / window_s, 3)
+
+    def metric_summary(self, store: Store, now: float) -> dict[str, Any]:
+        """Per-name count and latest value of pipeline-scope metrics (refreshed every few seconds)."""
+        if self.run_id is None:
+            return {}
+        if now - self._metric_summary_at >= METRIC_SUMMARY_EVERY_S or not self._metric_summary_at:
+            summary: dict[str, dict[str, Any]] = {}
+            for m in store.metrics(run_id=self.run_id):
+                if m.pipeline_id == "":
+                    continue
+                s = summary.setdefault(m.name, {"pipelines": 0, "latest": None, "updated_at": 0.0})
+                s["pipelines"] += 1
+                if m.updated_at >= s["updated_at"]:
+                    s["latest"], s["updated_at"] = m.value, m.updated_at
+            self._metric_summary, self._metric_summary_at = summary, now
+        return self._metric_summary
+
+
+def pool_summary(rows: list[ResourceRecord]) -> list[dict[str, Any]]:
+    """Per pool: active/capacity and how many resources are ready, degraded, dead, revoked."""
+    latest: dict[tuple[str, str], ResourceRecord] = {}
+    for r in rows:  # across runs keep the newest row of each resource
+        old = latest.get((r.pool, r.resource_id))
+        if old is None or r.updated_at >= old.updated_at:
+            latest[(r.pool, r.resource_id)] = r
+    pools: dict[str, dict[str, Any]] = {}
+    for (pool, _), r in sorted(latest.items()):
+        p = pools.setdefault(
+            pool,
+            {
+                "pool": pool,
+                "active": 0,
+                "capacity": 0,
+                "ready": 0,
+                "degraded": 0,
+                "dead": 0,
+                "revoked": 0,
+                "waiting": None,
+                "resources": 0,
+                "updated_at": 0.0,
+            },
+        )
+        p["resources"] += 1
+        p["updated_at"] = max(p["updated_at"], r.updated_at)
+        stats = r.stats or {}
+        active, capacity = stats.get("active"), stats.get("capacity")
+        if isinstance(active, int) and not isinstance(active, bool):
+            p["active"] += active
+        if isinstance(capacity, int) and not isinstance(capacity, bool) and r.state != "revoked":
+            p["capacity"] += capacity
+        if r.state in ("ready", "degraded", "dead", "revoked"):
+            p[r.state] += 1
+        waiting = stats.get("waiting")
+        if isinstance(waiting, int) and not isinstance(waiting, bool):
+            p["waiting"] = (p["waiting"] or 0) + waiting
+    return list(pools.values())
+
+
+def snapshot(
+    store: Store, choice: RunChoice, digest: LiveDigest, *, now: float | None = None
+) -> dict[str, Any]:
+    """Everything a live view shows, read now (the digest is updated first)."""
+    now = time.time() if now is None else now
+    digest.update(store)
+    run = store.get_run(choice.run_id) if choice.run_id is not None else None
+    stats = store_stats(store, choice.run_id)
+    counters: dict[str, Any] = dict(run.stats) if run is not None else {}
+    elapsed: float | None = None
+    if run is not None:
+        end = run.ended_at if run.ended_at is not None and run.status != "running" else now
+        elapsed = round(max(0.0, end - run.started_at), 3)
+    in_flight = None
+    if "pipelines_admitted" in counters and "pipelines_done" in counters:
+        in_flight = max(0, int(counters["pipelines_admitted"]) - int(counters["pipelines_done"]))
+    pools = pool_summary(store.resources(run_id=choice.run_id))
+    waiting_known = [p["waiting"] for p in pools if p["waiting"] is not None]
+    waiting = counters.get("waiting_pipelines", sum(waiting_known) if waiting_known else None)
+    done = stats["pipelines"]["total"] - sum(
+        stats["pipelines"]["by_state"].get(s, 0) for s in ("running", "pending")
+    )
+    run_metrics: dict[str, Any] = {}
+    if choice.run_id is not None:
+        run_metrics = {m.name: m.value for m in store.metrics(run_id=choice.run_id, pipeline_id="")}
+    return {
+        "run_id": choice.run_id,
+        "run_selected": choice.how,
+        "run": None
+        if run is None
+        else {
+            "status": run.status,
+            "label": run.label,
+            "started_at": run.started_at,
+            "ended_at": run.ended_at,
+            "heartbeat_at": run.heartbeat_at,
+            "stop_reason": run.stop_reason,
+        },
+        "elapsed_s": elapsed,
+        "pipelines": stats["pipelines"],
+        "tasks": stats.get("tasks", {}),
+        "attempts_total": stats.get("attempts_total", 0),
+        "events_total": stats.get("events_total", 0),
+        "counters": counters,
+        "in_flight": in_flight,
+        "parked": len(digest.parked),
+        "waiting": waiting,
+        "latency_ms": digest.latency(),
+        "throughput": {
+            "attempts_per_s_recent": digest.recent_rate(),
+            "pipelines_per_s": round(done / elapsed, 3) if elapsed else None,
+        },
+        "pools": pools,
+        "recent_errors": list(digest.recent_errors)[-10:],
+        "reported_metrics": None
+        if choice.run_id is None
+        else {
+            "run": run_metrics,
+            "pipelines": digest.metric_summary(store, now),
+        },
+    }

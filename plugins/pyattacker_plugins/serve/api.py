@@ -1,0 +1,358 @@
+"""The viewer's JSON endpoints: each request gets a fresh read-only store connection.
+
+Lists are paged: ``limit`` (default 50, at most 1000) and an opaque ``after`` cursor taken
+from the previous page's ``next``. Stored text comes back as raw JSON strings (the dashboard
+renders it as text nodes). Status and list endpoints never read metric curves; only
+``/curves`` does, one series at a time.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from pyattacker.errors import ConfigError
+from pyattacker.store import Store
+from pyattacker.view_common import ALL_RUNS, RunChoice, choose_run, read_only_store, to_plain
+from pyattacker.view_live import LiveDigest, snapshot
+
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Api", "ApiError", "prometheus_text"]
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 1000
+_DIGESTS = 8
+_KEY_PROBE = 5000
+
+
+class ApiError(Exception):
+    """An HTTP error answer with a JSON body."""
+
+    def __init__(self, status: int, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = {"error": message, **extra}
+
+
+def _cursor(values: list[Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(values, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def _uncursor(text: str, n: int) -> tuple[Any, ...]:
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        values = json.loads(raw)
+    except (ValueError, TypeError) as exc:
+        raise ApiError(400, "invalid 'after' cursor") from exc
+    if not isinstance(values, list) or len(values) != n:
+        raise ApiError(400, "invalid 'after' cursor")
+    return tuple(values)
+
+
+def _limit(params: dict[str, str]) -> int:
+    raw = params.get("limit")
+    if raw is None or raw == "":
+        return DEFAULT_LIMIT
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ApiError(400, "limit must be an integer") from exc
+    return max(1, min(MAX_LIMIT, value))
+
+
+def _int_param(params: dict[str, str], name: str, default: int) -> int:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ApiError(400, f"{name} must be an integer") from exc
+
+
+def _page(rows: list[Any], limit: int, key: Callable[[Any], list[Any]]) -> tuple[list[Any], str | None]:
+    """``rows`` fetched with ``limit + 1``: the page and the cursor of its last row, if more."""
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, (_cursor(key(rows[-1])) if more and rows else None)
+
+
+class Api:
+    """Answers ``GET path?params`` for one store location."""
+
+    def __init__(self, location: str, run_id: str | None = None) -> None:
+        self.location = location
+        self.run_id = run_id
+        self._digests: OrderedDict[str | None, LiveDigest] = OrderedDict()
+        self._lock = threading.Lock()
+        self.routes: dict[str, Callable[[Store, RunChoice, dict[str, str]], Any]] = {
+            "/stats": self.stats,
+            "/metrics": self.metrics,
+            "/events": self.events,
+            "/pipelines": self.pipelines,
+            "/resources": self.resources,
+            "/errors": self.errors,
+            "/curves": self.curves,
+        }
+
+    @property
+    def paths(self) -> list[str]:
+        return ["/", "/app.js", "/app.css", "/healthz", *self.routes]
+
+    def digest(self, run_id: str | None) -> LiveDigest:
+        with self._lock:
+            d = self._digests.get(run_id)
+            if d is None:
+                d = self._digests[run_id] = LiveDigest(run_id)
+                while len(self._digests) > _DIGESTS:
+                    self._digests.popitem(last=False)
+            self._digests.move_to_end(run_id)
+            return d
+
+    def call(self, path: str, params: dict[str, str]) -> Any:
+        route = self.routes.get(path)
+        if route is None:
+            raise ApiError(404, f"no such path {path!r}", paths=self.paths)
+        with read_only_store(self.location) as store:
+            try:
+                choice = choose_run(store, params.get("run_id") or self.run_id)
+            except ConfigError as exc:
+                raise ApiError(404, str(exc)) from exc
+            return route(store, choice, params)
+
+    def prometheus(self, params: dict[str, str]) -> str:
+        """``/metrics`` in the Prometheus text format (run-scope application metrics only)."""
+        with read_only_store(self.location) as store:
+            try:
+                choice = choose_run(store, params.get("run_id") or self.run_id)
+            except ConfigError as exc:
+                raise ApiError(404, str(exc)) from exc
+            snap = snapshot(store, choice, self.digest(choice.run_id))
+            rows = store.metrics(run_id=choice.run_id, pipeline_id="") if choice.run_id else []
+            return prometheus_text(snap, rows)
+
+    # -- endpoints -------------------------------------------------------------------------------
+    def stats(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+        digest = self.digest(choice.run_id)
+        snap = snapshot(store, choice, digest)
+        snap["latency_histogram"] = digest.histogram_rows()
+        snap["throughput_series"] = digest.throughput()
+        snap["recent_events"] = list(digest.recent_events)[-40:]
+        snap["event_counts"] = dict(sorted(digest.event_counts.items()))
+        snap["store"] = self.location
+        snap["generated_at"] = time.time()
+        return snap
+
+    def metrics(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+        if choice.run_id is None:
+            return {
+                "run_id": None,
+                "rows": [],
+                "limit": _limit(params),
+                "next": None,
+                "note": "application metrics are per run; pick a run (run_id=...)",
+            }
+        limit = _limit(params)
+        pid = params.get("pipeline_id")
+        rows = store.metrics(run_id=choice.run_id, pipeline_id=pid)
+        if params.get("after"):
+            after = _uncursor(params["after"], 2)
+            rows = [m for m in rows if (m.pipeline_id, m.name) > after]
+        page, nxt = _page(rows[: limit + 1], limit, lambda m: [m.pipeline_id, m.name])
+        return {"run_id": choice.run_id, "rows": [to_plain(m) for m in page], "limit": limit, "next": nxt}
+
+    def events(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+        limit = _limit(params)
+        after = _int_param(params, "after", 0)
+        rows = store.page(
+            "events",
+            run_id=choice.run_id,
+            pipeline_id=params.get("pipeline_id") or None,
+            after=(after,),
+            limit=limit + 1,
+        )
+        page = rows[:limit]
+        nxt = str(page[-1].event_id) if len(rows) > limit and page else None
+        return {"run_id": choice.run_id, "rows": [to_plain(e) for e in page], "limit": limit, "next": nxt}
+
+    def pipelines(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+        limit = _limit(params)
+        after = _uncursor(params["after"], 2) if params.get("after") else None
+        rows = store.page(
+            "pipelines", run_id=choice.run_id, state=params.get("state") or None, after=after, limit=limit + 1
+        )
+        page, nxt = _page(rows, limit, lambda p: [p.created_at, p.pipeline_id])
+        out = []
+        for p in page:
+            row = to_plain(p)
+            row.pop("traceback", None)
+            row["n_tasks_done"] = p.cursor
+            row["reported_metrics"] = {
+                m.name: m.value for m in store.metrics(run_id=p.run_id, pipeline_id=p.pipeline_id)
+            }
+            out.append(row)
+        return {"run_id": choice.run_id, "rows": out, "limit": limit, "next": nxt}
+
+    def resources(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+        limit = _limit(params)
+        rows = store.resources(run_id=choice.run_id)
+        if params.get("pool"):
+            rows = [r for r in rows if r.pool == params["pool"]]
+        if params.get("after"):
+            after = _uncursor(params["after"], 3)
+            rows = [r for r in rows if (r.pool, r.resource_id, r.run_id) > after]
+        rows.sort(key=lambda r: (r.pool, r.resource_id, r.run_id))
+        page, nxt = _page(rows[: limit + 1], limit, lambda r: [r.pool, r.resource_id, r.run_id])
+        body: dict[str, Any] = {
+            "run_id": choice.run_id,
+            "rows": [to_plain(r) for r in page],
+            "limit": limit,
+            "next": nxt,
+        }
+        if not page:
+            body["note"] = "no resource rows yet (written at each heartbeat and at run end)"
+        return body
+
+    def errors(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+        limit = _limit(params)
+        after = _uncursor(params["after"], 2) if params.get("after") else None
+        rows = store.page("pipelines", run_id=choice.run_id, state="failed", after=after, limit=limit + 1)
+        page, nxt = _page(rows, limit, lambda p: [p.created_at, p.pipeline_id])
+        out = [
+            {
+                "pipeline_id": p.pipeline_id,
+                "key": p.key,
+                "seed_key": p.seed_key,
+                "name": p.name,
+                "run_id": p.run_id,
+                "failed_task": p.failed_task,
+                "error_class": p.error_class,
+                "error_type": p.error_type,
+                "error_message": p.error_message,
+                "finished_at": p.finished_at,
+            }
+            for p in page
+        ]
+        return {"run_id": choice.run_id, "rows": out, "limit": limit, "next": nxt}
+
+    def curves(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+        if choice.run_id is None:
+            raise ApiError(400, "curves belong to one run; pass run_id=<id> (not 'all')")
+        pid = params.get("pipeline_id", "")
+        key = params.get("key")
+        if not key:
+            probe = store.metric_points(choice.run_id, pid, None, -1, _KEY_PROBE)
+            keys = sorted({pt.key for pt in probe if pt.step == 0})
+            return {"run_id": choice.run_id, "pipeline_id": pid, "keys": keys}
+        limit = _limit(params)
+        after = _int_param(params, "after", -1)
+        rows = store.metric_points(choice.run_id, pid, key, after, limit + 1)
+        page = rows[:limit]
+        nxt = str(page[-1].step) if len(rows) > limit and page else None
+        points = [{"step": p.step, "value": p.value, "ts": p.ts, "attempt": p.attempt} for p in page]
+        return {
+            "run_id": choice.run_id,
+            "pipeline_id": pid,
+            "key": key,
+            "rows": points,
+            "limit": limit,
+            "next": nxt,
+        }
+
+
+# -- Prometheus text format -------------------------------------------------------------------
+_NAME_OK = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def _label(value: Any) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(**kv: Any) -> str:
+    parts = [f'{k}="{_label(v)}"' for k, v in kv.items() if v is not None]
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def prometheus_text(snap: dict[str, Any], run_metrics: list[Any]) -> str:
+    """Exposition format 0.0.4: pipeline states, attempts, pools and run-scope app metrics."""
+    run = snap.get("run_id") or ALL_RUNS
+    out: list[str] = []
+
+    def family(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> None:
+        out.append(f"# HELP {name} {help_}")
+        out.append(f"# TYPE {name} {kind}")
+        out.extend(f"{name}{labels} {value!r}" for labels, value in samples)
+
+    family(
+        "pyattacker_pipelines",
+        "gauge",
+        "Pipelines by state in the selected run.",
+        [(_labels(run_id=run, state=s), float(n)) for s, n in snap["pipelines"].get("by_state", {}).items()],
+    )
+    family(
+        "pyattacker_attempts_total",
+        "counter",
+        "Task attempts recorded for the run.",
+        [(_labels(run_id=run), float(snap.get("attempts_total", 0)))],
+    )
+    family(
+        "pyattacker_events_total",
+        "counter",
+        "Events recorded for the run.",
+        [(_labels(run_id=run), float(snap.get("events_total", 0)))],
+    )
+    lat = snap["latency_ms"]
+    family(
+        "pyattacker_attempt_latency_ms",
+        "gauge",
+        "Attempt duration percentiles (ms).",
+        [
+            (_labels(run_id=run, quantile=q), float(lat[k]))
+            for q, k in (("0.5", "p50"), ("0.95", "p95"), ("1", "max"))
+            if lat.get(k) is not None
+        ],
+    )
+    pools = snap.get("pools", [])
+    family(
+        "pyattacker_pool_active",
+        "gauge",
+        "Leases held per pool.",
+        [(_labels(pool=p["pool"]), float(p["active"])) for p in pools],
+    )
+    family(
+        "pyattacker_pool_capacity",
+        "gauge",
+        "Lease capacity per pool.",
+        [(_labels(pool=p["pool"]), float(p["capacity"])) for p in pools],
+    )
+    family(
+        "pyattacker_pool_resources",
+        "gauge",
+        "Resources per pool by health state.",
+        [
+            (_labels(pool=p["pool"], state=s), float(p[s]))
+            for p in pools
+            for s in ("ready", "degraded", "dead")
+        ],
+    )
+    samples = []
+    for m in run_metrics:
+        value = _number(m.value)
+        if value is not None:
+            samples.append((_labels(run_id=m.run_id, name=_NAME_OK.sub("_", m.name), metric=m.name), value))
+    family("pyattacker_app_metric", "gauge", "Run-scope application metrics (ctx/runner record).", samples)
+    return "\n".join(out) + "\n"

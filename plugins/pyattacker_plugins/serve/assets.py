@@ -1,0 +1,246 @@
+"""The dashboard: a static HTML shell, a stylesheet and a script (no inline code, no CDN).
+
+The HTML holds no stored text at all; the script fetches the JSON endpoints and builds every
+node with ``createElement``/``textContent`` (never ``innerHTML``), so an error message that
+contains markup is shown as the characters it is. Charts are inline SVG built the same way.
+"""
+
+from __future__ import annotations
+
+__all__ = ["APP_CSS", "APP_JS", "INDEX_HTML"]
+
+INDEX_HTML = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>pyattacker</title>
+<link rel="stylesheet" href="/app.css">
+<script src="/app.js" defer></script>
+</head>
+<body>
+<header><h1>pyattacker</h1><span id="run"></span><span id="status"></span></header>
+<section id="cards" class="cards"></section>
+<section class="charts">
+  <figure><figcaption>Throughput (attempts/s)</figcaption><div id="throughput"></div></figure>
+  <figure><figcaption>Attempt latency histogram (ms)</figcaption><div id="latency"></div></figure>
+  <figure><figcaption>Resource utilisation (active / capacity)</figcaption><div id="resources"></div></figure>
+  <figure><figcaption>Metric curves
+    <input id="curve-pipeline" placeholder="pipeline id" size="24"></figcaption>
+    <div id="curves"></div></figure>
+</section>
+<h2>Run metrics</h2><section id="metrics" class="cards"></section>
+<h2>Errors</h2><table id="errors"></table>
+<h2>Pipelines (first 50)</h2><table id="pipelines"></table>
+<h2>Recent events</h2><table id="events"></table>
+</body>
+</html>
+"""
+
+APP_CSS = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1rem 2rem; color: #222; background: #fafafa; }
+header { display: flex; gap: 1rem; align-items: baseline; }
+h1 { font-size: 1.3rem; margin: 0; }
+h2 { font-size: 1.05rem; margin: 1.2rem 0 .4rem; }
+.cards { display: flex; flex-wrap: wrap; gap: .5rem; }
+.card { background: #fff; border: 1px solid #ddd; border-radius: 6px; padding: .4rem .7rem; min-width: 7rem; }
+.card .v { font-size: 1.2rem; font-weight: 600; }
+.card .k { color: #666; font-size: .8rem; }
+.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(420px, 1fr));
+  gap: .8rem; margin-top: 1rem; }
+figure { margin: 0; background: #fff; border: 1px solid #ddd; border-radius: 6px; padding: .5rem; }
+figcaption { font-weight: 600; margin-bottom: .3rem; }
+table { border-collapse: collapse; width: 100%; background: #fff; font-size: .85rem; }
+th, td { border-bottom: 1px solid #eee; padding: .2rem .4rem; text-align: left; vertical-align: top; }
+td { max-width: 40rem; overflow-wrap: anywhere; }
+.failed { color: #b00; } .succeeded { color: #070; } .running { color: #06c; }
+svg text { font-size: 10px; fill: #555; }
+"""
+
+APP_JS = r"""
+"use strict";
+(function () {
+  const SVG = "http://www.w3.org/2000/svg";
+  const params = new URLSearchParams(window.location.search);
+  let runId = params.get("run_id") || "";
+  const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"];
+
+  function el(tag, text, cls) {
+    const node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (cls) node.className = cls;
+    return node;
+  }
+  function svg(tag, attrs) {
+    const node = document.createElementNS(SVG, tag);
+    for (const k in attrs) node.setAttribute(k, String(attrs[k]));
+    return node;
+  }
+  function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
+  function short(v, n) {
+    const s = typeof v === "string" ? v : JSON.stringify(v);
+    return s && s.length > n ? s.slice(0, n - 1) + "\u2026" : s;
+  }
+  async function get(path, extra) {
+    const q = new URLSearchParams(extra || {});
+    if (runId) q.set("run_id", runId);
+    const r = await fetch(path + "?" + q.toString(), { credentials: "same-origin", cache: "no-store" });
+    if (!r.ok) throw new Error(path + ": HTTP " + r.status);
+    return r.json();
+  }
+  function card(parent, key, value) {
+    const c = el("div", null, "card");
+    c.appendChild(el("div", value === null || value === undefined ? "-" : value, "v"));
+    c.appendChild(el("div", key, "k"));
+    parent.appendChild(c);
+  }
+  function table(node, columns, rows) {
+    clear(node);
+    const head = el("tr");
+    columns.forEach(function (c) { head.appendChild(el("th", c[0])); });
+    node.appendChild(head);
+    rows.forEach(function (row) {
+      const tr = el("tr");
+      columns.forEach(function (c) {
+        const v = c[1](row);
+        tr.appendChild(el("td", v === null || v === undefined ? "" : v, c[0] === "state" ? String(v) : null));
+      });
+      node.appendChild(tr);
+    });
+  }
+  function frame(w, h) {
+    return svg("svg", { width: w, height: h, viewBox: "0 0 " + w + " " + h, role: "img" });
+  }
+  function lineChart(node, series, w, h) {
+    clear(node);
+    const s = frame(w, h);
+    let xs = [], ys = [];
+    series.forEach(function (ser) { ser.points.forEach(function (p) { xs.push(p[0]); ys.push(p[1]); }); });
+    if (!xs.length) { node.appendChild(el("p", "no data yet")); return; }
+    const x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs);
+    const y0 = Math.min(0, Math.min.apply(null, ys)), y1 = Math.max.apply(null, ys);
+    const sx = function (x) { return 30 + (x1 === x0 ? 0 : (x - x0) / (x1 - x0)) * (w - 40); };
+    const sy = function (y) { return h - 15 - (y1 === y0 ? 0 : (y - y0) / (y1 - y0)) * (h - 30); };
+    s.appendChild(svg("line", { x1: 30, y1: h - 15, x2: w - 10, y2: h - 15, stroke: "#999" }));
+    const top = svg("text", { x: 2, y: 12 }); top.textContent = short(y1, 10); s.appendChild(top);
+    series.forEach(function (ser, i) {
+      const pts = ser.points.map(function (p) {
+        return sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1);
+      }).join(" ");
+      const color = COLORS[i % COLORS.length];
+      s.appendChild(svg("polyline", { points: pts, fill: "none", stroke: color, "stroke-width": 1.5 }));
+      const label = svg("text", { x: 40 + i * 110, y: h - 2, fill: COLORS[i % COLORS.length] });
+      label.textContent = short(ser.name, 18);
+      s.appendChild(label);
+    });
+    node.appendChild(s);
+  }
+  function barChart(node, bars, w, h) {
+    clear(node);
+    const s = frame(w, h);
+    const max = Math.max.apply(null, bars.map(function (b) { return b[1]; }).concat([1]));
+    const bw = (w - 20) / Math.max(1, bars.length);
+    bars.forEach(function (b, i) {
+      const bh = (b[1] / max) * (h - 30);
+      s.appendChild(svg("rect", { x: 10 + i * bw, y: h - 15 - bh, width: Math.max(1, bw - 2), height: bh,
+        fill: "#1f77b4" }));
+      const t = svg("text", { x: 10 + i * bw, y: h - 3 }); t.textContent = b[0]; s.appendChild(t);
+    });
+    node.appendChild(s);
+  }
+  function utilisation(node, rows) {
+    clear(node);
+    if (!rows.length) { node.appendChild(el("p", "no resource rows yet")); return; }
+    const h = 18 * rows.length + 10, w = 420;
+    const s = frame(w, h);
+    rows.forEach(function (r, i) {
+      const st = r.stats || {};
+      const cap = Number(st.capacity) || 0, act = Number(st.active) || 0;
+      const y = 5 + i * 18;
+      s.appendChild(svg("rect", { x: 150, y: y, width: 250, height: 12, fill: "#eee" }));
+      s.appendChild(svg("rect", { x: 150, y: y, width: cap ? 250 * Math.min(1, act / cap) : 0, height: 12,
+        fill: r.state === "ready" ? "#2ca02c" : (r.state === "dead" ? "#d62728" : "#ff7f0e") }));
+      const t = svg("text", { x: 0, y: y + 10 });
+      t.textContent = short(r.pool + "/" + r.resource_id, 22) + " " + act + "/" + cap + " " + r.state;
+      s.appendChild(t);
+    });
+    node.appendChild(s);
+  }
+  async function curves() {
+    const node = document.getElementById("curves");
+    const input = document.getElementById("curve-pipeline");
+    const pid = input.value;
+    if (!pid) { clear(node); node.appendChild(el("p", "type a pipeline id")); return; }
+    const k = await get("/curves", { pipeline_id: pid });
+    const series = [];
+    for (const key of (k.keys || []).slice(0, 5)) {
+      const c = await get("/curves", { pipeline_id: pid, key: key, limit: 1000 });
+      series.push({ name: key, points: c.rows.filter(function (p) { return typeof p.value === "number"; })
+        .map(function (p) { return [p.step, p.value]; }) });
+    }
+    lineChart(node, series, 420, 160);
+  }
+  async function refresh() {
+    try {
+      const st = await get("/stats");
+      if (!runId && st.run_id) runId = st.run_id;
+      document.getElementById("run").textContent =
+        st.run_id ? "run " + st.run_id + " (" + st.run_selected + ")" : "all runs";
+      document.getElementById("status").textContent = st.run ? "status " + st.run.status : "";
+      const cards = document.getElementById("cards");
+      clear(cards);
+      card(cards, "pipelines", st.pipelines.total);
+      Object.keys(st.pipelines.by_state).forEach(function (k) { card(cards, k, st.pipelines.by_state[k]); });
+      card(cards, "attempts", st.attempts_total);
+      card(cards, "events", st.events_total);
+      card(cards, "in flight", st.in_flight);
+      card(cards, "parked", st.parked);
+      card(cards, "p50 ms", st.latency_ms.p50);
+      card(cards, "p95 ms", st.latency_ms.p95);
+      card(cards, "attempts/s", st.throughput.attempts_per_s_recent);
+      const m = document.getElementById("metrics");
+      clear(m);
+      if (st.reported_metrics) {
+        Object.keys(st.reported_metrics.run).forEach(function (k) {
+          card(m, k, short(st.reported_metrics.run[k], 40));
+        });
+        Object.keys(st.reported_metrics.pipelines).forEach(function (k) {
+          const s = st.reported_metrics.pipelines[k];
+          card(m, k + " (latest of " + s.pipelines + ")", short(s.latest, 40));
+        });
+      }
+      lineChart(document.getElementById("throughput"),
+        [{ name: "attempts/s",
+           points: st.throughput_series.map(function (p) { return [p.t, p.per_s]; }) }], 420, 160);
+      barChart(document.getElementById("latency"), st.latency_histogram.map(function (b) {
+        return [b.le_ms === null ? "inf" : String(b.le_ms), b.count]; }), 420, 160);
+      table(document.getElementById("events"), [["id", function (e) { return e.event_id; }],
+        ["kind", function (e) { return e.kind; }], ["pipeline", function (e) { return e.pipeline_id; }],
+        ["pool", function (e) { return e.pool; }], ["data", function (e) { return short(e.data, 160); }]],
+        st.recent_events.slice().reverse());
+      const res = await get("/resources", { limit: 200 });
+      utilisation(document.getElementById("resources"), res.rows);
+      const errs = await get("/errors", { limit: 50 });
+      table(document.getElementById("errors"), [["pipeline", function (e) { return e.key; }],
+        ["task", function (e) { return e.failed_task; }], ["type", function (e) { return e.error_type; }],
+        ["message", function (e) { return short(e.error_message, 300); }]], errs.rows);
+      const pl = await get("/pipelines", { limit: 50 });
+      table(document.getElementById("pipelines"), [["pipeline", function (p) { return p.key; }],
+        ["name", function (p) { return p.name; }], ["state", function (p) { return p.state; }],
+        ["tasks", function (p) { return p.n_tasks_done + "/" + p.n_tasks_total; }],
+        ["attempts", function (p) { return p.attempts_total; }],
+        ["metrics", function (p) { return short(p.reported_metrics, 120); }]], pl.rows);
+      const input = document.getElementById("curve-pipeline");
+      if (!input.value && pl.rows.length) input.value = pl.rows[0].pipeline_id;
+      await curves();
+    } catch (err) {
+      document.getElementById("status").textContent = String(err);
+    }
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    document.getElementById("curve-pipeline").addEventListener("change", curves);
+    refresh();
+    setInterval(refresh, 2000);
+  });
+})();
+"""

@@ -1,0 +1,204 @@
+"""The viewer's HTTP server: stdlib ``ThreadingHTTPServer``, GET only, every answer hardened.
+
+Order of checks for each request: query length (414), Host and Origin allow-lists (403),
+method (405) and body (413), ``/healthz`` (no auth), token exchange (303 + cookie), then
+authentication (401). Every response, errors included, carries the security headers.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import socket
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import IO, Any
+from urllib.parse import parse_qsl, urlsplit
+
+from pyattacker.errors import ConfigError
+from pyattacker.view_common import read_only_store
+
+from . import assets
+from .api import Api, ApiError
+from .security import MAX_QUERY_BYTES, SECURITY_HEADERS, Guard
+
+__all__ = ["ViewerServer", "run_server"]
+
+_PROM_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_STATIC = {
+    "/": ("text/html; charset=utf-8", assets.INDEX_HTML),
+    "/app.js": ("text/javascript; charset=utf-8", assets.APP_JS),
+    "/app.css": ("text/css; charset=utf-8", assets.APP_CSS),
+}
+
+
+class ViewerServer(ThreadingHTTPServer):
+    """Threading server holding the API and the guard its handlers use."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, location: str, host: str, port: int, token: str, run_id: str | None) -> None:
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            super().__init__((host.strip("[]"), port), _Handler)
+        except OSError as exc:
+            raise ConfigError(f"serve: cannot bind {host}:{port}: {exc}") from exc
+        self.api = Api(location, run_id)
+        self.bound_port = int(self.server_address[1])
+        self.guard = Guard(token, host.strip("[]"), self.bound_port)
+        shown = f"[{host.strip('[]')}]" if ":" in host else host
+        self.url = f"http://{shown}:{self.bound_port}/"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ViewerServer
+    server_version = "pyattacker-serve"
+    sys_version = ""
+    protocol_version = "HTTP/1.1"
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: URLs may carry the token
+        return
+
+    def _send(self, status: int, body: bytes, content_type: str, extra: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in SECURITY_HEADERS.items():
+            self.send_header(name, value)
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, doc: Any, extra: dict[str, str] | None = None) -> None:
+        body = json.dumps(
+            doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str
+        ).encode()
+        self._send(status, body, "application/json; charset=utf-8", extra)
+
+    def _refuse_early(self) -> bool:
+        """Checks common to every method; True when an answer was already sent."""
+        parts = urlsplit(self.path)
+        if len(parts.query.encode()) > MAX_QUERY_BYTES or len(self.path) > 8192:
+            self.close_connection = True
+            self._json(414, {"error": f"query string longer than {MAX_QUERY_BYTES} bytes"})
+            return True
+        guard = self.server.guard
+        if not guard.host_ok(self.headers.get("Host")):
+            self.close_connection = True
+            self._json(403, {"error": "forbidden host"})
+            return True
+        if not guard.origin_ok(self.headers.get("Origin")):
+            self.close_connection = True
+            self._json(403, {"error": "forbidden origin"})
+            return True
+        return False
+
+    def _refuse_method(self) -> None:
+        if self._refuse_early():
+            return
+        self.close_connection = True  # never read a body we refuse
+        self._json(
+            405, {"error": f"method {self.command} not allowed; the viewer is read-only"}, {"Allow": "GET"}
+        )
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = _refuse_method
+
+    # -- GET ------------------------------------------------------------------------------------
+    def do_GET(self) -> None:
+        if self._refuse_early():
+            return
+        length = self.headers.get("Content-Length")
+        if (length and length.strip() != "0") or self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            self._json(413, {"error": "request bodies are not accepted"})
+            return
+        parts = urlsplit(self.path)
+        path = parts.path or "/"
+        if path in ("/healthz", "/health"):
+            self._json(200, {"ok": True})
+            return
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        guard = self.server.guard
+        tokens = [v for k, v in pairs if k == "token"]
+        if tokens:
+            if len(tokens) == 1 and guard.token_ok(tokens[0]):
+                target = guard.strip_token(path, parts.query)
+                self._send(
+                    303,
+                    b"",
+                    "text/plain; charset=utf-8",
+                    {"Location": target, "Set-Cookie": guard.set_cookie()},
+                )
+            else:
+                self._json(401, {"error": "invalid token"}, {"WWW-Authenticate": "Bearer"})
+            return
+        if not guard.authenticated(self.headers.get("Cookie"), self.headers.get("Authorization")):
+            self._json(
+                401,
+                {
+                    "error": "authentication required: open the URL printed by `pyattacker serve`"
+                    " or send Authorization: Bearer <token>"
+                },
+                {"WWW-Authenticate": "Bearer"},
+            )
+            return
+        if path in _STATIC:
+            content_type, text = _STATIC[path]
+            self._send(200, text.encode(), content_type)
+            return
+        params = dict(pairs)
+        try:
+            if path == "/metrics" and self._wants_prometheus(params):
+                self._send(200, self.server.api.prometheus(params).encode(), _PROM_TYPE)
+                return
+            self._json(200, self.server.api.call(path, params))
+        except ApiError as exc:
+            self._json(exc.status, exc.body)
+        except Exception as exc:  # one bad request must not kill the server
+            self._json(500, {"error": f"{type(exc).__name__}: {exc}"})
+
+    def _wants_prometheus(self, params: dict[str, str]) -> bool:
+        if params.get("format") == "prometheus":
+            return True
+        accept = self.headers.get("Accept") or ""
+        return "text/plain" in accept and "version=0.0.4" in accept
+
+
+def run_server(
+    location: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8787,
+    run_id: str | None = None,
+    token: str | None = None,
+    out: IO[str] = sys.stdout,
+) -> None:
+    """Check the store, bind, print the tokenised URL and serve until Ctrl+C / SIGTERM."""
+    with read_only_store(location):  # missing or foreign store: ConfigError before binding
+        pass
+    server = ViewerServer(location, host, port, token or secrets.token_urlsafe(32), run_id)
+    if host.strip("[]") not in ("127.0.0.1", "localhost", "::1"):
+        print(
+            f"warning: serving on {host}, not loopback; anyone who can reach it and has the token can read"
+            " the store (put an authenticating proxy in front)",
+            file=sys.stderr,
+        )
+    print(f"pyattacker serve: {server.url}?token={server.guard.token}", file=out, flush=True)
+
+    def stop(*_: Any) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.server_close()

@@ -1,0 +1,70 @@
+"""The ``console`` event sink: one stderr line per event a person should notice.
+
+Failures, scheduled retries, resource health changes and failed pipelines are printed; the
+high-volume rest (leases, successes) is not, so the console stays readable for hours.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import IO, Any
+
+from pyattacker.hookspecs import hookimpl
+from pyattacker.model import EventRecord
+
+__all__ = ["NOTABLE_KINDS", "ConsoleSink"]
+
+NOTABLE_KINDS = frozenset(
+    {
+        "task.failed",
+        "task.retry_scheduled",
+        "resource.degraded",
+        "resource.dead",
+        "resource.recovered",
+        "pipeline.failed",
+        "pipeline.terminal_repair_failed",
+        "runner.worker_crashed",
+        "lease.leaked",
+    }
+)
+
+
+def _one_line(value: Any, limit: int = 300) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class ConsoleSink:
+    """Prints notable events to ``stream`` (stderr by default); ``kinds`` overrides the set."""
+
+    def __init__(self, stream: IO[str] | None = None, kinds: list[str] | None = None) -> None:
+        self.stream = stream
+        self.kinds = frozenset(kinds) if kinds is not None else NOTABLE_KINDS
+
+    def format(self, ev: EventRecord) -> str:
+        data = ev.data or {}
+        where = ev.pipeline_id or (f"{ev.pool}/{ev.resource_id}" if ev.pool else "-")
+        clock = time.strftime("%H:%M:%S", time.localtime(ev.ts))
+        parts = [clock, ev.kind, where]
+        for key in ("task", "attempt", "error_class", "delay_s", "consecutive_failures", "reason", "phase"):
+            if data.get(key) is not None:
+                parts.append(f"{key}={data[key]}")
+        if data.get("error"):
+            parts.append(_one_line(data["error"]))
+        return " ".join(str(p) for p in parts)
+
+    def handle(self, events: list[EventRecord]) -> None:
+        out = self.stream or sys.stderr
+        lines = [self.format(ev) for ev in events if ev.kind in self.kinds]
+        if lines:
+            out.write("\n".join(lines) + "\n")
+            out.flush()
+
+    def close(self) -> None:
+        pass
+
+
+@hookimpl
+def pyattacker_event_sinks(register: Any) -> None:
+    register("console", ConsoleSink)

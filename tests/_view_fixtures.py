@@ -1,0 +1,80 @@
+"""Stores for the view tests (report, export, watch, serve), written by the real runner."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pyattacker.errors import RetryableError
+from pyattacker.model import Batch, EventRecord
+from pyattacker.pipeline import pipeline
+from pyattacker.pool import Pool, Resource
+from pyattacker.runner import Runner
+from pyattacker.store import open_store
+from pyattacker.task import task
+
+XSS = "<script>alert('x')</script>"
+
+
+@task(resource="api")
+async def fetch(x: dict[str, Any], ctx: Any) -> int:
+    async with ctx.acquire():
+        ctx.record(score=x["i"] * 0.5, label="=cmd|' /C calc'!A0")
+        ctx.track_many([{"loss": 1.0 / (j + 1)} for j in range(3)])
+        return int(x["i"]) + 1
+
+
+@task(retry={"max_attempts": 2, "base": 0.001})
+async def judge(x: int, ctx: Any) -> dict[str, Any]:
+    if x % 5 == 0 and ctx.attempt < 2:
+        raise RetryableError("flaky")
+    if x % 7 == 0:
+        raise ValueError(XSS)
+    return {"v": x * 2, "note": "-negative looking" if x == 3 else "ok"}
+
+
+def build_store(path: str | os.PathLike[str], n: int = 20, *, concurrency: int = 4, start: int = 0) -> str:
+    """Run ``n`` two-task pipelines (some retry, every 7th fails with a markup message)."""
+    pools = [Pool("api", [Resource("llm", id="r1", capacity=2)])]
+    done = {"n": 0}
+
+    def finished(runner: Runner, record: Any, artifact: Any) -> None:
+        done["n"] += 1
+        runner.report_metric("finished", done["n"])
+        runner.report_metric("accuracy", 0.75)
+
+    with Runner(
+        store=str(path), pools=pools, concurrency=concurrency, on_pipeline_finished=finished
+    ) as runner:
+        runner.run(
+            pipeline("p", fetch, judge).map(
+                ({"i": i} for i in range(start, start + n)), key_of=lambda s: f"k{s['i']}"
+            )
+        )
+    return str(path)
+
+
+def add_repair_failure(path: str, pipeline_id: str) -> None:
+    """Append a ``pipeline.terminal_repair_failed`` event as a later run would."""
+    store = open_store(path)
+    try:
+        run_id = store.runs()[-1].run_id
+        batch = Batch()
+        batch.events.append(
+            EventRecord(
+                ts=1.0,
+                kind="pipeline.terminal_repair_failed",
+                scope="pipeline",
+                run_id=run_id,
+                pipeline_id=pipeline_id,
+                data={"error": "disk full", "phase": "mark_final"},
+            )
+        )
+        store.commit(batch)
+    finally:
+        store.close()
+
+
+def sibling(tmp: Path, name: str) -> str:
+    return str(tmp / name)

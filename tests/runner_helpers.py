@@ -1,0 +1,34 @@
+"""Small helpers for runner tests: run on a virtual clock against a memory store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pyattacker.clock import VirtualClock
+from pyattacker.runner import Runner
+from pyattacker_plugins.store_memory import MemoryStore
+
+
+def vrunner(store: Any = None, **kwargs: Any) -> Runner:
+    kwargs.setdefault("clock", VirtualClock())
+    kwargs.setdefault("handle_signals", False)
+    return Runner(store=store if store is not None else MemoryStore(), **kwargs)
+
+
+def rows(store: Any, kind: str, **filters: Any) -> list[Any]:
+    from pyattacker.store import iter_rows
+
+    return list(iter_rows(store, kind, **filters))
+
+
+def events(store: Any, kind: str | None = None) -> list[Any]:
+    return [e for e in rows(store, "events") if kind is None or e.kind == kind]
+
+
+def states(store: Any) -> dict[str, str]:
+    return {p.pipeline_id: p.state for p in rows(store, "pipelines")}
+
+
+def seeds(n: int) -> Iterable[dict[str, int]]:
+    return ({"i": i} for i in range(n))

@@ -1,0 +1,285 @@
+"""The run / resume / validate / demo / init commands through the real console entry point
+(``python -m pyattacker`` in a subprocess), exit codes included."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+AUDIT = '''
+import asyncio, os
+from pyattacker.task import task
+
+LOG = os.environ["AUDIT_LOG"]
+
+def _note(value, name):
+    with open(LOG, "a") as fh:
+        fh.write(f"{value['i']} {name}\\n")
+
+@task(name="first")
+async def first(value):
+    await asyncio.sleep(0.02)
+    _note(value, "first")
+    return value
+
+@task(name="second")
+async def record(value):
+    await asyncio.sleep(0.05)
+    _note(value, "second")
+    return {"i": value["i"], "done": True}
+
+@task(name="boom")
+def boom(value):
+    raise ValueError(f"bad row {value['i']}")
+
+@task(name="spin")
+async def spin(value):
+    while True:
+        await asyncio.sleep(0.05)
+'''
+
+
+@pytest.fixture
+def env(tmp_path: Path, _isolated_home: Path) -> dict[str, str]:
+    (tmp_path / "audit_tasks.py").write_text(AUDIT)
+    out = dict(os.environ)
+    out.update(
+        PYATTACKER_HOME=str(_isolated_home),
+        PYTHONPATH=str(tmp_path) + os.pathsep + out.get("PYTHONPATH", ""),
+        AUDIT_LOG=str(tmp_path / "audit.log"),
+        PYATTACKER_ONLY_PLUGINS="pyattacker",
+    )
+    return out
+
+
+def cli(args: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pyattacker", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _config(tmp_path: Path, body: str, name: str = "c.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(body)
+    return path
+
+
+AUDIT_CONFIG = """
+run: {store: runs/audit.db, concurrency: 2, grace_s: 5}
+pipeline:
+  name: audited
+  tasks:
+    - {use: "audit_tasks:first"}
+    - {use: "audit_tasks:record"}
+source: {kind: range, n: N}
+"""
+
+
+# -- demo ----------------------------------------------------------------------------------
+def test_demo_with_no_arguments(env: dict[str, str], _isolated_home: Path) -> None:
+    result = cli(["demo"], env)
+    assert result.returncode == 0, result.stderr
+    assert "succeeded 50" in result.stdout
+    assert str(_isolated_home) in result.stdout.replace("\n", "")  # the summary says where
+    assert list((_isolated_home / "runs").glob("demo-*.db"))
+
+
+def test_demo_large_with_failures_shows_retries(env: dict[str, str], tmp_path: Path) -> None:
+    export = tmp_path / "results.jsonl"
+    result = cli(
+        ["demo", "--pipelines", "2000", "--fail-rate", "0.3", "--summary-format", "json", "--export", str(export)], env
+    )
+    assert result.returncode in (0, 1), result.stderr
+    data = json.loads(result.stdout)
+    assert data["counters"]["retries"] > 0
+    assert data["counters"]["pipelines_succeeded"] + data["counters"]["pipelines_failed"] == 2000
+    assert data["exit_code"] == result.returncode
+    lines = export.read_text().splitlines()
+    assert len(lines) == 2000 and json.loads(lines[0])["state"] in ("succeeded", "failed")
+
+
+def test_demo_text_shows_a_degraded_endpoint(env: dict[str, str]) -> None:
+    result = cli(["demo", "--pipelines", "300", "--fail-rate", "0.3"], env)
+    assert result.returncode in (0, 1)
+    assert "retries" in result.stdout and "degraded" in result.stdout
+
+
+def test_output_piped_to_head_has_no_traceback(env: dict[str, str]) -> None:
+    cmd = f"{sys.executable} -m pyattacker demo --pipelines 20 | head -1"
+    result = subprocess.run(cmd, shell=True, env=env, capture_output=True, text=True, timeout=60)
+    assert result.stdout.count("\n") == 1
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
+
+
+# -- run -----------------------------------------------------------------------------------
+def test_run_summary_json_and_limit(env: dict[str, str], tmp_path: Path) -> None:
+    cfg = _config(tmp_path, AUDIT_CONFIG.replace("N}", "10}"))
+    result = cli(["run", "-c", str(cfg), "--limit", "4", "--summary-format", "json", "--progress"], env)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)  # exactly one JSON object on stdout
+    assert data["counters"]["pipelines_succeeded"] == 4
+    assert data["store"] == str(tmp_path / "runs" / "audit.db")  # relative to the config's folder
+    assert len((tmp_path / "audit.log").read_text().splitlines()) == 8
+
+
+def test_run_default_store_and_text_summary(env: dict[str, str], tmp_path: Path, _isolated_home: Path) -> None:
+    cfg = _config(tmp_path, "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 3}\n", "c.toml".replace("toml", "yaml"))
+    result = cli(["run", "-c", str(cfg)], env)
+    assert result.returncode == 0, result.stderr
+    assert (_isolated_home / "runs" / "default.db").exists()
+    assert "default.db" in result.stdout and "succeeded 3" in result.stdout
+    again = cli(["resume", "-c", str(cfg)], env)
+    assert again.returncode == 0 and "skipped 3" in again.stdout
+
+
+def test_stop_after_failures_exits_1(env: dict[str, str], tmp_path: Path) -> None:
+    cfg = _config(
+        tmp_path,
+        'run: {store: s.db, concurrency: 1}\npipeline: {tasks: [{use: "audit_tasks:boom"}]}\nsource: {kind: range, n: 50}\n',
+    )
+    result = cli(["run", "-c", str(cfg), "--stop-after-failures", "3", "--summary-format", "json"], env)
+    assert result.returncode == 1, result.stderr
+    data = json.loads(result.stdout)
+    assert 3 <= data["counters"]["pipelines_failed"] < 50
+    assert data["stop_reason"] == "stop_after_failures"
+
+
+def test_sigint_then_resume_never_reruns_finished_tasks(env: dict[str, str], tmp_path: Path) -> None:
+    n = 40
+    cfg = _config(tmp_path, AUDIT_CONFIG.replace("N}", f"{n}}}"))
+    store = tmp_path / "runs" / "audit.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyattacker", "run", "-c", str(cfg)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _succeeded(store) < 3:
+            time.sleep(0.05)
+        assert _succeeded(store) >= 3, "the run made no progress"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "resumable" in err
+    first = (tmp_path / "audit.log").read_text().splitlines()
+    assert len(first) < 2 * n
+    resumed = cli(["resume", "-c", str(cfg), "--summary-format", "json"], env)
+    assert resumed.returncode == 0, resumed.stderr
+    lines = (tmp_path / "audit.log").read_text().splitlines()
+    assert sorted(lines) == sorted(f"{i} {t}" for i in range(n) for t in ("first", "second"))  # once each
+
+
+def _succeeded(store: Path) -> int:
+    if not store.exists():
+        return 0
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=1)
+        try:
+            return int(con.execute("select count(*) from pipelines where state='succeeded'").fetchone()[0])
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+def test_a_looping_task_is_stoppable(env: dict[str, str], tmp_path: Path) -> None:
+    cfg = _config(
+        tmp_path,
+        'run: {store: s.db, grace_s: 0.5}\npipeline: {tasks: [{use: "audit_tasks:spin"}]}\nsource: {kind: range, n: 3}\n',
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyattacker", "run", "-c", str(cfg)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+
+
+def test_missing_dataset_is_exit_2_before_starting(env: dict[str, str], tmp_path: Path) -> None:
+    cfg = _config(tmp_path, "run: {store: s.db}\npipeline: {tasks: [{use: echo}]}\nsource: {kind: jsonl, path: nope.jsonl}\n")
+    assert cli(["validate", "-c", str(cfg)], env).returncode == 0  # validate never opens the data
+    result = cli(["run", "-c", str(cfg)], env)
+    assert result.returncode == 2
+    assert "nope.jsonl" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--concurrency", "0"], "--concurrency"),
+        (["--limit", "0"], "--limit"),
+        (["--journal", "nope"], "--journal"),
+        (["--artifact-backend", '{"kind": "file"}'], "--artifact-backend"),
+    ],
+)
+def test_bad_flags_exit_2_naming_the_flag(env: dict[str, str], tmp_path: Path, args: list[str], needle: str) -> None:
+    cfg = _config(tmp_path, "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 1}\n")
+    result = cli(["run", "-c", str(cfg), *args], env)
+    assert result.returncode == 2
+    assert needle in result.stderr
+
+
+def test_bad_config_is_exit_2_and_runs_nothing(env: dict[str, str], tmp_path: Path) -> None:
+    cfg = _config(
+        tmp_path,
+        "run: {store: s.db}\npipeline: {tasks: [{use: simulate_llm, kwargs: {latncy_ms: 5}}]}\n"
+        "source: {kind: range, n: 1}\n",
+    )
+    for command in ("validate", "run", "resume"):
+        result = cli([command, "-c", str(cfg)], env)
+        assert result.returncode == 2
+        assert "pipeline.tasks[0].kwargs.latncy_ms" in result.stderr and "latency_ms" in result.stderr
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_strict_env(env: dict[str, str], tmp_path: Path) -> None:
+    env.pop("PA_UNSET", None)
+    cfg = _config(tmp_path, 'run: {label: "${PA_UNSET}"}\npipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 1}\n')
+    loose = cli(["validate", "-c", str(cfg)], env)
+    assert loose.returncode == 0 and "PA_UNSET" in loose.stderr
+    strict = cli(["validate", "-c", str(cfg), "--strict-env"], env)
+    assert strict.returncode == 2 and "PA_UNSET" in strict.stderr
+
+
+# -- validate / init -----------------------------------------------------------------------
+def test_validate_prints_effective_config_as_json(env: dict[str, str]) -> None:
+    ref = Path(__file__).resolve().parents[1] / "examples" / "cli_config_reference.yaml"
+    result = cli(["validate", "-c", str(ref), "--format", "json"], env)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["run"]["concurrency"] == 8 and data["pipeline"]["tasks"][1]["retry"]["max_attempts"] == 3
+    assert "sk-demo" not in result.stdout  # secrets are masked
+    text = cli(["validate", "-c", str(ref)], env)
+    assert text.returncode == 0 and "config is valid" in text.stdout
+
+
+def test_init_writes_a_valid_starter_and_never_overwrites(env: dict[str, str], tmp_path: Path) -> None:
+    result = cli(["init"], env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    starter = tmp_path / "pyattacker.toml"
+    assert starter.read_text().startswith("# pyattacker starter config")
+    assert cli(["validate", "-c", str(starter)], env).returncode == 0
+    again = cli(["init"], env, cwd=tmp_path)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    run = cli(["run", "-c", str(starter), "--summary-format", "json"], env)
+    assert run.returncode in (0, 1), run.stderr

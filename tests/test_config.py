@@ -1,0 +1,307 @@
+"""Declarative configs: loading, validation (every error with its field path), use: resolution,
+overrides, env expansion and path resolution; plus every config shipped in docs/ and examples/."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyattacker.config import build, check_config, effective_config, load_config
+from pyattacker.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+GOOD_TAIL = "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 3}\n"
+
+
+def _write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _errors(path: Path, **kw: object) -> str:
+    with pytest.raises(ConfigError) as info:
+        check_config(load_config(path, **kw))  # type: ignore[arg-type]
+    return str(info.value)
+
+
+# -- shipped configs ---------------------------------------------------------------------------
+def _shipped_files() -> list[Path]:
+    """Config files directly in docs/ and examples/ (sub-folders hold packages, not configs)."""
+    files = []
+    for folder in ("docs", "examples"):
+        for suffix in ("*.yaml", "*.yml", "*.toml", "*.json"):
+            files.extend(sorted((ROOT / folder).glob(suffix)))
+    return [f for f in files if f.name != "pyproject.toml"]
+
+
+_MARKED = re.compile(r"<!-- config: validate -->\s*```(yaml|toml|json)\n(.*?)```", re.S)
+
+
+def _embedded() -> list[tuple[str, str, str]]:
+    out = []
+    for md in sorted((ROOT / "docs").glob("*.md")):
+        for i, match in enumerate(_MARKED.finditer(md.read_text())):
+            out.append((f"{md.name}#{i}", match.group(1), match.group(2)))
+    return out
+
+
+def test_reference_example_is_kept_and_valid() -> None:
+    path = ROOT / "examples" / "cli_config_reference.yaml"
+    assert (path.parent / "data.jsonl").is_file()
+    checked = check_config(load_config(path))
+    assert [t.name for t in checked.template.tasks] == ["echo", "simulate_llm"]
+
+
+@pytest.mark.parametrize("path", _shipped_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_shipped_config_files_validate(path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "pyattacker", "validate", "-c", str(path)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_docs_mark_complete_configs() -> None:
+    assert len(_embedded()) >= 3
+
+
+@pytest.mark.parametrize(("where", "fmt", "text"), _embedded(), ids=lambda v: v if "#" in str(v) else "")
+def test_embedded_doc_configs_validate(tmp_path: Path, where: str, fmt: str, text: str) -> None:
+    (tmp_path / "data.jsonl").write_text('{"id": 1, "question": "q"}\n')
+    path = _write(tmp_path, text, f"doc.{fmt}")
+    check_config(load_config(path))
+
+
+# -- bad configs -------------------------------------------------------------------------------
+BAD = [
+    ("unknown_section", "runn: {}\n" + GOOD_TAIL, ["runn: unknown top-level section (did you mean run?)"]),
+    ("concurency", "run: {concurency: 8}\n" + GOOD_TAIL, ["run.concurency: unknown field (did you mean run.concurrency?)"]),
+    (
+        "capcity",
+        "pools: {apis: {capcity: 3, resources: [{id: a}]}}\n" + GOOD_TAIL,
+        ["pools.apis.capcity: unknown field", "capacity"],
+    ),
+    ("concurrency_str", 'run: {concurrency: "8"}\n' + GOOD_TAIL, ["run.concurrency: Expected `int`, got `str`"]),
+    ("concurrency_zero", "run: {concurrency: 0}\n" + GOOD_TAIL, ["run.concurrency: Expected `int` >= 1"]),
+    ("heartbeat_zero", "run: {heartbeat_s: 0}\n" + GOOD_TAIL, ["run.heartbeat_s"]),
+    ("capacity_zero", "pools: {apis: {resources: [{id: a, capacity: 0}]}}\n" + GOOD_TAIL,
+     ["pools.apis.resources[0].capacity"]),
+    ("use_int", "pipeline: {tasks: [{use: 5}]}\nsource: {kind: range, n: 1}\n", ["pipeline.tasks[0].use: Expected `str`"]),
+    (
+        "use_unknown",
+        "pipeline: {tasks: [{use: simulate_lm}]}\nsource: {kind: range, n: 1}\n",
+        ["pipeline.tasks[0].use: unknown task 'simulate_lm' (did you mean simulate_llm?)"],
+    ),
+    (
+        "use_module_attr_unknown",
+        "pipeline: {tasks: [{use: 'pyattacker.errors:RetryableErr'}]}\nsource: {kind: range, n: 1}\n",
+        ["pipeline.tasks[0].use:", "did you mean RetryableError"],
+    ),
+    (
+        "pool_ref",
+        "pools: {apis: {resources: [{id: a}]}}\npipeline: {tasks: [{use: echo, resource: apiz}]}\n"
+        "source: {kind: range, n: 1}\n",
+        ["pipeline.tasks[0].resource: no pool named 'apiz' (did you mean apis?)"],
+    ),
+    (
+        "factory_declared_pool",
+        "pipeline: {tasks: [{use: simulate_llm, kwargs: {resource: llm}}]}\nsource: {kind: range, n: 1}\n",
+        ["pipeline.tasks[0].use (simulate_llm declares it): no pool named 'llm'"],
+    ),
+    (
+        "pipeline_resource",
+        "pipeline: {resource: nope, tasks: [{use: echo}]}\nsource: {kind: range, n: 1}\n",
+        ["pipeline.resource: no pool named 'nope'"],
+    ),
+    (
+        "algorithm_unknown",
+        "pools: {apis: {algorithm: nosuchalgorithm, resources: [{id: a}]}}\n" + GOOD_TAIL,
+        ["pools.apis.algorithm: unknown algorithm 'nosuchalgorithm'"],
+    ),
+    (
+        "algorithm_param",
+        "pools: {apis: {resources: [{id: a}]}}\n"
+        "pipeline: {tasks: [{use: echo, resource: apis, algorithm: {name: backoff, bse: 1}}]}\n"
+        "source: {kind: range, n: 1}\n",
+        ["pipeline.tasks[0].algorithm:", "'bse'", "did you mean 'base'"],
+    ),
+    (
+        "kwargs_typo",
+        "pipeline: {tasks: [{use: simulate_llm, kwargs: {latncy_ms: 5}}]}\nsource: {kind: range, n: 1}\n",
+        ["pipeline.tasks[0].kwargs.latncy_ms: unknown argument (did you mean latency_ms?)"],
+    ),
+    (
+        "kwargs_bad_value",
+        "pipeline: {tasks: [{use: simulate_llm, kwargs: {fail_rate: 2}}]}\nsource: {kind: range, n: 1}\n",
+        ["pipeline.tasks[0].kwargs:", "fail_rate"],
+    ),
+    (
+        "kwargs_on_task",
+        "pipeline: {tasks: [{use: echo, kwargs: {x: 1}}]}\nsource: {kind: range, n: 1}\n",
+        ["pipeline.tasks[0].kwargs: echo is a task, not a factory"],
+    ),
+    ("backend_root", "run: {artifact_backend: {kind: file}}\n" + GOOD_TAIL, ["run.artifact_backend.root: required"]),
+    ("backend_kind", "run: {artifact_backend: {kind: s4}}\n" + GOOD_TAIL, ["run.artifact_backend.kind: unknown"]),
+    (
+        "bare_on",
+        "pipeline: {tasks: [{use: echo, retry: {max_attempts: 2, on: [TimeoutError]}}]}\nsource: {kind: range, n: 1}\n",
+        ["pipeline.tasks[0].retry: a bare YAML key `on` is read as the boolean true", 'quote it: "on"'],
+    ),
+    (
+        "retry_zero",
+        "pipeline: {tasks: [{use: echo, retry: {max_attempts: 0}}]}\nsource: {kind: range, n: 1}\n",
+        ["pipeline.tasks[1].retry.max_attempts" if False else "pipeline.tasks[0].retry.max_attempts"],
+    ),
+    (
+        "retry_on_name",
+        "pipeline: {tasks: [{use: echo, retry: {'on': [NoSuchError]}}]}\nsource: {kind: range, n: 1}\n",
+        ["pipeline.tasks[0].retry.on[0]: unknown exception name 'NoSuchError'"],
+    ),
+    ("clear_retry", "pipeline: {tasks: [{use: echo, retry: null}]}\nsource: {kind: range, n: 1}\n",
+     ["pipeline.tasks[0].retry: cannot be cleared"]),
+    ("source_kind", "pipeline: {tasks: [{use: echo}]}\nsource: {kind: rnge}\n", ["source.kind: unknown source kind 'rnge' (did you mean range?)"]),
+    ("jsonl_no_path", "pipeline: {tasks: [{use: echo}]}\nsource: {kind: jsonl}\n", ["source.path: required field is missing"]),
+    ("repeats_zero", "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 2, repeats: 0}\n", ["source.repeats"]),
+    ("source_typo", "pipeline: {tasks: [{use: echo}]}\nsource: {kind: jsonl, path: x, limt: 3}\n",
+     ["source.limt: unknown field (did you mean source.limit?)"]),
+    ("scalar_pipeline", "pipeline: 3\nsource: {kind: range, n: 1}\n", ["pipeline: must be a mapping, got integer"]),
+    ("list_run", "run: [1, 2]\n" + GOOD_TAIL, ["run: must be a mapping, got list"]),
+    ("empty_tasks", "pipeline: {tasks: []}\nsource: {kind: range, n: 1}\n", ["pipeline.tasks: must be a non-empty list"]),
+    ("no_source", "pipeline: {tasks: [{use: echo}]}\n", ["source: required section is missing"]),
+    ("control", "pipeline: {control: {edges: {}}, tasks: [{use: echo}]}\nsource: {kind: range, n: 1}\n",
+     ["pipeline.control: handoff control flow is not supported in this version"]),
+    ("empty_pool", "pools: {apis: {resources: []}}\n" + GOOD_TAIL, ["pools.apis.resources: a pool needs at least one"]),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "needles"), BAD, ids=[b[0] for b in BAD])
+def test_bad_config_names_the_field(tmp_path: Path, case: str, text: str, needles: list[str]) -> None:
+    message = _errors(_write(tmp_path, text))
+    for needle in needles:
+        assert needle in message, message
+
+
+def test_all_errors_are_reported_one_per_line(tmp_path: Path) -> None:
+    text = (
+        "run: {concurency: 8, concurrency: 0}\nbogus: 1\n"
+        "pipeline: {tasks: [{use: simulate_llm, kwargs: {latncy_ms: 5}}, {use: nope}]}\nsource: {kind: jsonl}\n"
+    )
+    lines = _errors(_write(tmp_path, text)).splitlines()[1:]
+    paths = [line.strip().split(":")[0] for line in lines]
+    assert paths == [
+        "bogus", "run.concurency", "run.concurrency", "pipeline.tasks[0].kwargs.latncy_ms", "pipeline.tasks[1].use",
+        "source.path",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "where"),
+    [
+        ("c.yaml", "run:\n  concurrency: 1\n  label: [\n", r"c\.yaml:\d+:\d+: invalid YAML"),
+        ("c.json", '{\n  "run": {"concurrency": 1,}\n}', r"c\.json:2:\d+: invalid JSON"),
+        ("c.toml", "[run]\nconcurrency = \n", r"c\.toml:2:\d+: invalid TOML"),
+    ],
+)
+def test_syntax_errors_have_line_and_column(tmp_path: Path, name: str, text: str, where: str) -> None:
+    with pytest.raises(ConfigError, match=where):
+        load_config(_write(tmp_path, text, name))
+
+
+def test_yaml_without_the_extra_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "yaml", None)
+    with pytest.raises(ConfigError, match=r"pyattacker\[yaml\]"):
+        load_config(_write(tmp_path, GOOD_TAIL))
+
+
+def test_unsupported_suffix(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unsupported config suffix"):
+        load_config(_write(tmp_path, "x", "c.ini"))
+
+
+# -- env ---------------------------------------------------------------------------------------
+def test_env_expansion_and_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PA_LABEL", "nightly")
+    monkeypatch.delenv("PA_MISSING", raising=False)
+    text = 'run: {label: "${PA_LABEL}-${PA_MISSING:-x}", notes: "cost $$5 ${PA_MISSING}"}\n' + GOOD_TAIL
+    loaded = load_config(_write(tmp_path, text))
+    assert loaded.data["run"]["label"] == "nightly-x"
+    assert loaded.data["run"]["notes"] == "cost $5 "
+    assert len(loaded.warnings) == 1 and "run.notes" in loaded.warnings[0] and "PA_MISSING" in loaded.warnings[0]
+    with pytest.raises(ConfigError, match="PA_MISSING is not set"):
+        load_config(tmp_path / "c.yaml", strict_env=True)
+
+
+# -- semantics ---------------------------------------------------------------------------------
+def test_overrides_keep_and_clear(tmp_path: Path) -> None:
+    text = (
+        "pools: {apis: {resources: [{id: a}]}}\n"
+        "pipeline:\n  resource: apis\n  tasks:\n"
+        "    - {use: simulate_llm, kwargs: {resource: apis}, timeout_s: 3, version: v1}\n"
+        "    - {use: simulate_llm, kwargs: {resource: apis}, resource: null, name: plain}\n"
+        "    - {use: echo}\n"
+        "source: {kind: range, n: 2}\n"
+    )
+    tasks = check_config(load_config(_write(tmp_path, text))).template.tasks
+    assert (tasks[0].resource, tasks[0].timeout_s, tasks[0].version) == ("apis", 3.0, "v1")
+    assert (tasks[1].resource, tasks[1].name) == (None, "plain")
+    assert tasks[2].resource == "apis"  # pipeline.resource fills a task that declares none
+
+
+def test_use_forms(tmp_path: Path) -> None:
+    text = (
+        "pipeline:\n  tasks:\n    - {use: 'pyattacker.tasks:echo'}\n    - {use: echo}\n"
+        "    - {use: 'pyattacker.tasks:simulate_llm', kwargs: {tokens: 3}}\n"
+        "source: {kind: range, n: 2}\n"
+    )
+    tasks = check_config(load_config(_write(tmp_path, text))).template.tasks
+    assert [t.name for t in tasks] == ["echo", "echo", "simulate_llm"]
+    assert tasks[2].factory["args"] == {"tokens": 3}
+
+
+def test_relative_paths_resolve_from_the_config_folder(tmp_path: Path) -> None:
+    sub = tmp_path / "cfg"
+    sub.mkdir()
+    (sub / "seeds.jsonl").write_text('{"id": 1}\n{"id": 2}\n')
+    text = (
+        "run: {store: runs/x.db, artifact_backend: 'file://blobs'}\n"
+        "pipeline: {tasks: [{use: echo}]}\nsource: {kind: jsonl, path: seeds.jsonl, key_field: id, repeats: 2}\n"
+    )
+    loaded = load_config(_write(sub, text))
+    checked = check_config(loaded)
+    assert not (sub / "runs").exists()  # validation creates nothing
+    eff = effective_config(checked)
+    assert eff["run"]["store"] == str(sub / "runs" / "x.db")
+    assert eff["run"]["artifact_backend"]["root"] == str(sub / "blobs")
+    built = build(checked, {"concurrency": 3})
+    assert built.config.concurrency == 3 and built.config.store == str(sub / "runs" / "x.db")
+    keys = [s.key for s in built.specs()]
+    assert keys == ["1#0", "1#1", "2#0", "2#1"]
+
+
+def test_precedence_flag_over_run_block_over_default(tmp_path: Path) -> None:
+    path = _write(tmp_path, "run: {concurrency: 4, label: file}\n" + GOOD_TAIL)
+    built = build(load_config(path), {"label": "flag"})
+    assert (built.config.concurrency, built.config.label, built.config.grace_s) == (4, "flag", 5.0)
+
+
+def test_default_store_under_pyattacker_home(tmp_path: Path, _isolated_home: Path) -> None:
+    built = build(load_config(_write(tmp_path, GOOD_TAIL)))
+    assert built.config.store == str(_isolated_home / "runs" / "default.db")
+
+
+def test_missing_jsonl_is_a_build_error_not_a_validate_error(tmp_path: Path) -> None:
+    path = _write(tmp_path, "pipeline: {tasks: [{use: echo}]}\nsource: {kind: jsonl, path: nope.jsonl}\n")
+    checked = check_config(load_config(path))
+    with pytest.raises(ConfigError, match=r"source.path: file not found: .*nope\.jsonl"):
+        build(checked)
+
+
+def test_limit_and_total(tmp_path: Path) -> None:
+    path = _write(tmp_path, "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 10, repeats: 3}\n")
+    built = build(load_config(path), limit=7)
+    assert built.total == 7 and len(list(built.specs())) == 7
+    assert build(load_config(path)).total == 30

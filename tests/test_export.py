@@ -1,0 +1,167 @@
+"""``export``: every kind in every format, completeness past one batch, merge, CSV rules, files."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _view_fixtures import XSS, build_store
+from pyattacker import export as export_mod
+from pyattacker.errors import ConfigError
+from pyattacker.export import ROW_KINDS, export_stores, guard_cell, infer_format
+from pyattacker.stats import store_stats
+from pyattacker.store import open_store
+
+EXPECTED = {"pipelines": 20, "tasks": 40, "results": 20, "metrics": 42, "points": 60}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return build_store(tmp_path_factory.mktemp("export") / "a.db", 20)
+
+
+def _read(path: Path, fmt: str) -> list[dict[str, Any]]:
+    text = path.read_text(encoding="utf-8")
+    if fmt == "jsonl":
+        return [json.loads(line) for line in text.splitlines()]
+    if fmt == "json":
+        doc = json.loads(text)
+        assert set(doc) == {"title", "rows"}
+        return list(doc["rows"])
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def _count(store: str, kind: str) -> int:
+    s = open_store(store, read_only=True)
+    try:
+        st = store_stats(s)
+        return {"attempts": st["attempts_total"], "events": st["events_total"]}.get(kind, -1)
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "csv"])
+@pytest.mark.parametrize("kind", ROW_KINDS)
+def test_every_kind_round_trips(store: str, tmp_path: Path, kind: str, fmt: str) -> None:
+    out = tmp_path / f"out.{fmt}"
+    n = export_stores([store], str(out), rows=kind)
+    rows = _read(out, fmt)
+    assert len(rows) == n
+    if kind in EXPECTED:
+        assert n == EXPECTED[kind]
+    elif kind in ("attempts", "events"):
+        assert n == _count(store, kind)
+    else:
+        assert n > 0
+    if kind == "events":
+        ids = [int(r["event_id"]) for r in rows]
+        assert ids == sorted(ids)  # oldest first
+    if kind == "attempts" and fmt != "csv":
+        assert all("decision" in r for r in rows)
+    if kind == "results" and fmt != "csv":
+        by_id = {r["pipeline_id"]: r for r in rows}
+        assert by_id["k1"]["result"] == {"v": 4, "note": "ok"}
+        assert by_id["k6"]["state"] == "failed" and by_id["k6"]["error_message"] == XSS
+        assert by_id["k6"]["result"] is None
+    if kind == "pipelines" and fmt != "csv":
+        row = next(r for r in rows if r["pipeline_id"] == "k1")
+        assert [t["name"] for t in row["tasks"]] == ["fetch", "judge"]
+        assert any(a["is_final"] and a["payload"] == {"v": 4, "note": "ok"} for a in row["artifacts"])
+        assert row["metrics"]["score"] == 0.5
+
+
+def test_more_rows_than_one_batch(tmp_path: Path) -> None:
+    big = build_store(tmp_path / "big.db", 220, concurrency=16)
+    total = _count(big, "events")
+    assert total > 1000
+    out = tmp_path / "events.jsonl"
+    assert export_stores([big], str(out), rows="events") == total
+    ids = [json.loads(line)["event_id"] for line in out.read_text().splitlines()]
+    assert ids == sorted(ids) and len(set(ids)) == total
+    out2 = tmp_path / "attempts.csv"
+    assert export_stores([big], str(out2), rows="attempts") == _count(big, "attempts")
+
+
+def test_multi_store_merge_and_concat(store: str, tmp_path: Path) -> None:
+    out = tmp_path / "p.jsonl"
+    assert export_stores([store, store], str(out), rows="pipelines") == 20  # merged
+    assert export_stores([store, store], str(out), rows="results") == 20
+    assert export_stores([store, store], str(out), rows="tasks") == 80  # concatenated
+
+
+def test_csv_guard_and_extra_column(store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for bad in ("=1+1", "+x", "-y", "@z", "\tt", "\rr", "\nn"):
+        assert guard_cell(bad) == "'" + bad
+    assert guard_cell("plain") == "plain"
+    out = tmp_path / "m.csv"
+    export_stores([store], str(out), rows="metrics")
+    labels = [r["value"] for r in _read(out, "csv") if r["name"] == "label"]
+    assert labels and all(v.startswith("'=cmd") for v in labels)
+
+    monkeypatch.setattr(export_mod, "CSV_BATCH", 2)
+    buf = io.StringIO()
+    writer = export_mod._CsvWriter(buf, "t")
+    for row in ({"a": 1, "b": None}, {"a": True, "b": [1, 2]}, {"a": 3, "c": "=x"}, {"a": 4}):
+        writer.write(row)
+    writer.close()
+    rows = list(csv.DictReader(io.StringIO(buf.getvalue())))
+    assert list(rows[0]) == ["a", "b", "extra"]
+    assert rows[1]["a"] == "true" and rows[1]["b"] == "[1,2]" and rows[0]["b"] == ""
+    assert json.loads(rows[2]["extra"]) == {"c": "=x"}
+    assert rows[3]["extra"] == ""
+
+
+def test_format_inference_and_contradiction(store: str, tmp_path: Path) -> None:
+    assert infer_format("x.csv", None) == "csv"
+    assert infer_format("x.json", None) == "json"
+    assert infer_format("x.ndjson", None) == "jsonl"
+    assert infer_format("x.out", None) == "jsonl"
+    assert infer_format("-", "csv") == "csv"
+    with pytest.raises(ConfigError):
+        infer_format("x.json", "csv")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyattacker", "export", store, str(tmp_path / "x.json"), "--format", "csv"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "contradicts" in proc.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_stdout_and_permissions(store: str, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyattacker", "export", store, "-", "--rows", "results"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0
+    assert len([json.loads(line) for line in proc.stdout.splitlines()]) == 20
+    old = os.umask(0o022)
+    try:
+        out = tmp_path / "perm.csv"
+        export_stores([store], str(out), rows="tasks")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["perm.csv"]  # no temp file left behind
+
+
+def test_run_filter_and_missing_store(store: str, tmp_path: Path) -> None:
+    run_id = open_store(store, read_only=True).runs()[-1].run_id
+    out = tmp_path / "r.jsonl"
+    assert export_stores([store], str(out), rows="pipelines", run_id=run_id) == 20
+    with pytest.raises(ConfigError):
+        export_stores([store], str(out), rows="pipelines", run_id="nope")
+    with pytest.raises(ConfigError):
+        export_stores([str(tmp_path / "missing.db")], str(out))

@@ -1,0 +1,123 @@
+"""``report``: merge rules, idempotence, run selection, errors, repair failures, JSON, exit codes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from _view_fixtures import XSS, add_repair_failure, build_store
+from pyattacker.cli import cli
+from pyattacker.merge import merge_stores, state_rank, wins
+from pyattacker.model import PipelineRecord
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = build_store(tmp_path_factory.mktemp("report") / "a.db", 20)
+    add_repair_failure(path, "k6")
+    return path
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pyattacker", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_state_rank_and_ties() -> None:
+    assert [
+        state_rank(s) for s in ("succeeded", "failed", "interrupted", "pending", "canceled", "running")
+    ] == [
+        4,
+        3,
+        2,
+        1,
+        0,
+        -1,
+    ]
+    a = PipelineRecord(pipeline_id="x", run_id="r", name="p", key="x", state="failed", finished_at=2.0)
+    b = PipelineRecord(pipeline_id="x", run_id="r", name="p", key="x", state="failed", finished_at=2.0)
+    assert not wins(b, a)  # a tie keeps the first row
+    b.finished_at = 3.0
+    assert wins(b, a)
+    c = PipelineRecord(pipeline_id="x", run_id="r", name="p", key="x", state="succeeded")
+    assert wins(c, b) and not wins(b, c)
+
+
+def test_same_store_twice_is_idempotent(store: str) -> None:
+    one = merge_stores([store])
+    two = merge_stores([store, store])
+    s1, s2 = one.stats(), two.stats()
+    assert s2["pipelines"] == s1["pipelines"]
+    assert s2["tasks"] == s1["tasks"]
+    assert s2["attempts_total"] == s1["attempts_total"]
+    assert two.duplicates == 20 and one.duplicates == 0
+    assert s2["source_events_total"] == 2 * s1["source_events_total"]  # raw on purpose
+
+
+def test_shards_merge_with_best_state(tmp_path: Path) -> None:
+    a = build_store(tmp_path / "s0.db", 10)
+    b = build_store(tmp_path / "s1.db", 10, start=5)  # k5..k9 in both stores
+    rep = merge_stores([a, b])
+    assert rep.stats()["pipelines"]["total"] == 15
+    assert rep.duplicates == 5
+
+
+def test_json_is_one_document_with_run_and_metrics(store: str) -> None:
+    proc = _run("report", store, "--json", "--errors", "5")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)  # exactly one document, nothing else on stdout
+    src = doc["sources"][0]
+    assert src["run_selected"] == "latest" and src["run_id"] == doc["run_ids"][0]
+    assert doc["pipelines"]["total"] == 20
+    assert doc["failed_total"] == 2
+    err = doc["errors"][0]
+    assert err["error_message"] == XSS and err["error_type"] == "ValueError"
+    assert err["key"] in ("k6", "k13") and err["seed_key"] == err["key"]
+    assert doc["repair_failures"]["count"] == 1
+    assert doc["repair_failures"]["pipelines"][0]["phase"] == "mark_final"
+    run_id = src["run_id"]
+    assert doc["metrics"]["run"][run_id]["accuracy"] == 0.75
+    assert doc["metrics"]["pipelines"]["k3"]["score"] == 1.5
+
+
+def test_text_names_the_run_errors_and_repairs(store: str) -> None:
+    res = CliRunner().invoke(cli, ["report", store, store, "--errors", "1"])
+    assert res.exit_code == 0, res.output
+    assert "latest started run" in res.output
+    assert "folded 20 duplicate row(s)" in res.output
+    assert "Terminal repair failures: 1 pipeline(s)" in res.output
+    assert "Errors (newest first, 1 of 2)" in res.output
+
+
+def test_run_id_all_and_unknown(store: str, tmp_path: Path) -> None:
+    assert merge_stores([store], "all").sources[0].run_selected == "all"
+    assert merge_stores([store], "all").metrics() == {"run": {}, "pipelines": {}}
+    assert _run("report", store, "--run-id", "nope").returncode == 2
+
+
+def test_glob_argument(store: str) -> None:
+    pattern = str(Path(store).parent / "*.db")
+    proc = _run("report", pattern, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["sources"][0]["store"] == store
+
+
+def test_missing_and_foreign_stores_exit_2(tmp_path: Path) -> None:
+    missing = _run("report", str(tmp_path / "missing.db"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    foreign = tmp_path / "foreign.db"
+    conn = sqlite3.connect(foreign)
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    proc = _run("report", str(foreign))
+    assert proc.returncode == 2
+    assert not (tmp_path / "foreign.db-wal").exists()
+    assert _run("report", str(tmp_path / "nothing-*.db")).returncode == 2

@@ -1,0 +1,220 @@
+"""``serve``: a real server process on a loopback port — endpoints, auth matrix, XSS, Prometheus."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _view_fixtures import XSS, build_store
+
+TOKEN = "test-token-123"
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen[str], port: int) -> None:
+        self.proc = proc
+        self.port = port
+
+    def request(
+        self,
+        path: str,
+        *,
+        headers: dict[str, str] | None = None,
+        method: str = "GET",
+        body: bytes | None = None,
+        auth: bool = True,
+    ) -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            h = {"Host": f"127.0.0.1:{self.port}"}
+            if auth:
+                h["Authorization"] = f"Bearer {TOKEN}"
+            h.update(headers or {})
+            conn.request(method, path, body=body, headers=h)
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        finally:
+            conn.close()
+
+    def json(self, path: str, **kw: Any) -> Any:
+        status, _, body = self.request(path, **kw)
+        assert status == 200, (path, status, body)
+        return json.loads(body)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return build_store(tmp_path_factory.mktemp("serve") / "a.db", 20)
+
+
+@pytest.fixture(scope="module")
+def server(store: str) -> Iterator[Server]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyattacker", "serve", store, "--port", "0", "--token", TOKEN],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/\?token=(\S+)", line)
+        assert match, (line, proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
+        assert match.group(2) == TOKEN
+        yield Server(proc, int(match.group(1)))
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def test_healthz_needs_no_auth(server: Server) -> None:
+    status, headers, body = server.request("/healthz", auth=False)
+    assert status == 200 and json.loads(body) == {"ok": True}
+    assert headers["cache-control"] == "no-store"
+
+
+def test_security_headers_everywhere(server: Server) -> None:
+    for path, auth in (("/", True), ("/stats", True), ("/stats", False), ("/nope", True)):
+        _, h, _ = server.request(path, auth=auth)
+        assert h["content-security-policy"].startswith("default-src 'self'")
+        assert "frame-ancestors 'none'" in h["content-security-policy"]
+        assert h["x-frame-options"] == "DENY"
+        assert h["x-content-type-options"] == "nosniff"
+        assert h["cache-control"] == "no-store"
+        assert h["referrer-policy"] == "no-referrer"
+
+
+def test_auth_matrix(server: Server) -> None:
+    status, _, body = server.request("/stats", auth=False)
+    assert status == 401 and "error" in json.loads(body)
+    assert server.request("/stats", auth=False, headers={"Authorization": "Bearer wrong"})[0] == 401
+    assert server.request("/?token=wrong", auth=False)[0] == 401
+    status, h, _ = server.request("/?token=" + TOKEN + "&run_id=all", auth=False)
+    assert status == 303
+    assert h["location"] == "/?run_id=all"
+    cookie = h["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
+    assert TOKEN not in cookie
+    pair = cookie.split(";", 1)[0]
+    assert server.request("/stats", auth=False, headers={"Cookie": pair})[0] == 200
+    assert server.request("/stats", auth=False, headers={"Cookie": pair.split("=")[0] + "=forged"})[0] == 401
+    assert server.request("/stats")[0] == 200  # Bearer
+
+
+def test_host_origin_and_limits(server: Server) -> None:
+    assert server.request("/stats", headers={"Host": "evil.example:80"})[0] == 403
+    assert server.request("/healthz", headers={"Host": f"attacker.test:{server.port}"})[0] == 403
+    assert server.request("/stats", headers={"Host": f"localhost:{server.port}"})[0] == 200
+    assert server.request("/stats", headers={"Origin": "http://evil.example"})[0] == 403
+    assert server.request("/stats", headers={"Origin": f"http://127.0.0.1:{server.port}"})[0] == 200
+    assert server.request("/stats?x=" + "a" * 3000)[0] in (413, 414)
+    assert server.request("/stats", method="POST", body=b"{}")[0] == 405
+    assert server.request("/stats", method="DELETE")[0] == 405
+    assert server.request("/stats", body=b"x", headers={"Content-Length": "1"})[0] == 413
+
+
+def test_unknown_path_lists_paths(server: Server) -> None:
+    status, _, body = server.request("/nope")
+    assert status == 404
+    assert "/stats" in json.loads(body)["paths"]
+
+
+def test_endpoint_shapes(server: Server) -> None:
+    stats = server.json("/stats")
+    for key in (
+        "run_id",
+        "pipelines",
+        "latency_ms",
+        "throughput",
+        "pools",
+        "recent_errors",
+        "reported_metrics",
+        "latency_histogram",
+        "throughput_series",
+        "recent_events",
+    ):
+        assert key in stats
+    assert stats["pipelines"]["total"] == 20
+    assert stats["reported_metrics"]["run"]["accuracy"] == 0.75
+    metrics = server.json("/metrics?pipeline_id=")
+    assert {m["name"] for m in metrics["rows"]} == {"accuracy", "finished"}
+    events = server.json("/events?limit=10")
+    assert len(events["rows"]) == 10 and events["next"]
+    more = server.json("/events?limit=10&after=" + events["next"])
+    assert more["rows"][0]["event_id"] > events["rows"][-1]["event_id"]
+    pipes = server.json("/pipelines?limit=1000")
+    assert len(pipes["rows"]) == 20 and pipes["next"] is None
+    assert all("reported_metrics" in p for p in pipes["rows"])
+    page1 = server.json("/pipelines?limit=7")
+    page2 = server.json("/pipelines?limit=7&after=" + page1["next"])
+    assert not {p["pipeline_id"] for p in page1["rows"]} & {p["pipeline_id"] for p in page2["rows"]}
+    res = server.json("/resources")
+    assert res["rows"][0]["pool"] == "api"
+    errors = server.json("/errors")
+    assert len(errors["rows"]) == 2
+    keys = server.json("/curves?pipeline_id=k1")
+    assert keys["keys"] == ["loss"]
+    curve = server.json("/curves?pipeline_id=k1&key=loss")
+    assert [p["step"] for p in curve["rows"]] == [0, 1, 2]
+    assert server.json("/stats?run_id=all")["reported_metrics"] is None
+    assert server.request("/stats?run_id=nope")[0] == 404
+    assert server.request("/pipelines?limit=abc")[0] == 400
+    assert len(server.json("/events?limit=5000")["rows"]) <= 1000
+
+
+def test_stored_markup_stays_data(server: Server) -> None:
+    errors = server.json("/errors")
+    assert errors["rows"][0]["error_message"] == XSS  # JSON keeps the raw text
+    status, h, page = server.request("/")
+    assert status == 200 and h["content-type"].startswith("text/html")
+    html = page.decode()
+    assert "<script>alert" not in html and "k6" not in html  # no stored text in the page
+    assert '<script src="/app.js"' in html and "<script>" not in html  # no inline script
+    _, h, js = server.request("/app.js")
+    assert h["content-type"].startswith("text/javascript")
+    assert b"innerHTML" not in js and b"outerHTML" not in js and b"insertAdjacentHTML" not in js
+    assert b"document.write" not in js and b"textContent" in js
+
+
+def test_prometheus_parses_line_by_line(server: Server) -> None:
+    sample = re.compile(
+        r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? -?[0-9.e+-]+$'
+    )
+    for path, headers in (
+        ("/metrics?format=prometheus", {}),
+        ("/metrics", {"Accept": "text/plain; version=0.0.4"}),
+    ):
+        status, h, body = server.request(path, headers=headers)
+        assert status == 200 and h["content-type"].startswith("text/plain; version=0.0.4")
+        lines = body.decode().splitlines()
+        assert lines
+        for line in lines:
+            if line.startswith("# HELP ") or line.startswith("# TYPE "):
+                continue
+            assert sample.match(line), line
+        assert any(line.startswith("pyattacker_app_metric{") and "accuracy" in line for line in lines)
+
+
+def test_missing_store_refused(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyattacker", "serve", str(tmp_path / "none.db"), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2

@@ -1,0 +1,83 @@
+"""Event sinks: ``console`` prints notable events to stderr, ``jsonl`` appends every event."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _view_fixtures import XSS, fetch, judge
+from pyattacker.errors import ConfigError
+from pyattacker.model import EventRecord
+from pyattacker.pipeline import pipeline
+from pyattacker.plugins import get_plugins
+from pyattacker.pool import Pool, Resource
+from pyattacker.runner import Runner
+from pyattacker.store import iter_rows, open_store
+from pyattacker_plugins.sink_console import ConsoleSink
+from pyattacker_plugins.sink_jsonl import JsonlSink
+
+
+def _run(store: str, sinks: list[Any]) -> None:
+    pools = [Pool("api", [Resource("llm", id="r1", capacity=2)])]
+    with Runner(store=store, pools=pools, concurrency=2, event_sinks=sinks) as runner:
+        runner.run(
+            pipeline("p", fetch, judge).map(({"i": i} for i in range(10)), key_of=lambda s: f"k{s['i']}")
+        )
+
+
+def test_registered_by_name() -> None:
+    names = get_plugins().event_sinks.names()
+    assert "console" in names and "jsonl" in names
+
+
+def test_jsonl_sink_gets_every_event(tmp_path: Path) -> None:
+    store = str(tmp_path / "s.db")
+    log = tmp_path / "logs" / "events.jsonl"
+    _run(store, [{"name": "jsonl", "path": str(log)}])
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    s = open_store(store, read_only=True)
+    try:
+        stored = [e.kind for e in iter_rows(s, "events")]
+    finally:
+        s.close()
+    assert [e["kind"] for e in lines] == stored
+    assert any(e["kind"] == "pipeline.failed" and XSS in str(e["data"]) for e in lines)
+
+
+def test_console_sink_prints_only_notable_events(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _run(str(tmp_path / "c.db"), ["console"])
+    err = capsys.readouterr().err
+    kinds = {line.split()[1] for line in err.splitlines() if line.strip()}
+    assert "task.failed" in kinds and "pipeline.failed" in kinds and "task.retry_scheduled" in kinds
+    assert "resource.leased" not in kinds and "task.succeeded" not in kinds
+
+
+def test_console_format_is_one_line() -> None:
+    buf = io.StringIO()
+    sink = ConsoleSink(stream=buf)
+    sink.handle(
+        [
+            EventRecord(
+                ts=0.0,
+                kind="resource.degraded",
+                scope="resource",
+                pool="api",
+                resource_id="r1",
+                data={"consecutive_failures": 3, "error": "boom\nsecond line"},
+            ),
+            EventRecord(ts=0.0, kind="resource.leased", scope="resource", pool="api", resource_id="r1"),
+        ]
+    )
+    sink.close()
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 1
+    assert "api/r1" in lines[0] and "consecutive_failures=3" in lines[0] and "boom second line" in lines[0]
+
+
+def test_jsonl_sink_needs_a_path() -> None:
+    with pytest.raises(ConfigError):
+        JsonlSink()

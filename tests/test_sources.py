@@ -1,0 +1,70 @@
+"""The range and jsonl seed sources: lazy, line-numbered errors, keys, limits and repeats."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pyattacker.errors import ConfigError
+from pyattacker.plugins import get_plugins
+
+
+def _source(kind: str):  # type: ignore[no-untyped-def]
+    source = get_plugins().sources.get(kind)
+    assert source is not None, f"source {kind!r} not registered"
+    return source
+
+
+def test_range_seeds_and_count(tmp_path: Path) -> None:
+    src = _source("range")
+    opts = src.options(n=3)
+    assert list(src.open(opts, tmp_path)) == [(None, {"i": 0}), (None, {"i": 1}), (None, {"i": 2})]
+    assert src.count(opts, tmp_path) == 3
+
+
+def test_jsonl_streams_with_limit_and_keys(tmp_path: Path) -> None:
+    (tmp_path / "d.jsonl").write_text('{"id": 1, "q": "a"}\n\n{"id": "b", "q": "b"}\n{"id": 3}\n')
+    src = _source("jsonl")
+    rows = list(src.open(src.options(path="d.jsonl", key_field="id", limit=2), tmp_path))
+    assert rows == [("1", {"id": 1, "q": "a"}), ("b", {"id": "b", "q": "b"})]
+    assert [k for k, _ in src.open(src.options(path=str(tmp_path / "d.jsonl")), Path("/"))] == [None] * 3
+
+
+def test_jsonl_is_lazy(tmp_path: Path) -> None:
+    (tmp_path / "d.jsonl").write_text('{"i": 1}\nnot json\n')
+    src = _source("jsonl")
+    it = src.open(src.options(path="d.jsonl"), tmp_path)
+    assert next(it) == (None, {"i": 1})  # the bad line is not read yet
+    with pytest.raises(ConfigError, match=r"d\.jsonl:2: invalid JSON line"):
+        next(it)
+
+
+def test_jsonl_missing_key_field_names_the_line(tmp_path: Path) -> None:
+    (tmp_path / "d.jsonl").write_text('{"id": 1}\n{"other": 2}\n')
+    src = _source("jsonl")
+    with pytest.raises(ConfigError, match=r"d\.jsonl:2: key_field 'id' is missing"):
+        list(src.open(src.options(path="d.jsonl", key_field="id"), tmp_path))
+
+
+def test_jsonl_missing_file(tmp_path: Path) -> None:
+    src = _source("jsonl")
+    opts = src.options(path="nope.jsonl")
+    with pytest.raises(ConfigError, match="source.path: file not found"):
+        src.check(opts, tmp_path)
+    with pytest.raises(ConfigError, match="source.path: file not found"):
+        list(src.open(opts, tmp_path))
+
+
+def test_repeats_is_pass_at_k(tmp_path: Path) -> None:
+    from pyattacker.config import build, load_config
+
+    (tmp_path / "d.jsonl").write_text('{"id": "a"}\n')
+    cfg = tmp_path / "c.json"
+    cfg.write_text(
+        '{"pipeline": {"tasks": [{"use": "echo"}]},'
+        ' "source": {"kind": "jsonl", "path": "d.jsonl", "repeats": 3}}'
+    )
+    specs = list(build(load_config(cfg)).specs())
+    assert [s.repeat for s in specs] == [0, 1, 2]
+    assert len({s.key for s in specs}) == 3  # three independent pipelines for one seed
