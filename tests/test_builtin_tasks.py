@@ -54,7 +54,9 @@ def test_simulate_llm_without_resource_and_answer_shape() -> None:
     assert value["input"] == {"q": 1} and value["tokens"] == 64 and value["answer"].startswith("sim-")
 
 
-@pytest.mark.parametrize("kwargs", [{"fail_rate": 1.5}, {"error": "boom"}, {"tokens": -1}, {"latency_ms": "x"}])
+@pytest.mark.parametrize(
+    "kwargs", [{"fail_rate": 1.5}, {"error": "boom"}, {"tokens": -1}, {"latency_ms": "x"}]
+)
 def test_simulate_llm_checks_arguments(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
         _factory("simulate_llm")(**kwargs)
@@ -97,7 +99,9 @@ def _pids(path: Path) -> list[int]:
 
 
 def test_shell_run_json_roundtrip() -> None:
-    spec = _factory("shell_run")(command=[sys.executable, "-c", "import json,sys; print(json.dumps(json.load(sys.stdin)))"])
+    spec = _factory("shell_run")(
+        command=[sys.executable, "-c", "import json,sys; print(json.dumps(json.load(sys.stdin)))"]
+    )
     result = asyncio.run(spec.fn({"a": [1, 2]}))
     assert result["returncode"] == 0 and result["json"] == {"a": [1, 2]}
     shell = _factory("shell_run")(command="cat; echo oops >&2; exit 3", check=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-AUDIT = '''
+AUDIT = """
 import asyncio, os
 from pyattacker.task import task
 
@@ -43,7 +43,7 @@ def boom(value):
 async def spin(value):
     while True:
         await asyncio.sleep(0.05)
-'''
+"""
 
 
 @pytest.fixture
@@ -59,9 +59,16 @@ def env(tmp_path: Path, _isolated_home: Path) -> dict[str, str]:
     return out
 
 
-def cli(args: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def cli(
+    args: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pyattacker", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "pyattacker", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -94,7 +101,18 @@ def test_demo_with_no_arguments(env: dict[str, str], _isolated_home: Path) -> No
 def test_demo_large_with_failures_shows_retries(env: dict[str, str], tmp_path: Path) -> None:
     export = tmp_path / "results.jsonl"
     result = cli(
-        ["demo", "--pipelines", "2000", "--fail-rate", "0.3", "--summary-format", "json", "--export", str(export)], env
+        [
+            "demo",
+            "--pipelines",
+            "2000",
+            "--fail-rate",
+            "0.3",
+            "--summary-format",
+            "json",
+            "--export",
+            str(export),
+        ],
+        env,
     )
     assert result.returncode in (0, 1), result.stderr
     data = json.loads(result.stdout)
@@ -129,8 +147,10 @@ def test_run_summary_json_and_limit(env: dict[str, str], tmp_path: Path) -> None
     assert len((tmp_path / "audit.log").read_text().splitlines()) == 8
 
 
-def test_run_default_store_and_text_summary(env: dict[str, str], tmp_path: Path, _isolated_home: Path) -> None:
-    cfg = _config(tmp_path, "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 3}\n", "c.toml".replace("toml", "yaml"))
+def test_run_default_store_and_text_summary(
+    env: dict[str, str], tmp_path: Path, _isolated_home: Path
+) -> None:
+    cfg = _config(tmp_path, "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 3}\n")
     result = cli(["run", "-c", str(cfg)], env)
     assert result.returncode == 0, result.stderr
     assert (_isolated_home / "runs" / "default.db").exists()
@@ -142,7 +162,8 @@ def test_run_default_store_and_text_summary(env: dict[str, str], tmp_path: Path,
 def test_stop_after_failures_exits_1(env: dict[str, str], tmp_path: Path) -> None:
     cfg = _config(
         tmp_path,
-        'run: {store: s.db, concurrency: 1}\npipeline: {tasks: [{use: "audit_tasks:boom"}]}\nsource: {kind: range, n: 50}\n',
+        'run: {store: s.db, concurrency: 1}\n'
+        'pipeline: {tasks: [{use: "audit_tasks:boom"}]}\nsource: {kind: range, n: 50}\n',
     )
     result = cli(["run", "-c", str(cfg), "--stop-after-failures", "3", "--summary-format", "json"], env)
     assert result.returncode == 1, result.stderr
@@ -157,7 +178,10 @@ def test_sigint_then_resume_never_reruns_finished_tasks(env: dict[str, str], tmp
     store = tmp_path / "runs" / "audit.db"
     proc = subprocess.Popen(
         [sys.executable, "-m", "pyattacker", "run", "-c", str(cfg)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60
@@ -165,7 +189,7 @@ def test_sigint_then_resume_never_reruns_finished_tasks(env: dict[str, str], tmp
             time.sleep(0.05)
         assert _succeeded(store) >= 3, "the run made no progress"
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        _out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -198,10 +222,14 @@ def _succeeded(store: Path) -> int:
 def test_a_looping_task_is_stoppable(env: dict[str, str], tmp_path: Path) -> None:
     cfg = _config(
         tmp_path,
-        'run: {store: s.db, grace_s: 0.5}\npipeline: {tasks: [{use: "audit_tasks:spin"}]}\nsource: {kind: range, n: 3}\n',
+        'run: {store: s.db, grace_s: 0.5}\n'
+        'pipeline: {tasks: [{use: "audit_tasks:spin"}]}\nsource: {kind: range, n: 3}\n',
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pyattacker", "run", "-c", str(cfg)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-m", "pyattacker", "run", "-c", str(cfg)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         time.sleep(2.0)
@@ -215,7 +243,10 @@ def test_a_looping_task_is_stoppable(env: dict[str, str], tmp_path: Path) -> Non
 
 
 def test_missing_dataset_is_exit_2_before_starting(env: dict[str, str], tmp_path: Path) -> None:
-    cfg = _config(tmp_path, "run: {store: s.db}\npipeline: {tasks: [{use: echo}]}\nsource: {kind: jsonl, path: nope.jsonl}\n")
+    cfg = _config(
+        tmp_path,
+        "run: {store: s.db}\npipeline: {tasks: [{use: echo}]}\nsource: {kind: jsonl, path: nope.jsonl}\n",
+    )
     assert cli(["validate", "-c", str(cfg)], env).returncode == 0  # validate never opens the data
     result = cli(["run", "-c", str(cfg)], env)
     assert result.returncode == 2
@@ -232,7 +263,9 @@ def test_missing_dataset_is_exit_2_before_starting(env: dict[str, str], tmp_path
         (["--artifact-backend", '{"kind": "file"}'], "--artifact-backend"),
     ],
 )
-def test_bad_flags_exit_2_naming_the_flag(env: dict[str, str], tmp_path: Path, args: list[str], needle: str) -> None:
+def test_bad_flags_exit_2_naming_the_flag(
+    env: dict[str, str], tmp_path: Path, args: list[str], needle: str
+) -> None:
     cfg = _config(tmp_path, "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 1}\n")
     result = cli(["run", "-c", str(cfg), *args], env)
     assert result.returncode == 2
@@ -254,7 +287,10 @@ def test_bad_config_is_exit_2_and_runs_nothing(env: dict[str, str], tmp_path: Pa
 
 def test_strict_env(env: dict[str, str], tmp_path: Path) -> None:
     env.pop("PA_UNSET", None)
-    cfg = _config(tmp_path, 'run: {label: "${PA_UNSET}"}\npipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 1}\n')
+    cfg = _config(
+        tmp_path,
+        'run: {label: "${PA_UNSET}"}\npipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 1}\n',
+    )
     loose = cli(["validate", "-c", str(cfg)], env)
     assert loose.returncode == 0 and "PA_UNSET" in loose.stderr
     strict = cli(["validate", "-c", str(cfg), "--strict-env"], env)

@@ -50,9 +50,9 @@ def test_jsonl_missing_key_field_names_the_line(tmp_path: Path) -> None:
 def test_jsonl_missing_file(tmp_path: Path) -> None:
     src = _source("jsonl")
     opts = src.options(path="nope.jsonl")
-    with pytest.raises(ConfigError, match="source.path: file not found"):
+    with pytest.raises(ConfigError, match=r"source\.path: file not found"):
         src.check(opts, tmp_path)
-    with pytest.raises(ConfigError, match="source.path: file not found"):
+    with pytest.raises(ConfigError, match=r"source\.path: file not found"):
         list(src.open(opts, tmp_path))
 
 

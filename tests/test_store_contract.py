@@ -88,10 +88,6 @@ def test_commit_assigns_increasing_ids(store: Store) -> None:
 def test_failed_commit_leaves_nothing(
     store_factory: StoreFactory, store: Store, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
-    if store_factory.kind == "memory":
-        request.applymarker(
-            pytest.mark.xfail(reason="store_memory.commit applies rows in place (not atomic)", strict=True)
-        )
     commit(store, pipelines=[pipeline("p0")], attempts=[attempt("p0")])
     bad = batch_of(
         runs=[run("r9")],

@@ -857,22 +857,24 @@ class Pool:
 
     def resolve(self, algorithm: Any = None) -> Any:
         """The algorithm instance for a per-call spec, else the pool default, else ``wait``."""
-        from .algorithm import resolve_algorithm
-
         if algorithm is None:
-            if self._algorithm is None:
-                self._algorithm = resolve_algorithm(self.algorithm_spec, self.algorithm_registry())
-            return self._algorithm
+            default = self._algorithm
+            if default is None:
+                default = self._algorithm = self._resolve_spec(self.algorithm_spec)
+            return default
         if hasattr(algorithm, "acquire") and not isinstance(algorithm, type):
             return algorithm
         if isinstance(algorithm, str):
             cached = self._algorithm_cache.get(algorithm)
             if cached is None:
-                cached = self._algorithm_cache[algorithm] = resolve_algorithm(
-                    algorithm, self.algorithm_registry()
-                )
+                cached = self._algorithm_cache[algorithm] = self._resolve_spec(algorithm)
             return cached
-        return resolve_algorithm(algorithm, self.algorithm_registry())
+        return self._resolve_spec(algorithm)
+
+    def _resolve_spec(self, spec: Any) -> Any:
+        from .algorithm import resolve_algorithm
+
+        return resolve_algorithm(spec, self.algorithm_registry())
 
     async def acquire(
         self,

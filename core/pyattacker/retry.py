@@ -15,30 +15,10 @@ from typing import Any
 
 import msgspec
 
+from .algorithm import JITTERS, backoff_delay
 from .errors import RETRYABLE_CLASSES, ConfigError, FatalError, RetryableError, error_class_of, retry_after_of
 
 __all__ = ["JITTERS", "Retrying", "backoff_delay", "coerce_retry", "resolve_exception_name"]
-
-JITTERS = ("full", "equal", "none")
-
-
-def backoff_delay(
-    attempt: int,
-    base: float,
-    factor: float,
-    cap: float,
-    jitter: str = "full",
-    rng: random.Random | None = None,
-) -> float:
-    """``min(cap, base * factor**(attempt-1))`` then jittered; shared with the backoff algorithm."""
-    raw = min(cap, base * (factor ** max(0, attempt - 1)))
-    if jitter == "none" or raw <= 0:
-        return max(0.0, raw)
-    draw = (rng or random).random()
-    if jitter == "equal":
-        return raw / 2 + draw * raw / 2
-    return draw * raw
-
 
 _NEVER = (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit)
 

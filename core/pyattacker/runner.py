@@ -203,6 +203,23 @@ class Runner:
             self._stopping = True
             self._stop_reason = reason
             self._wake_all()
+            self._arm_grace()
+
+    def _arm_grace(self) -> None:
+        """Bound the wait for running attempts by ``grace_s``: a task that never ends must not hang a stop."""
+        if self._complete is None or self._complete.is_set():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._grace_timer = loop.call_later(self.config.grace_s, self._grace_over)
+
+    def _grace_over(self) -> None:
+        if self._complete is not None and not self._complete.is_set():
+            log.warning("pyattacker: grace_s=%s elapsed, cancelling running attempts", self.config.grace_s)
+            self._hard = True
+            self._complete.set()
 
     def run(self, specs: Iterable[PipelineSpec], resume: bool | None = None, run_id: str | None = None) -> RunReport:
         """Run synchronously (in a helper thread if an event loop is already running here)."""
@@ -300,6 +317,7 @@ class Runner:
         self._capacity: asyncio.Event | None = None
         self._pump_wake: asyncio.Event | None = None
         self._producer_done = False
+        self._grace_timer: asyncio.TimerHandle | None = None
 
     def _wake_all(self) -> None:
         for ev in (self._capacity, self._pump_wake):
@@ -415,6 +433,8 @@ class Runner:
         finally:
             if timer is not None:
                 timer.cancel()
+            if self._grace_timer is not None:
+                self._grace_timer.cancel()
             for sig in signals:
                 loop.remove_signal_handler(sig)
             self._detach_pools(listeners)
@@ -468,7 +488,7 @@ class Runner:
         for pool in self.pools.values():
             listener = self._pool_event
             pool.listeners.append(listener)
-            if getattr(pool, "clock", None) is None:
+            if getattr(pool, "clock_is_default", False):
                 pool.clock = self.clock
             attached.append((pool, listener))
         return attached
@@ -589,7 +609,7 @@ class Runner:
         run_row.ended_at = ended
         run_row.heartbeat_at = ended
         run_row.stop_reason = self._stop_reason
-        run_row.stats = dict(self.counters)
+        run_row.stats = self._gauges()
         final.runs.append(run_row)
         final.resources.extend(self._resource_rows())
         if self._recorder.failed is None:
@@ -599,6 +619,7 @@ class Runner:
             except StoreUnavailable as exc:
                 self._fatal = self._fatal or exc
         self._recorder.close_sinks()
+        self._recorder = None  # later report_metric() calls write through directly
         return RunReport(
             run_id=run_row.run_id,
             status=status,
@@ -633,12 +654,24 @@ class Runner:
                 )
         return rows
 
+    def _gauges(self) -> dict[str, Any]:
+        """Counters plus the live gauges that watch/serve show (stored on the run row)."""
+        waiting = 0
+        for pool in self.pools.values():
+            waiting += int(getattr(pool, "waiting", 0) or 0)
+        return {
+            **self.counters,
+            "in_flight_pipelines": self._admitted - self._done,
+            "delayed_pipelines": len(self._parked),
+            "waiting_pipelines": waiting,
+        }
+
     async def _heartbeat(self, run_row: RunRecord) -> None:
         assert self._recorder is not None
         while True:
             await asyncio.sleep(self.config.heartbeat_s)
             run_row.heartbeat_at = self.clock.wall()
-            run_row.stats = dict(self.counters)
+            run_row.stats = self._gauges()
             self._recorder.pending.runs.append(run_row)
             self._recorder.pending.resources.extend(self._resource_rows())
             try:
@@ -716,7 +749,11 @@ class Runner:
                     self._admitted += 1
                     self.counters["pipelines_admitted"] += 1
                     self._active.add(spec.key)
-                    await queue.put(state)
+                    try:
+                        await queue.put(state)
+                    except asyncio.CancelledError:
+                        self._interrupt(state, "queued")  # admitted but never handed to a worker
+                        raise
                     await asyncio.sleep(0)
         finally:
             self._producer_done = True
@@ -855,8 +892,12 @@ class Runner:
         while not self._stopping:
             now = self.clock.now()
             while self._parked and self._parked[0][0] <= now and not self._stopping:
-                _, _, state = heapq.heappop(self._parked)
-                await queue.put(state)
+                item = heapq.heappop(self._parked)
+                try:
+                    await queue.put(item[2])
+                except asyncio.CancelledError:
+                    heapq.heappush(self._parked, item)  # still parked: shutdown marks it interrupted
+                    raise
             wake.clear()
             timer = loop.call_later(max(0.0, self._parked[0][0] - self.clock.now()), wake.set) if self._parked else None
             try:

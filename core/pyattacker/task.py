@@ -281,17 +281,14 @@ def factory_task(build: Callable[..., TaskSpec]) -> Callable[..., TaskSpec]:
 
 
 def algorithm_fingerprint(spec: Any) -> Any:
-    """Equivalent specs (a name, a mapping, an instance) give the same fingerprint."""
+    """Equivalent specs (a name, a mapping, an instance) give the same fingerprint.
+
+    ``None`` stays ``None``: the task then uses its pool's algorithm, which is a property of
+    the pool (a resource), not of the task.
+    """
     if spec is None:
         return None
-    if not hasattr(spec, "acquire"):
-        from .algorithm import resolve_algorithm
-        from .plugins import get_plugins
+    from .algorithm import algorithm_fingerprint as fingerprint_of
+    from .algorithm import resolve_algorithm
 
-        spec = resolve_algorithm(spec, get_plugins().algorithms)
-    fp = spec.fingerprint() if hasattr(spec, "fingerprint") else None
-    if fp is None:
-        raise ConfigError(
-            f"algorithm {getattr(spec, 'name', spec)!r} has no fingerprint(); give the task a version="
-        )
-    return fp
+    return fingerprint_of(resolve_algorithm(spec))

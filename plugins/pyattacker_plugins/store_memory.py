@@ -55,35 +55,44 @@ class MemoryStore:
 
     # -- writes -------------------------------------------------------------------------
     def commit(self, batch: Batch) -> None:
+        """Copy every row first, then apply: a failure while copying leaves nothing behind."""
         if self.closed:
             raise RuntimeError("store is closed")
-        for run in batch.runs:
-            self._runs[run.run_id] = _copy(run)
-        for p in batch.pipelines:
-            old = self._pipelines.get(p.pipeline_id)
-            row = _copy(p)
+        runs = [_copy(r) for r in batch.runs]
+        pipelines = [_copy(p) for p in batch.pipelines]
+        tasks = [_copy(t) for t in batch.tasks]
+        artifacts = [_copy(a) for a in batch.artifacts]
+        attempts = [_copy(a) for a in batch.attempts]
+        events = [_copy(e) for e in batch.events]
+        metrics = [_copy(m) for m in batch.metrics]
+        points = [_copy(p) for p in batch.metric_points]
+        resources = [_copy(r) for r in batch.resources]
+        # nothing below can fail
+        for run in runs:
+            self._runs[run.run_id] = run
+        for row in pipelines:
+            old = self._pipelines.get(row.pipeline_id)
             if old is not None:
                 row.created_at = old.created_at
-            self._pipelines[p.pipeline_id] = row
-        for t in batch.tasks:
-            self._tasks[t.task_run_id] = _copy(t)
-        for a in batch.artifacts:
-            self._artifacts[a.artifact_id] = _copy(a)
-        for at in batch.attempts:
-            at.attempt_id = len(self._attempts) + 1
-            self._attempts.append(_copy(at))
-        for ev in batch.events:
-            ev.event_id = len(self._events) + 1
-            self._events.append(_copy(ev))
-        for m in batch.metrics:
-            self._metrics[(m.run_id, m.pipeline_id, m.name)] = _copy(m)
-        for pt in batch.metric_points:
-            if pt.op_id in self._point_ops:
-                continue
-            self._point_ops.add(pt.op_id)
-            self._points.append(_copy(pt))
-        for r in batch.resources:
-            self._resources[(r.run_id, r.pool, r.resource_id)] = _copy(r)
+            self._pipelines[row.pipeline_id] = row
+        for t in tasks:
+            self._tasks[t.task_run_id] = t
+        for a in artifacts:
+            self._artifacts[a.artifact_id] = a
+        for original, at in zip(batch.attempts, attempts, strict=True):
+            at.attempt_id = original.attempt_id = len(self._attempts) + 1
+            self._attempts.append(at)
+        for original_ev, ev in zip(batch.events, events, strict=True):
+            ev.event_id = original_ev.event_id = len(self._events) + 1
+            self._events.append(ev)
+        for m in metrics:
+            self._metrics[(m.run_id, m.pipeline_id, m.name)] = m
+        for pt in points:
+            if pt.op_id not in self._point_ops:
+                self._point_ops.add(pt.op_id)
+                self._points.append(pt)
+        for r in resources:
+            self._resources[(r.run_id, r.pool, r.resource_id)] = r
         self.commits += 1
 
     def interrupt_running(self, run_id: str, now: float) -> int:

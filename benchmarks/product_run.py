@@ -1,0 +1,133 @@
+"""One product run as a fresh process: the SDK ``Runner`` on the overhead workload.
+
+Prints ONE JSON line (like ``baseline_peer.py`` / ``floor_runner.py``) so the harness can compare
+the product with the baselines round by round. Everything goes through the real product path:
+an on-disk SQLite store with the default (full) journal, one pool whose capacity never binds,
+``async with ctx.acquire()`` in every task, events and attempts recorded, default settings.
+Self-contained on purpose (no import from the ``benchmarks`` package): it runs as
+``python benchmarks/product_run.py`` or ``python -m benchmarks.product_run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from pyattacker.pipeline import PipelineTemplate, pipeline
+from pyattacker.pool import Pool, Resource
+from pyattacker.runner import Runner
+from pyattacker.task import task
+
+#: per-task latency in seconds; 0 means "await asyncio.sleep(0) once" (the cheapest real suspension)
+_LATENCY_S = 0.0
+
+
+async def _work(value: Any, ctx: Any) -> Any:
+    """The benchmark task: lease from the pool, suspend once (or sleep L), return a new string."""
+    async with ctx.acquire():
+        await asyncio.sleep(_LATENCY_S)
+    return f"{value}|t{ctx.seq}"
+
+
+def build_template(n_tasks: int = 3) -> PipelineTemplate:
+    """``pipeline("bench", t0, t1, ...)``: same source and names in every process (stable keys)."""
+    tasks = [task(_work, name=f"t{k}", resource="apis") for k in range(n_tasks)]
+    return pipeline("bench", *tasks)
+
+
+def build_pools(capacity: int) -> list[Pool]:
+    """One pool, one resource with more capacity than the concurrency: leases never wait."""
+    return [Pool("apis", [Resource.create("api", id="api-1", capacity=capacity)])]
+
+
+def seeds(lo: int, hi: int) -> Iterator[str]:
+    """A streaming source: seeds are produced lazily, never held in a list."""
+    for i in range(lo, hi):
+        yield f"in-{i}"
+
+
+def store_bytes(path: str) -> int:
+    """Size of the store on disk: the database plus its WAL and shared-memory files."""
+    return sum(os.path.getsize(p) for p in (path, path + "-wal", path + "-shm") if os.path.exists(p))
+
+
+def run(
+    store: str,
+    n: int,
+    *,
+    lo: int = 0,
+    tasks: int = 3,
+    concurrency: int = 64,
+    latency_ms: float = 0.0,
+    capacity: int | None = None,
+) -> dict[str, Any]:
+    """Run pipelines ``lo..lo+n`` into ``store`` and return the summary dict (not printed)."""
+    global _LATENCY_S
+    _LATENCY_S = latency_ms / 1000.0
+    template = build_template(tasks)
+    t_start_epoch = time.time()
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    with Runner(
+        store=store, pools=build_pools(capacity or max(1000, 2 * concurrency)), concurrency=concurrency
+    ) as runner:
+        report = runner.run(template.map(seeds(lo, lo + n)))
+    elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    counters = dict(report.counters)
+    ran = counters.get("pipelines_succeeded", 0) + counters.get("pipelines_failed", 0)
+    skipped = counters.get("skipped", 0)
+    size = store_bytes(store.split("?", 1)[0])
+    return {
+        "runner": "product",
+        "n": n,
+        "tasks": tasks,
+        "concurrency": concurrency,
+        "latency_ms": latency_ms,
+        "sleep0": latency_ms == 0,
+        "synchronous": os.environ.get("PYATTACKER_SQLITE_SYNCHRONOUS", "normal"),
+        "status": report.status,
+        "pipelines_run": ran,
+        "pipelines_skipped": skipped,
+        "wall_s": elapsed,
+        "elapsed_s": elapsed,
+        "cpu_s": cpu,
+        "cpu_us_per_task": cpu / (ran * tasks) * 1e6 if ran else None,
+        "pipelines_per_s": ran / elapsed if ran else None,
+        "skipped_per_s": skipped / elapsed if skipped else None,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "store_bytes": size,
+        "bytes_per_pipeline": size / n if n else None,
+        "t_start_epoch": t_start_epoch,
+        "t_end_epoch": time.time(),
+        "counters": counters,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=50_000, help="pipelines to run")
+    ap.add_argument("--lo", type=int, default=0, help="first seed index (shards run disjoint ranges)")
+    ap.add_argument("--tasks", type=int, default=3)
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--latency-ms", type=float, default=0.0, help="0 = await asyncio.sleep(0) once per task")
+    ap.add_argument("--capacity", type=int, default=None, help="pool capacity (default max(1000, 2*C))")
+    ap.add_argument("--store", required=True, help="store path (may carry ?synchronous=full)")
+    args = ap.parse_args(argv)
+    summary = run(
+        args.store, args.n, lo=args.lo, tasks=args.tasks, concurrency=args.concurrency,
+        latency_ms=args.latency_ms, capacity=args.capacity,
+    )
+    print(json.dumps(summary))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

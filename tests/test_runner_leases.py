@@ -1,0 +1,148 @@
+"""The lease-safety contract inside real runs: no task ever ends holding a lease."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pyattacker.clock import VirtualClock
+from pyattacker.errors import RetryableError
+from pyattacker.pipeline import pipeline
+from pyattacker.pool import Pool, Resource
+from pyattacker.task import task
+from tests.runner_helpers import events, rows, seeds, states, vrunner
+
+
+def _pool(clock: VirtualClock, capacity: int = 2, n: int = 2) -> Pool:
+    return Pool("apis", [Resource.create("api", capacity=capacity, cooldown_s=1.0) for _ in range(n)], clock=clock)
+
+
+def test_lease_returned_on_exception_and_recorded_on_the_attempt() -> None:
+    clock = VirtualClock()
+    pool = _pool(clock)
+
+    @task(resource="apis", retry={"max_attempts": 2, "base": 0.1})
+    async def call(x: Any, ctx: Any) -> Any:
+        async with ctx.acquire() as lease:
+            if ctx.attempt == 1:
+                lease.report(ok=False)
+                raise RetryableError("flaky endpoint")
+            lease.report(ok=True, latency_ms=5, usage={"tokens": 3})
+            return x
+
+    with vrunner(pools=[pool], clock=clock) as r:
+        rep = r.run(pipeline("p", call).map(seeds(5)))
+        atts = rows(r.store, "attempts")
+    assert rep.succeeded == 5 and pool.stats().active == 0
+    assert all(a.leases and a.leases[0]["pool"] == "apis" for a in atts)
+    assert {a.outcome for a in atts} == {"failed", "succeeded"}
+
+
+def test_forgotten_escape_hatch_lease_is_reclaimed_as_leaked() -> None:
+    clock = VirtualClock()
+    pool = _pool(clock)
+
+    @task(resource="apis")
+    async def leaky(x: Any, ctx: Any) -> Any:
+        await ctx.acquire_lease()
+        return x
+
+    with vrunner(pools=[pool], clock=clock) as r:
+        rep = r.run(pipeline("p", leaky).map(seeds(3)))
+        leaked = events(r.store, "lease.leaked")
+    assert rep.succeeded == 3 and rep.leases_leaked == 3
+    assert len(leaked) == 3 and leaked[0].data["hint"]
+    assert pool.stats().active == 0 and pool.stats().leaked_total == 3
+
+
+def test_strict_leases_turn_a_leak_into_a_failure() -> None:
+    clock = VirtualClock()
+    pool = _pool(clock)
+
+    @task(resource="apis")
+    async def leaky(x: Any, ctx: Any) -> Any:
+        await ctx.acquire_lease()
+        return x
+
+    with vrunner(pools=[pool], clock=clock, strict_leases=True) as r:
+        rep = r.run(pipeline("p", leaky).map(seeds(2)))
+        failed = [p for p in rows(r.store, "pipelines") if p.state == "failed"]
+    assert rep.failed == 2 and {p.error_type for p in failed} == {"LeaseLeakError"}
+    assert pool.stats().active == 0
+
+
+def test_timeout_while_holding_a_lease_returns_it() -> None:
+    clock = VirtualClock()
+    pool = _pool(clock, capacity=1, n=1)
+
+    @task(resource="apis", timeout_s=1)
+    async def hang(x: Any, ctx: Any) -> Any:
+        async with ctx.acquire():
+            await asyncio.sleep(100)
+
+    with vrunner(pools=[pool], clock=clock, concurrency=3) as r:
+        rep = r.run(pipeline("p", hang).map(seeds(3)))
+    assert rep.failed == 3 and pool.stats().active == 0
+
+
+def test_unknown_pool_fails_the_pipeline_with_a_clear_error() -> None:
+    @task(resource="nope")
+    async def t(x: Any, ctx: Any) -> Any:
+        async with ctx.acquire():
+            return x
+
+    with vrunner() as r:
+        rep = r.run(pipeline("p", t).map(seeds(1)))
+        (row,) = rows(r.store, "pipelines")
+    assert rep.failed == 1 and row.error_type == "PoolNotFound" and "nope" in (row.error_message or "")
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    plan=st.lists(st.sampled_from(["ok", "fail", "retry", "hang", "leak", "slow"]), min_size=1, max_size=12),
+    concurrency=st.integers(1, 4),
+    capacity=st.integers(1, 3),
+    stop_at=st.one_of(st.none(), st.floats(0.5, 30)),
+)
+def test_no_lease_outlives_its_task_and_every_pipeline_terminates(
+    plan: list[str], concurrency: int, capacity: int, stop_at: float | None
+) -> None:
+    clock = VirtualClock()
+    pool = _pool(clock, capacity=capacity, n=1)
+    held_after: list[int] = []
+
+    @task(resource="apis", timeout_s=5, retry={"max_attempts": 2, "base": 0.5})
+    async def step(x: dict[str, int], ctx: Any) -> Any:
+        kind = plan[x["i"]]
+        async with ctx.acquire() as lease:
+            await asyncio.sleep(0.1)
+            if kind == "fail":
+                raise ValueError("bad")
+            if kind == "retry" and ctx.attempt == 1:
+                lease.report(ok=False)
+                raise RetryableError("again")
+            if kind == "hang":
+                await asyncio.sleep(60)
+            if kind == "slow":
+                await asyncio.sleep(3)
+        if kind == "leak":
+            await ctx.acquire_lease()
+        return x
+
+    @task
+    def after(x: Any, ctx: Any) -> Any:
+        held_after.append(pool.stats().active)
+        return x
+
+    r = vrunner(pools=[pool], clock=clock, concurrency=concurrency, stop_after_s=stop_at, grace_s=1)
+    rep = r.run(pipeline("p", step, after).map(seeds(len(plan))))
+    assert pool.stats().active == 0
+    assert all(n <= capacity for n in held_after)
+    st_ = states(r.store)
+    assert set(st_.values()) <= {"succeeded", "failed", "interrupted"}
+    assert rep.counters["pipelines_done"] == rep.counters["pipelines_admitted"]
+    if stop_at is None:
+        assert set(st_.values()) <= {"succeeded", "failed"} and len(st_) == len(plan)
