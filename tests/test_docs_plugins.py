@@ -34,7 +34,13 @@ def test_example_third_party_package_is_listed_active() -> None:
             raise
         pytest.skip("pip install --no-deps ./examples/plugin_package to run this test")
     env = {**os.environ, "PYATTACKER_ONLY_PLUGINS": "pyattacker-example-plugin"}
-    out = subprocess.run([sys.executable, "-m", "pyattacker", "plugins", "--json"], capture_output=True, text=True, check=True, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "pyattacker", "plugins", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
     rows = {r["name"]: r for r in json.loads(out.stdout)}
     assert rows["example"]["status"] == "active" and rows["example"]["builtin"] is False
     assert rows["example"]["dist"] == "pyattacker-example-plugin"

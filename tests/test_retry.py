@@ -34,7 +34,7 @@ class HTTPError(Exception):
         (RetryableError("x", error_class="rate_limit"), "rate_limit"),
         (FatalError("x"), "fatal"),
         (TimeoutError(), "timeout"),
-        (asyncio.TimeoutError(), "timeout"),
+        (TimeoutError(), "timeout"),
         (ConnectionResetError(), "connection"),
         (HTTPError(408), "timeout"),
         (HTTPError(504), "timeout"),
@@ -83,8 +83,15 @@ def test_retry_after_from_header(value: Any, expected: float | None) -> None:
 def test_decide_every_reason() -> None:
     pol = Retrying(max_attempts=3, base=1.0, factor=2.0, cap=10.0, jitter="none", max_total_s=5.0)
     ok = pol.decide(TimeoutError(), 1, elapsed=0.0)
-    assert ok == {"retry": True, "reason": "retryable", "delay_s": 1.0, "error_class": "timeout",
-                  "attempt": 1, "max_attempts": 3, "retry_after": None}
+    assert ok == {
+        "retry": True,
+        "reason": "retryable",
+        "delay_s": 1.0,
+        "error_class": "timeout",
+        "attempt": 1,
+        "max_attempts": 3,
+        "retry_after": None,
+    }
     assert pol.decide(ValueError(), 1)["reason"] == "policy_declined"
     assert pol.decide(TimeoutError(), 3)["reason"] == "attempts_exhausted"
     budget = pol.decide(TimeoutError(), 2, elapsed=4.0)

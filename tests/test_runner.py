@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 import pytest
+from tests.runner_helpers import events, rows, seeds, states, vrunner
 
 from pyattacker.errors import (
     ConfigError,
@@ -18,7 +19,6 @@ from pyattacker.errors import (
 )
 from pyattacker.pipeline import fanout, pipeline
 from pyattacker.task import UNSET, task
-from tests.runner_helpers import events, rows, seeds, states, vrunner
 
 
 def test_chain_runs_and_checkpoints_every_task() -> None:
@@ -123,7 +123,11 @@ def test_every_attempt_records_its_decision() -> None:
     assert rep.failed == 1
     assert [a.outcome for a in atts] == ["timeout"] * 3
     assert [a.decision["reason"] for a in atts] == ["retryable", "retryable", "attempts_exhausted"]
-    assert all(set(a.decision) >= {"retry", "reason", "delay_s", "error_class", "attempt", "max_attempts", "retry_after"} for a in atts)
+    assert all(
+        set(a.decision)
+        >= {"retry", "reason", "delay_s", "error_class", "attempt", "max_attempts", "retry_after"}
+        for a in atts
+    )
 
 
 def test_timeout_s_fails_the_attempt_as_timeout() -> None:
@@ -311,7 +315,9 @@ def test_fanout_runs_children_on_the_same_input() -> None:
     with vrunner() as r:
         rep = r.run(pipeline("p", fanout(left, right)).map(seeds(3)))
         finals = [a for a in rows(r.store, "artifacts") if a.is_final]
-        values = sorted((r.codecs.decode(a.codec, a.type_name, a.payload) for a in finals), key=lambda d: d["left"])
+        values = sorted(
+            (r.codecs.decode(a.codec, a.type_name, a.payload) for a in finals), key=lambda d: d["left"]
+        )
     assert rep.succeeded == 3
     assert values == [{"left": i + 1, "right": i * 10} for i in range(3)]
 
@@ -346,7 +352,9 @@ def test_pipeline_key_is_the_same_in_another_process() -> None:
     from pyattacker_plugins.task_echo import echo
 
     here = pipeline("p", echo).bind({"n": [1, 2.5], "q": "what is 2+2"}).key
-    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    there = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert here == there
 
 

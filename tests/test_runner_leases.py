@@ -7,17 +7,19 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.runner_helpers import events, rows, seeds, states, vrunner
 
 from pyattacker.clock import VirtualClock
 from pyattacker.errors import RetryableError
 from pyattacker.pipeline import pipeline
 from pyattacker.pool import Pool, Resource
 from pyattacker.task import task
-from tests.runner_helpers import events, rows, seeds, states, vrunner
 
 
 def _pool(clock: VirtualClock, capacity: int = 2, n: int = 2) -> Pool:
-    return Pool("apis", [Resource.create("api", capacity=capacity, cooldown_s=1.0) for _ in range(n)], clock=clock)
+    return Pool(
+        "apis", [Resource.create("api", capacity=capacity, cooldown_s=1.0) for _ in range(n)], clock=clock
+    )
 
 
 def test_lease_returned_on_exception_and_recorded_on_the_attempt() -> None:

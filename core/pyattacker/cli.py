@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 import rich_click as click
+from click import exceptions as click_exceptions
 
 from . import __version__
 from .errors import ConfigError, PyAttackerError, StoreUnavailable, WorkerCrashed
@@ -73,9 +74,9 @@ class LazyGroup(click.RichGroup):
         if target is None:
             return self._plugin_commands().get(name)
         # --help listings only need the short help: avoid importing the module
-        if ctx.resilient_parsing or "--help" in sys.argv[1:2] or len(sys.argv) <= 1:
-            if name not in sys.argv[1:]:
-                return click.Command(name, help=SHORT_HELP.get(name, ""), short_help=SHORT_HELP.get(name))
+        listing = ctx.resilient_parsing or "--help" in sys.argv[1:2] or len(sys.argv) <= 1
+        if listing and name not in sys.argv[1:]:
+            return click.Command(name, help=SHORT_HELP.get(name, ""), short_help=SHORT_HELP.get(name))
         module, _, attr = target.partition(":")
         return getattr(importlib.import_module(module), attr)
 
@@ -106,13 +107,13 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: maps errors to exit codes and handles closed pipes quietly."""
     try:
         cli.main(args=argv, prog_name="pyattacker", standalone_mode=False)
-    except click.exceptions.Abort:
+    except click_exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)
-    except click.exceptions.ClickException as exc:
+    except click_exceptions.ClickException as exc:
         exc.show()
         sys.exit(2 if exc.exit_code in (1, 2) else exc.exit_code)
-    except click.exceptions.Exit as exc:
+    except click_exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         _quiet_pipe()

@@ -9,7 +9,9 @@ from .plugins import get_plugins
 
 
 @click.command("plugins")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array (one object per plugin) for scripts.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print a JSON array (one object per plugin) for scripts."
+)
 def plugins_command(as_json: bool) -> None:
     """List installed plugins, their status and what they provide.
 
@@ -29,7 +31,9 @@ def plugins_command(as_json: bool) -> None:
         table.add_column(col)
     for row in rows:
         provides = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in row.provides.items())
-        status = {"active": "[green]active[/]", "failed": "[red]failed[/]", "blocked": "[yellow]blocked[/]"}[row.status]
+        status = {"active": "[green]active[/]", "failed": "[red]failed[/]", "blocked": "[yellow]blocked[/]"}[
+            row.status
+        ]
         dist = f"{row.dist or '-'} {row.version or ''}".strip() + (" (built-in)" if row.builtin else "")
         table.add_row(row.name, status, dist, provides or "-")
     console = Console()

@@ -34,9 +34,7 @@ class Codec(Protocol):
 
 
 def is_record_type(cls: Any) -> bool:
-    return isinstance(cls, type) and (
-        dataclasses.is_dataclass(cls) or issubclass(cls, msgspec.Struct)
-    )
+    return isinstance(cls, type) and (dataclasses.is_dataclass(cls) or issubclass(cls, msgspec.Struct))
 
 
 class CodecRegistry:
@@ -114,7 +112,9 @@ class CodecRegistry:
         except ArtifactCodecError:
             raise
         except Exception as exc:
-            raise ArtifactCodecError(f"codec {codec.name!r} cannot encode {type(value).__qualname__}: {exc}") from exc
+            raise ArtifactCodecError(
+                f"codec {codec.name!r} cannot encode {type(value).__qualname__}: {exc}"
+            ) from exc
         return codec.name, type(value).__name__, data
 
     def decode(self, codec_name: str, type_name: str, data: bytes) -> Any:

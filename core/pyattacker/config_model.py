@@ -27,8 +27,15 @@ def _positive_int(name: str, value: Any, *, allow_none: bool = False) -> None:
 def _positive_number(name: str, value: Any, *, allow_none: bool = False, allow_zero: bool = False) -> None:
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(f"run.{name}: must be a {'non-negative' if allow_zero else 'positive'} number, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or value < 0
+        or (value == 0 and not allow_zero)
+    ):
+        raise ConfigError(
+            f"run.{name}: must be a {'non-negative' if allow_zero else 'positive'} number, got {value!r}"
+        )
 
 
 class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .digest import digest_bytes
 from .errors import PoolNotFound
 from .metrics import MetricRejected, check_points, check_value
-from .model import EventRecord, MetricPoint, MetricRecord
+from .model import MetricPoint, MetricRecord
 
 if TYPE_CHECKING:
     from .pool import Lease, Pool
@@ -138,27 +138,51 @@ class TaskContext:
 
     # -- leases ---------------------------------------------------------------------------
     def acquire(
-        self, pool: str | None = None, *, algorithm: Any = None, timeout: float | None = None, where: Any = None, **selector: Any
+        self,
+        pool: str | None = None,
+        *,
+        algorithm: Any = None,
+        timeout: float | None = None,
+        where: Any = None,
+        **selector: Any,
     ) -> _Acquire:
         """Lease from ``pool`` (default: the task's declared resource); returned on exit."""
         return _Acquire(self, (pool, algorithm, timeout, where, selector))
 
     async def acquire_lease(
-        self, pool: str | None = None, *, algorithm: Any = None, timeout: float | None = None, where: Any = None, **selector: Any
+        self,
+        pool: str | None = None,
+        *,
+        algorithm: Any = None,
+        timeout: float | None = None,
+        where: Any = None,
+        **selector: Any,
     ) -> Lease:
         """Escape hatch: a lease you release yourself (reclaimed as leaked if you forget)."""
         return await self._lease_from(pool, algorithm, timeout, where, selector)
 
     async def _lease_from(
-        self, pool_name: str | None, algorithm: Any, timeout: float | None, where: Any, selector: dict[str, Any]
+        self,
+        pool_name: str | None,
+        algorithm: Any,
+        timeout: float | None,
+        where: Any,
+        selector: dict[str, Any],
     ) -> Lease:
         name = pool_name or self.task.resource
         if name is None:
-            raise PoolNotFound(f"task {self.task.name!r} declares no resource; pass a pool name to ctx.acquire()")
+            raise PoolNotFound(
+                f"task {self.task.name!r} declares no resource; pass a pool name to ctx.acquire()"
+            )
         pool = self._runner.pools.get(name)
         if pool is None:
-            raise PoolNotFound(f"task {self.task.name!r}: no pool named {name!r} (pools: {', '.join(self._runner.pools) or 'none'})")
-        alg = algorithm if algorithm is not None else (self.task.algorithm if pool_name in (None, self.task.resource) else None)
+            known = ", ".join(self._runner.pools) or "none"
+            raise PoolNotFound(f"task {self.task.name!r}: no pool named {name!r} (pools: {known})")
+        alg = (
+            algorithm
+            if algorithm is not None
+            else (self.task.algorithm if pool_name in (None, self.task.resource) else None)
+        )
         lease = await pool.acquire(self, algorithm=alg, timeout=timeout, where=where, **selector)
         self.held_leases.append(lease)
         return lease
@@ -203,7 +227,9 @@ class TaskContext:
             data.setdefault("task", self.task.name)
             data.setdefault("seq", self.seq)
             data.setdefault("attempt", self.attempt)
-            self._runner._event(kind, "task", pipeline_id=self.pipeline_id, task_run_id=self.task_run_id, data=data)
+            self._runner._event(
+                kind, "task", pipeline_id=self.pipeline_id, task_run_id=self.task_run_id, data=data
+            )
         except Exception as exc:  # pragma: no cover - defensive: emit must never fail a task
             log.warning("pyattacker: ctx.emit(%r) dropped: %s", kind, exc)
 
@@ -223,7 +249,14 @@ class TaskContext:
         rows = self._runner._recorder_pending().metrics
         for name, value in clean.items():
             rows.append(
-                MetricRecord(run_id=self.run_id, pipeline_id=self.pipeline_id, name=name, value=value, updated_at=now, attempt=self.attempt)
+                MetricRecord(
+                    run_id=self.run_id,
+                    pipeline_id=self.pipeline_id,
+                    name=name,
+                    value=value,
+                    updated_at=now,
+                    attempt=self.attempt,
+                )
             )
         return True
 
@@ -236,7 +269,7 @@ class TaskContext:
         if isinstance(key, Mapping):
             point.update(key)
         elif key is not None:
-            point[key] = value  # type: ignore[index]
+            point[key] = value
         return self.track_many([point])
 
     def track_many(self, points: Iterable[Mapping[str, Any]]) -> bool:
@@ -255,8 +288,14 @@ class TaskContext:
                 self._steps[k] = step + 1
                 rows.append(
                     MetricPoint(
-                        run_id=self.run_id, pipeline_id=self.pipeline_id, key=k, value=v, step=step,
-                        ts=now, op_id=uuid.uuid4().hex, attempt=self.attempt,
+                        run_id=self.run_id,
+                        pipeline_id=self.pipeline_id,
+                        key=k,
+                        value=v,
+                        step=step,
+                        ts=now,
+                        op_id=uuid.uuid4().hex,
+                        attempt=self.attempt,
                     )
                 )
         return True
@@ -266,10 +305,14 @@ class TaskContext:
         root = self._runner.artifact_root().resolve()
         pid = self.pipeline_id if _SAFE.match(self.pipeline_id) else digest_bytes(self.pipeline_id.encode())
         run = self.run_id if _SAFE.match(self.run_id) else digest_bytes(self.run_id.encode())
-        path = root / run / pid / f"{self.seq}-{self.task.name if _SAFE.match(self.task.name) else 'task'}-attempt{self.attempt}"
+        path = (
+            root
+            / run
+            / pid
+            / f"{self.seq}-{self.task.name if _SAFE.match(self.task.name) else 'task'}-attempt{self.attempt}"
+        )
         path.mkdir(parents=True, exist_ok=True)
         real = path.resolve()
         if root != real and root not in real.parents:
             raise PermissionError(f"artifact dir {real} escapes the store's folder {root}")
         return real
-

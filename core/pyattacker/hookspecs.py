@@ -11,7 +11,6 @@ Every hook is documented with its exact signature in docs/plugins.md (a test enf
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pluggy
 
@@ -154,5 +153,3 @@ HOOK_KINDS: dict[str, str] = {
     "pyattacker_commands": "commands",
     "pyattacker_shard_executors": "shard_executors",
 }
-
-

@@ -27,7 +27,7 @@ class MetricRejected(ValueError):
 def check_value(key: Any, value: Any) -> Any:
     if not isinstance(key, str) or not key:
         raise MetricRejected(f"metric name must be a non-empty string, got {key!r}")
-    if isinstance(value, bool) or isinstance(value, str | int):
+    if isinstance(value, bool | str | int):
         return value
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):

@@ -36,7 +36,17 @@ class Chain:
 class PipelineSpec:
     """One pipeline instance: a template bound to one seed (and a repeat index)."""
 
-    __slots__ = ("key", "repeat", "seed", "seed_bytes", "seed_codec", "seed_digest", "seed_key", "seed_type", "template")
+    __slots__ = (
+        "key",
+        "repeat",
+        "seed",
+        "seed_bytes",
+        "seed_codec",
+        "seed_digest",
+        "seed_key",
+        "seed_type",
+        "template",
+    )
 
     def __init__(
         self,
@@ -96,7 +106,9 @@ class PipelineTemplate:
             self._codecs = CodecRegistry.from_plugins()
         return self._codecs
 
-    def bind(self, seed: Any, key: str | None = None, repeat: int = 0, seed_key: str | None = None) -> PipelineSpec:
+    def bind(
+        self, seed: Any, key: str | None = None, repeat: int = 0, seed_key: str | None = None
+    ) -> PipelineSpec:
         codec, type_name, data = self.codecs.encode(seed)
         if key is None:
             key = digest_bytes(f"{self.spec_digest}|{digest_bytes(data)}|{repeat}".encode())
@@ -129,7 +141,9 @@ class PipelineTemplate:
                     "name": t.name,
                     "target": t.target,
                     "resource": t.resource,
-                    "algorithm": t.algorithm if isinstance(t.algorithm, str | dict | type(None)) else getattr(t.algorithm, "name", str(t.algorithm)),
+                    "algorithm": t.algorithm
+                    if isinstance(t.algorithm, str | dict | type(None))
+                    else getattr(t.algorithm, "name", str(t.algorithm)),
                     "timeout_s": t.timeout_s,
                     "retry": t.retry.fingerprint(),
                     "config": t.config,
@@ -192,8 +206,10 @@ def fanout(
         raise PipelineBuildError(f"fanout children need distinct names, got {names}")
     if on_error not in ("raise", "collect"):
         raise ConfigError(f"fanout on_error must be 'raise' or 'collect', got {on_error!r}")
-    policy = coerce_retry(retry) if retry is not None else max(
-        (c.retry for c in children), key=lambda r: r.max_attempts
+    policy = (
+        coerce_retry(retry)
+        if retry is not None
+        else max((c.retry for c in children), key=lambda r: r.max_attempts)
     )
 
     async def run_children(value: Any, ctx: Any) -> dict[str, Any]:
@@ -209,9 +225,7 @@ def fanout(
             results = await asyncio.gather(*(one(c) for c in children))
         else:
             raw = await asyncio.gather(*(one(c) for c in children), return_exceptions=True)
-            results = [
-                {"error": f"{type(r).__name__}: {r}"} if isinstance(r, Exception) else r for r in raw
-            ]
+            results = [{"error": f"{type(r).__name__}: {r}"} if isinstance(r, Exception) else r for r in raw]
         return dict(zip(names, results, strict=True))
 
     return TaskSpec(

@@ -172,6 +172,7 @@ class _Registrar:
             self._plugins._register_typed(self._kind, name, obj, origin)
             return
         check_provided(self._kind, name, obj)
+        assert isinstance(name, str)
         self._pending.append(Provided(self._kind, name, obj, self._row.name, self._row.builtin))
 
     def entry_points(self, group: str) -> list[EntryPointInfo]:
@@ -196,7 +197,9 @@ class Plugins:
         self.pm = pluggy.PluginManager("pyattacker")
         self.pm.add_hookspecs(hookspecs)
         self.rows: dict[str, PluginRow] = {}
-        self.registries: dict[str, Registry] = {kind: Registry(kind) for kind in hookspecs.HOOK_KINDS.values()}
+        self.registries: dict[str, Registry] = {
+            kind: Registry(kind) for kind in hookspecs.HOOK_KINDS.values()
+        }
         self.typed_entry_points: dict[str, list[EntryPointInfo]] = {}
         if os.environ.get("PYATTACKER_TRACE_PLUGINS"):
             self.pm.trace.root.setwriter(sys.stderr.write)
@@ -294,7 +297,7 @@ class Plugins:
                 raise RegistrationError(f"unknown hook {attr!r}{extra}")
 
     def _impls_of(self, obj: Any) -> list[Any]:
-        impls = []
+        impls: list[Any] = []
         for hook_name in hookspecs.HOOK_KINDS:
             caller = getattr(self.pm.hook, hook_name)
             impls.extend(
@@ -332,7 +335,9 @@ class Plugins:
             provides.setdefault(item.kind, []).append(item.name)
         row.provides = {k: sorted(v) for k, v in sorted(provides.items())}
 
-    def _typed_row(self, origin: EntryPointInfo, *, status: str = "active", error: str | None = None) -> PluginRow:
+    def _typed_row(
+        self, origin: EntryPointInfo, *, status: str = "active", error: str | None = None
+    ) -> PluginRow:
         name = f"{origin.group}:{origin.name}"
         row = self.rows.get(name)
         if row is None:
@@ -386,7 +391,9 @@ class Plugins:
             except BaseException as exc:  # an import may raise anything, even SystemExit
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                self.rows[ep.name] = PluginRow(name=ep.name, status="failed", error=_describe(exc), **row_kwargs)  # type: ignore[arg-type]
+                self.rows[ep.name] = PluginRow(
+                    name=ep.name, status="failed", error=_describe(exc), **row_kwargs
+                )  # type: ignore[arg-type]
                 continue
             self.add_plugin(obj, ep.name, **row_kwargs)  # type: ignore[arg-type]
 

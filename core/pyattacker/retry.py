@@ -37,7 +37,11 @@ class Retrying(msgspec.Struct, frozen=True, kw_only=True):
     max_total_s: float | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool) or self.max_attempts < 1:
+        if (
+            not isinstance(self.max_attempts, int)
+            or isinstance(self.max_attempts, bool)
+            or self.max_attempts < 1
+        ):
             raise ConfigError(f"retry.max_attempts: must be an integer >= 1, got {self.max_attempts!r}")
         if self.jitter not in JITTERS:
             raise ConfigError(f"retry.jitter: must be one of {', '.join(JITTERS)}, got {self.jitter!r}")
@@ -50,7 +54,7 @@ class Retrying(msgspec.Struct, frozen=True, kw_only=True):
                 raise ConfigError(f"retry.on: {item!r} is not an exception class")
 
     def should_retry(self, exc: BaseException) -> bool:
-        if isinstance(exc, _NEVER) or isinstance(exc, FatalError):
+        if isinstance(exc, (*_NEVER, FatalError)):
             return False
         if isinstance(exc, RetryableError):
             return True
@@ -61,7 +65,9 @@ class Retrying(msgspec.Struct, frozen=True, kw_only=True):
             return True
         return self.retry_unknown and cls == "unknown"
 
-    def delay(self, attempt: int, rng: random.Random | None = None, exc: BaseException | None = None) -> float:
+    def delay(
+        self, attempt: int, rng: random.Random | None = None, exc: BaseException | None = None
+    ) -> float:
         if exc is not None:
             after = retry_after_of(exc)
             if after is not None:
@@ -88,8 +94,10 @@ class Retrying(msgspec.Struct, frozen=True, kw_only=True):
         if attempts_used >= self.max_attempts:
             record["reason"] = "attempts_exhausted"
             return record
-        delay = after if after is not None else backoff_delay(
-            attempts_used, self.base, self.factor, self.cap, self.jitter, rng
+        delay = (
+            after
+            if after is not None
+            else backoff_delay(attempts_used, self.base, self.factor, self.cap, self.jitter, rng)
         )
         if self.max_total_s is not None and elapsed + delay > self.max_total_s:
             record["reason"] = "total_budget"
@@ -124,7 +132,8 @@ def resolve_exception_name(name: str) -> type[BaseException]:
     from . import errors
 
     if name in errors.__all__ and isinstance(getattr(errors, name), type):
-        return getattr(errors, name)  # type: ignore[no-any-return]
+        found: type[BaseException] = getattr(errors, name)
+        return found
     if name in _BUILTIN_EXCEPTIONS:
         return _BUILTIN_EXCEPTIONS[name]
     if ":" in name:

@@ -115,6 +115,10 @@ class Runner:
     returns a :class:`RunReport`. Settings are :class:`RunConfig` fields (``config=`` or keywords).
     """
 
+    _stopping: bool
+    _stop_reason: str | None
+    _grace_timer: asyncio.TimerHandle | None
+
     def __init__(
         self,
         store: str | os.PathLike[str] | Store | None = None,
@@ -143,8 +147,10 @@ class Runner:
         self.on_pipeline_finished = on_pipeline_finished
         self._extra_sinks = list(sinks)
         location = self.config.store or ":memory:"
-        self.store: Store = store if store is not None and not isinstance(store, str | os.PathLike) else open_store(
-            location, plugins=plugins
+        self.store: Store = (
+            store
+            if store is not None and not isinstance(store, str | os.PathLike)
+            else open_store(location, plugins=plugins)
         )
         self.pools: dict[str, Any] = {}
         for pool in pools:
@@ -221,7 +227,9 @@ class Runner:
             self._hard = True
             self._complete.set()
 
-    def run(self, specs: Iterable[PipelineSpec], resume: bool | None = None, run_id: str | None = None) -> RunReport:
+    def run(
+        self, specs: Iterable[PipelineSpec], resume: bool | None = None, run_id: str | None = None
+    ) -> RunReport:
         """Run synchronously (in a helper thread if an event loop is already running here)."""
         try:
             asyncio.get_running_loop()
@@ -241,7 +249,8 @@ class Runner:
         thread.join()
         if "error" in box:
             raise box["error"]
-        return box["report"]  # type: ignore[no-any-return]
+        report: RunReport = box["report"]
+        return report
 
     def report_metric(self, name: str, value: Any, *, pipeline_id: str | None = None) -> bool:
         """Record a run-level (or pipeline-level) application value; latest wins."""
@@ -255,7 +264,13 @@ class Runner:
         except MetricRejected as exc:
             self._metric_rejected("report_metric", exc)
             return False
-        row = MetricRecord(run_id=self.run_id, pipeline_id=pipeline_id or "", name=name, value=clean, updated_at=self.clock.wall())
+        row = MetricRecord(
+            run_id=self.run_id,
+            pipeline_id=pipeline_id or "",
+            name=name,
+            value=clean,
+            updated_at=self.clock.wall(),
+        )
         if self._recorder is not None:
             self._recorder.pending.metrics.append(row)
         else:
@@ -302,7 +317,7 @@ class Runner:
         )
         self._stopping = False
         self._hard = False
-        self._stop_reason: str | None = None
+        self._stop_reason = None
         self._admitted = 0
         self._done = 0
         self._parked: list[tuple[float, int, _Pipeline]] = []
@@ -317,7 +332,7 @@ class Runner:
         self._capacity: asyncio.Event | None = None
         self._pump_wake: asyncio.Event | None = None
         self._producer_done = False
-        self._grace_timer: asyncio.TimerHandle | None = None
+        self._grace_timer = None
 
     def _wake_all(self) -> None:
         for ev in (self._capacity, self._pump_wake):
@@ -363,10 +378,16 @@ class Runner:
         sinks = list(self._extra_sinks)
         registry = self.plugins.event_sinks
         for item in self.config.event_sinks:
-            name, options = (item, {}) if isinstance(item, str) else (item.get("name"), {k: v for k, v in item.items() if k != "name"})
+            name, options = (
+                (item, {})
+                if isinstance(item, str)
+                else (item.get("name"), {k: v for k, v in item.items() if k != "name"})
+            )
             factory = registry.get(name)
             if factory is None:
-                raise ConfigError(f"run.event_sinks: unknown sink {name!r} (known: {', '.join(registry.names()) or 'none'})")
+                raise ConfigError(
+                    f"run.event_sinks: unknown sink {name!r} (known: {', '.join(registry.names()) or 'none'})"
+                )
             sinks.append(factory(**options))
         return sinks
 
@@ -385,8 +406,10 @@ class Runner:
         self._capacity = asyncio.Event()
         self._pump_wake = asyncio.Event()
         self._started = self.clock.now()
-        self.run_id = run_id or cfg.run_id or (
-            time.strftime("run-%Y%m%d-%H%M%S-", time.gmtime(self.clock.wall())) + uuid.uuid4().hex[:6]
+        self.run_id = (
+            run_id
+            or cfg.run_id
+            or (time.strftime("run-%Y%m%d-%H%M%S-", time.gmtime(self.clock.wall())) + uuid.uuid4().hex[:6])
         )
         self._backend = self._resolve_backend() if cfg.journal == "full" else None
         sinks = self._resolve_sinks()
@@ -405,15 +428,24 @@ class Runner:
         try:
             self.store.commit(first)
         except Exception as exc:
-            raise StoreUnavailable(f"cannot start a run in store {getattr(self.store, 'location', '?')}: {exc}") from exc
+            raise StoreUnavailable(
+                f"cannot start a run in store {getattr(self.store, 'location', '?')}: {exc}"
+            ) from exc
         stale = self.store.interrupt_running(self.run_id, self.clock.wall())
-        self._event("run.started", "run", data={"concurrency": cfg.concurrency, "resume": cfg.resume, "label": cfg.label})
+        self._event(
+            "run.started",
+            "run",
+            data={"concurrency": cfg.concurrency, "resume": cfg.resume, "label": cfg.label},
+        )
         if stale:
             self._event("run.interrupted_pipelines", "run", data={"count": stale})
         listeners = self._attach_pools()
         signals = self._install_signals(loop) if cfg.handle_signals else []
         queue: asyncio.Queue[_Pipeline | None] = asyncio.Queue(maxsize=max(2, 2 * cfg.concurrency))
-        workers = [loop.create_task(self._worker(queue, i), name=f"pyattacker-worker-{i}") for i in range(cfg.concurrency)]
+        workers = [
+            loop.create_task(self._worker(queue, i), name=f"pyattacker-worker-{i}")
+            for i in range(cfg.concurrency)
+        ]
         for w in workers:
             w.add_done_callback(self._supervise)
         producer = loop.create_task(self._produce(specs, queue), name="pyattacker-producer")
@@ -449,7 +481,11 @@ class Runner:
 
     def _run_row(self) -> RunRecord:
         cfg = self.config
-        backend = self._backend.describe() if self._backend is not None and hasattr(self._backend, "describe") else None
+        backend = (
+            self._backend.describe()
+            if self._backend is not None and hasattr(self._backend, "describe")
+            else None
+        )
         snapshot = {
             "concurrency": cfg.concurrency,
             "max_admitted": cfg.admitted_limit,
@@ -457,7 +493,9 @@ class Runner:
             "write_behind": cfg.write_behind,
             "write_batch": cfg.write_batch,
             "flush_interval": cfg.flush_interval,
-            "artifact_backend": backend if backend is not None else cfg.journal == "full" and "inline" or None,
+            "artifact_backend": backend
+            if backend is not None
+            else (cfg.journal == "full" and "inline") or None,
             "resume": cfg.resume,
             "retry_succeeded": cfg.retry_succeeded,
             "fresh_restart": cfg.fresh_restart,
@@ -484,7 +522,7 @@ class Runner:
         )
 
     def _attach_pools(self) -> list[tuple[Any, Callable[[Any], None]]]:
-        attached = []
+        attached: list[tuple[Any, Callable[[Any], None]]] = []
         for pool in self.pools.values():
             listener = self._pool_event
             pool.listeners.append(listener)
@@ -503,7 +541,7 @@ class Runner:
     def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
         if threading.current_thread() is not threading.main_thread():
             return []
-        installed = []
+        installed: list[int] = []
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
                 loop.add_signal_handler(sig, self._on_signal, sig)
@@ -520,7 +558,10 @@ class Runner:
             if self._complete is not None:
                 self._complete.set()
             return
-        log.warning("pyattacker: %s received, finishing running attempts (Ctrl-C again to stop now)", signal.Signals(sig).name)
+        log.warning(
+            "pyattacker: %s received, finishing running attempts (Ctrl-C again to stop now)",
+            signal.Signals(sig).name,
+        )
         self.stop("signal")
 
     def _supervise(self, task: asyncio.Task[Any]) -> None:
@@ -544,8 +585,14 @@ class Runner:
             self._crash = WorkerCrashed(held, exc)
             self._crash.__cause__ = exc
             self._event(
-                "runner.worker_crashed", "run", pipeline_id=held,
-                data={"error": f"{type(exc).__name__}: {exc}", "traceback": "".join(traceback.format_exception(exc)), "during_shutdown": self._stopping},
+                "runner.worker_crashed",
+                "run",
+                pipeline_id=held,
+                data={
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": "".join(traceback.format_exception(exc)),
+                    "during_shutdown": self._stopping,
+                },
             )
             self._hard_stop("worker_crashed")
 
@@ -559,7 +606,8 @@ class Runner:
         if self._complete is None:
             return
         if self._producer_done and (
-            self._done >= self._admitted or (self._stopping and self._done + len(self._parked) >= self._admitted)
+            self._done >= self._admitted
+            or (self._stopping and self._done + len(self._parked) >= self._admitted)
         ):
             self._complete.set()
 
@@ -578,7 +626,9 @@ class Runner:
         if not self._hard:
             for _ in workers:
                 await self._put(queue, None)
-            done, pending = await asyncio.wait(workers, timeout=self.config.grace_s if self._stopping else None)
+            _, pending = await asyncio.wait(
+                workers, timeout=self.config.grace_s if self._stopping else None
+            )
         else:
             pending = {w for w in workers if not w.done()}
         for w in pending:
@@ -590,8 +640,12 @@ class Runner:
             if state is not None:
                 self._interrupt(state, "queued")
         for _, _, state in self._parked:
-            self._event("pipeline.deferred_interrupted", "pipeline", pipeline_id=state.spec.key,
-                        data={"task": state.tasks[state.seq].name, "seq": state.seq, "attempts": state.attempt})
+            self._event(
+                "pipeline.deferred_interrupted",
+                "pipeline",
+                pipeline_id=state.spec.key,
+                data={"task": state.tasks[state.seq].name, "seq": state.seq, "attempts": state.attempt},
+            )
             self._interrupt(state, "parked")
         self._parked.clear()
         heartbeat.cancel()
@@ -602,7 +656,11 @@ class Runner:
         status = "interrupted" if self._stopping else "completed"
         ended = self.clock.wall()
         duration_ms = round((ended - run_row.started_at) * 1000, 3)
-        self._event("run.finished", "run", data={"status": status, "duration_ms": duration_ms, "stop_reason": self._stop_reason})
+        self._event(
+            "run.finished",
+            "run",
+            data={"status": status, "duration_ms": duration_ms, "stop_reason": self._stop_reason},
+        )
         self.counters["sink_errors"] = self._recorder.sink_errors
         final = Batch()
         run_row.status = status
@@ -648,8 +706,14 @@ class Runner:
                 res = specs.get(row["id"])
                 rows.append(
                     ResourceRecord(
-                        run_id=self.run_id or "", pool=name, resource_id=str(row["id"]), kind=str(row.get("kind", "")),
-                        state=str(row.get("state", "")), spec=res.spec() if res is not None else {}, stats=dict(row), updated_at=now,
+                        run_id=self.run_id or "",
+                        pool=name,
+                        resource_id=str(row["id"]),
+                        kind=str(row.get("kind", "")),
+                        state=str(row.get("state", "")),
+                        spec=res.spec() if res is not None else {},
+                        stats=dict(row),
+                        updated_at=now,
                     )
                 )
         return rows
@@ -698,8 +762,15 @@ class Runner:
             return
         rec.event(
             EventRecord(
-                ts=self.clock.wall(), kind=kind, scope=scope, run_id=self.run_id, pipeline_id=pipeline_id,
-                task_run_id=task_run_id, pool=pool, resource_id=resource_id, data=data or {},
+                ts=self.clock.wall(),
+                kind=kind,
+                scope=scope,
+                run_id=self.run_id,
+                pipeline_id=pipeline_id,
+                task_run_id=task_run_id,
+                pool=pool,
+                resource_id=resource_id,
+                data=data or {},
             )
         )
 
@@ -727,7 +798,9 @@ class Runner:
                     break
                 for spec in chunk:
                     if not isinstance(spec, PipelineSpec):
-                        raise ConfigError(f"run() takes PipelineSpecs (template.map(...)), got {type(spec).__name__}")
+                        raise ConfigError(
+                            f"run() takes PipelineSpecs (template.map(...)), got {type(spec).__name__}"
+                        )
                 rows = self.store.lookup_pipelines([s.key for s in chunk])
                 seen: set[str] = set()
                 for spec in chunk:
@@ -769,22 +842,38 @@ class Runner:
         template = spec.template
         n = len(template.tasks)
         now = self.clock.wall()
-        if row is not None and (row.spec_digest != template.spec_digest or row.seed_digest != spec.seed_digest):
+        if row is not None and (
+            row.spec_digest != template.spec_digest or row.seed_digest != spec.seed_digest
+        ):
             what = "task chain" if row.spec_digest != template.spec_digest else "seed"
             err = PipelineIdentityConflict(
                 f"pipeline {spec.key!r} is stored with a different {what}; its old results are kept."
                 " Use a new key or a new store for the changed pipeline"
             )
-            self._event("pipeline.identity_conflict", "pipeline", pipeline_id=spec.key, data={"error": str(err)})
+            self._event(
+                "pipeline.identity_conflict", "pipeline", pipeline_id=spec.key, data={"error": str(err)}
+            )
             raise err
         if row is not None and row.state == "succeeded" and not cfg.retry_succeeded:
             if row.run_id != self.run_id:
                 self._skip(spec, "succeeded")
             return None
-        record = row if row is not None else PipelineRecord(
-            pipeline_id=spec.key, run_id=self.run_id or "", name=template.name, key=spec.key,
-            created_at=now, n_tasks_total=n, seed_digest=spec.seed_digest, spec_digest=template.spec_digest,
-            seed_key=spec.seed_key, repeat=spec.repeat, tags=template.tags,
+        record = (
+            row
+            if row is not None
+            else PipelineRecord(
+                pipeline_id=spec.key,
+                run_id=self.run_id or "",
+                name=template.name,
+                key=spec.key,
+                created_at=now,
+                n_tasks_total=n,
+                seed_digest=spec.seed_digest,
+                spec_digest=template.spec_digest,
+                seed_key=spec.seed_key,
+                repeat=spec.repeat,
+                tags=template.tags,
+            )
         )
         previous_run = record.run_id
         start, value = 0, spec.seed
@@ -799,20 +888,35 @@ class Runner:
             if row.cursor > 0:
                 start, value = self._load_checkpoint(spec, row)
         if restart:
-            self._event("pipeline.restarted", "pipeline", pipeline_id=spec.key,
-                        data={"reason": "fresh_restart", "discarded_cursor": row.cursor if row else 0, "append_only_history_preserved": True})
+            self._event(
+                "pipeline.restarted",
+                "pipeline",
+                pipeline_id=spec.key,
+                data={
+                    "reason": "fresh_restart",
+                    "discarded_cursor": row.cursor if row else 0,
+                    "append_only_history_preserved": True,
+                },
+            )
         record.run_id = self.run_id or ""
         record.state = "running"
         record.started_at = record.started_at or now
         record.finished_at = None
         record.cursor = start
-        record.failed_task = record.error_class = record.error_type = record.error_message = record.traceback = None
+        record.failed_task = record.error_class = record.error_type = record.error_message = (
+            record.traceback
+        ) = None
         record.resume_of = previous_run if start > 0 else None
         record.repeat = spec.repeat
         state = _Pipeline(spec, record, start, value)
         state.write_seed = row is None or restart or start == 0
         if start > 0:
-            self._event("pipeline.resumed", "pipeline", pipeline_id=spec.key, data={"from_seq": start, "resume_of": previous_run})
+            self._event(
+                "pipeline.resumed",
+                "pipeline",
+                pipeline_id=spec.key,
+                data={"from_seq": start, "resume_of": previous_run},
+            )
         return state
 
     def _load_checkpoint(self, spec: PipelineSpec, row: PipelineRecord) -> tuple[int, Any]:
@@ -822,23 +926,42 @@ class Runner:
             art = self._backend.hydrate(art)
         if art is None or art.payload is None:
             reason = "summary_journal_or_null_backend" if art is not None else "artifact_row_missing"
-            self._event("pipeline.checkpoint_missing", "pipeline", pipeline_id=spec.key, data={"seq": seq, "reason": reason})
+            self._event(
+                "pipeline.checkpoint_missing",
+                "pipeline",
+                pipeline_id=spec.key,
+                data={"seq": seq, "reason": reason},
+            )
             return 0, spec.seed
         try:
             value = self.codecs.decode(art.codec, art.type_name, art.payload)
         except ArtifactCodecError as exc:
-            self._event("pipeline.checkpoint_unusable", "pipeline", pipeline_id=spec.key, data={"seq": seq, "error": str(exc)})
+            self._event(
+                "pipeline.checkpoint_unusable",
+                "pipeline",
+                pipeline_id=spec.key,
+                data={"seq": seq, "error": str(exc)},
+            )
             return 0, spec.seed
         return row.cursor, value
 
     def _corrupt(self, spec: PipelineSpec, record: PipelineRecord) -> None:
-        err = CorruptCheckpoint(f"pipeline {spec.key!r}: stored cursor {record.cursor} is past its {record.n_tasks_total} tasks")
+        err = CorruptCheckpoint(
+            f"pipeline {spec.key!r}: stored cursor {record.cursor} is past its {record.n_tasks_total} tasks"
+        )
         record.run_id = self.run_id or ""
         record.state = "failed"
         record.error_class, record.error_type, record.error_message = "fatal", "CorruptCheckpoint", str(err)
         record.finished_at = self.clock.wall()
-        self._event("pipeline.corrupt_cursor", "pipeline", pipeline_id=spec.key, data={"cursor": record.cursor})
-        self._event("pipeline.failed", "pipeline", pipeline_id=spec.key, data={"error": str(err), "phase": "corrupt_cursor"})
+        self._event(
+            "pipeline.corrupt_cursor", "pipeline", pipeline_id=spec.key, data={"cursor": record.cursor}
+        )
+        self._event(
+            "pipeline.failed",
+            "pipeline",
+            pipeline_id=spec.key,
+            data={"error": str(err), "phase": "corrupt_cursor"},
+        )
         self._recorder_pending().pipelines.append(record)
         self.counters["pipelines_failed"] += 1
 
@@ -847,18 +970,27 @@ class Runner:
         n = record.n_tasks_total
         art = self.store.get_artifact(spec.key, n - 1)
         previous = {
-            "previous_state": record.state, "previous_error_type": record.error_type,
-            "previous_error_message": record.error_message, "previous_failed_task": record.failed_task,
+            "previous_state": record.state,
+            "previous_error_type": record.error_type,
+            "previous_error_message": record.error_message,
+            "previous_failed_task": record.failed_task,
             "previous_run_id": record.run_id,
         }
         if art is None:
-            self._event("pipeline.checkpoint_missing", "pipeline", pipeline_id=spec.key, data={"seq": n - 1, "reason": "terminal_artifact_missing"})
+            self._event(
+                "pipeline.checkpoint_missing",
+                "pipeline",
+                pipeline_id=spec.key,
+                data={"seq": n - 1, "reason": "terminal_artifact_missing"},
+            )
             return
         settled = msgspec_copy(record)
         settled.state = "succeeded"
         settled.run_id = self.run_id or ""
         settled.finished_at = self.clock.wall()
-        settled.failed_task = settled.error_class = settled.error_type = settled.error_message = settled.traceback = None
+        settled.failed_task = settled.error_class = settled.error_type = settled.error_message = (
+            settled.traceback
+        ) = None
         batch = Batch()
         art.is_final = True
         batch.artifacts.append(art)
@@ -868,13 +1000,29 @@ class Runner:
         except Exception as exc:
             self.counters["repair_failures"] += 1
             self.counters["pipelines_failed"] += 1
-            self._event("pipeline.terminal_repair_failed", "pipeline", pipeline_id=spec.key,
-                        data={**previous, "error": f"{type(exc).__name__}: {exc}", "phase": "settle"})
+            self._event(
+                "pipeline.terminal_repair_failed",
+                "pipeline",
+                pipeline_id=spec.key,
+                data={**previous, "error": f"{type(exc).__name__}: {exc}", "phase": "settle"},
+            )
             return
         self.counters["pipelines_succeeded"] += 1
-        self._event("pipeline.terminal_repaired", "pipeline", pipeline_id=spec.key,
-                    data={**previous, "n_tasks_done": n, "n_tasks_total": n, "artifact": art.artifact_id, "artifact_seq": n - 1})
-        self._event("pipeline.succeeded", "pipeline", pipeline_id=spec.key, data={"tasks": n, "repaired": True})
+        self._event(
+            "pipeline.terminal_repaired",
+            "pipeline",
+            pipeline_id=spec.key,
+            data={
+                **previous,
+                "n_tasks_done": n,
+                "n_tasks_total": n,
+                "artifact": art.artifact_id,
+                "artifact_seq": n - 1,
+            },
+        )
+        self._event(
+            "pipeline.succeeded", "pipeline", pipeline_id=spec.key, data={"tasks": n, "repaired": True}
+        )
 
     # -- the delay queue -----------------------------------------------------------------------------
     def _park(self, state: _Pipeline, delay: float) -> None:
@@ -899,7 +1047,11 @@ class Runner:
                     heapq.heappush(self._parked, item)  # still parked: shutdown marks it interrupted
                     raise
             wake.clear()
-            timer = loop.call_later(max(0.0, self._parked[0][0] - self.clock.now()), wake.set) if self._parked else None
+            timer = (
+                loop.call_later(max(0.0, self._parked[0][0] - self.clock.now()), wake.set)
+                if self._parked
+                else None
+            )
             try:
                 await wake.wait()
             finally:
@@ -927,14 +1079,23 @@ class Runner:
                 self._internal_error(state, exc)
             except BaseException as exc:
                 # outside task code (task bodies never get here): record, then let supervision stop the run
-                self._terminal(state, "interrupted" if self._stopping else "failed", error=exc, phase="worker_crashed")
+                self._terminal(
+                    state, "interrupted" if self._stopping else "failed", error=exc, phase="worker_crashed"
+                )
                 raise
             if me is not None:
                 me.pyattacker_pipeline = None  # type: ignore[attr-defined]
 
     def _internal_error(self, state: _Pipeline, exc: Exception) -> None:
-        self._event("runner.internal_error", "run", pipeline_id=state.spec.key,
-                    data={"error": f"{type(exc).__name__}: {exc}", "traceback": "".join(traceback.format_exception(exc))})
+        self._event(
+            "runner.internal_error",
+            "run",
+            pipeline_id=state.spec.key,
+            data={
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": "".join(traceback.format_exception(exc)),
+            },
+        )
         self._terminal(state, "failed", error=exc, phase="internal")
 
     async def _drive(self, state: _Pipeline) -> None:
@@ -972,7 +1133,15 @@ class Runner:
                     value = await value
         except asyncio.CancelledError:
             ctx.reclaim_now()
-            self._record_attempt(state, ctx, t0, wall0, "cancelled", None, {"retry": False, "reason": "cancelled", "delay_s": 0.0})
+            self._record_attempt(
+                state,
+                ctx,
+                t0,
+                wall0,
+                "cancelled",
+                None,
+                {"retry": False, "reason": "cancelled", "delay_s": 0.0},
+            )
             raise
         except Exception as exc:
             error = exc
@@ -980,12 +1149,25 @@ class Runner:
         if leaked:
             self.counters["leases_leaked"] += len(leaked)
             for lease in leaked:
-                self._event("lease.leaked", "task", pipeline_id=state.spec.key, task_run_id=ctx.task_run_id,
-                            pool=lease.pool, resource_id=lease.resource.id,
-                            data={"task": spec.name, "seq": state.seq, "attempt": attempt, "held_ms": lease.held_ms,
-                                  "hint": "use `async with ctx.acquire()` or release the lease before returning"})
+                self._event(
+                    "lease.leaked",
+                    "task",
+                    pipeline_id=state.spec.key,
+                    task_run_id=ctx.task_run_id,
+                    pool=lease.pool,
+                    resource_id=lease.resource.id,
+                    data={
+                        "task": spec.name,
+                        "seq": state.seq,
+                        "attempt": attempt,
+                        "held_ms": lease.held_ms,
+                        "hint": "use `async with ctx.acquire()` or release the lease before returning",
+                    },
+                )
             if error is None and self.config.strict_leases:
-                error = LeaseLeakError(f"task {spec.name!r} ended holding {len(leaked)} lease(s) (strict_leases)")
+                error = LeaseLeakError(
+                    f"task {spec.name!r} ended holding {len(leaked)} lease(s) (strict_leases)"
+                )
         if error is None:
             try:
                 await self._checkpoint(state, ctx, value, t0, wall0)
@@ -998,17 +1180,37 @@ class Runner:
         decision["leaked_leases"] = len(leaked)
         outcome = "timeout" if isinstance(error, TimeoutError) else "failed"
         self._record_attempt(state, ctx, t0, wall0, outcome, error, decision)
-        self._event("task.failed", "task", pipeline_id=state.spec.key, task_run_id=ctx.task_run_id,
-                    data={"task": spec.name, "seq": state.seq, "attempt": attempt, "error_class": decision["error_class"],
-                          "error": f"{type(error).__name__}: {_error_text(error)}", "decision": decision})
+        self._event(
+            "task.failed",
+            "task",
+            pipeline_id=state.spec.key,
+            task_run_id=ctx.task_run_id,
+            data={
+                "task": spec.name,
+                "seq": state.seq,
+                "attempt": attempt,
+                "error_class": decision["error_class"],
+                "error": f"{type(error).__name__}: {_error_text(error)}",
+                "decision": decision,
+            },
+        )
         if decision["retry"] and not self._stopping:
             self.counters["retries"] += 1
             delay = decision["delay_s"]
-            self._event("task.retry_scheduled", "task", pipeline_id=state.spec.key, task_run_id=ctx.task_run_id,
-                        data={"task": spec.name, "attempt": attempt, "delay_s": delay})
+            self._event(
+                "task.retry_scheduled",
+                "task",
+                pipeline_id=state.spec.key,
+                task_run_id=ctx.task_run_id,
+                data={"task": spec.name, "attempt": attempt, "delay_s": delay},
+            )
             if delay > 0:
-                self._event("pipeline.deferred", "pipeline", pipeline_id=state.spec.key,
-                            data={"task": spec.name, "seq": state.seq, "attempt": attempt, "delay_s": delay})
+                self._event(
+                    "pipeline.deferred",
+                    "pipeline",
+                    pipeline_id=state.spec.key,
+                    data={"task": spec.name, "seq": state.seq, "attempt": attempt, "delay_s": delay},
+                )
                 self._park(state, delay)
                 return False
             return True
@@ -1019,24 +1221,41 @@ class Runner:
         return False
 
     def _record_attempt(
-        self, state: _Pipeline, ctx: TaskContext, t0: float, wall0: float, outcome: str,
-        error: BaseException | None, decision: dict[str, Any],
+        self,
+        state: _Pipeline,
+        ctx: TaskContext,
+        t0: float,
+        wall0: float,
+        outcome: str,
+        error: BaseException | None,
+        decision: dict[str, Any],
     ) -> None:
         assert self._recorder is not None
         duration = round((self.clock.now() - t0) * 1000, 3)
         self._recorder.attempt(
             AttemptRecord(
-                run_id=self.run_id or "", pipeline_id=state.spec.key, task_run_id=ctx.task_run_id,
-                task_name=ctx.task.name, seq=state.seq, attempt=ctx.attempt, started_at=wall0,
-                ended_at=wall0 + duration / 1000, duration_ms=duration, outcome=outcome,
+                run_id=self.run_id or "",
+                pipeline_id=state.spec.key,
+                task_run_id=ctx.task_run_id,
+                task_name=ctx.task.name,
+                seq=state.seq,
+                attempt=ctx.attempt,
+                started_at=wall0,
+                ended_at=wall0 + duration / 1000,
+                duration_ms=duration,
+                outcome=outcome,
                 error_class=None if error is None else error_class_of(error),
                 error_type=None if error is None else type(error).__name__,
                 error_message=None if error is None else _error_text(error),
-                decision=decision, leases=ctx.lease_records, metric_failures=ctx.metric_failures,
+                decision=decision,
+                leases=ctx.lease_records,
+                metric_failures=ctx.metric_failures,
             )
         )
 
-    async def _checkpoint(self, state: _Pipeline, ctx: TaskContext, value: Any, t0: float, wall0: float) -> None:
+    async def _checkpoint(
+        self, state: _Pipeline, ctx: TaskContext, value: Any, t0: float, wall0: float
+    ) -> None:
         """Make the task's output durable (one group-committed batch), then advance the cursor."""
         assert self._recorder is not None
         spec = ctx.task
@@ -1047,8 +1266,17 @@ class Runner:
         last = seq + 1 == state.n
         full = self.config.journal == "full"
         art = ArtifactRecord(
-            artifact_id=f"{key}:{seq}", pipeline_id=key, task_name=spec.name, seq=seq, type_name=type_name, codec=codec,
-            digest=digest_bytes(data), size=len(data), created_at=now, payload=data if full else None, is_final=last,
+            artifact_id=f"{key}:{seq}",
+            pipeline_id=key,
+            task_name=spec.name,
+            seq=seq,
+            type_name=type_name,
+            codec=codec,
+            digest=digest_bytes(data),
+            size=len(data),
+            created_at=now,
+            payload=data if full else None,
+            is_final=last,
         )
         if full and self._backend is not None:
             art = self._backend.put(art)
@@ -1063,9 +1291,17 @@ class Runner:
         task_wall = state.task_started_wall or wall0
         batch.tasks.append(
             TaskRecord(
-                task_run_id=ctx.task_run_id, pipeline_id=key, run_id=self.run_id or "", name=spec.name, seq=seq,
-                state="succeeded", attempts_used=ctx.attempt, started_at=task_wall, ended_at=now,
-                duration_ms=round((now - task_wall) * 1000, 3), output_artifact_id=art.artifact_id,
+                task_run_id=ctx.task_run_id,
+                pipeline_id=key,
+                run_id=self.run_id or "",
+                name=spec.name,
+                seq=seq,
+                state="succeeded",
+                attempts_used=ctx.attempt,
+                started_at=task_wall,
+                ended_at=now,
+                duration_ms=round((now - task_wall) * 1000, 3),
+                output_artifact_id=art.artifact_id,
                 resource=spec.resource,
             )
         )
@@ -1075,29 +1311,54 @@ class Runner:
             record.state = "succeeded"
             record.finished_at = now
         batch.pipelines.append(msgspec_copy(record))
-        self._event("task.succeeded", "task", pipeline_id=key, task_run_id=ctx.task_run_id,
-                    data={"task": spec.name, "seq": seq, "attempt": ctx.attempt, "duration_ms": duration, "digest": art.digest})
+        self._event(
+            "task.succeeded",
+            "task",
+            pipeline_id=key,
+            task_run_id=ctx.task_run_id,
+            data={
+                "task": spec.name,
+                "seq": seq,
+                "attempt": ctx.attempt,
+                "duration_ms": duration,
+                "digest": art.digest,
+            },
+        )
         await self._recorder.checkpoint(batch)
         state.seq = seq + 1
         state.value = value
         state.attempt = 0
         state.task_started = state.task_started_wall = None
         if last:
-            self._event("pipeline.succeeded", "pipeline", pipeline_id=key, data={"tasks": state.n, "resumed_from": record.resume_of})
+            self._event(
+                "pipeline.succeeded",
+                "pipeline",
+                pipeline_id=key,
+                data={"tasks": state.n, "resumed_from": record.resume_of},
+            )
             self._finished(state, "succeeded", art)
 
     def _seed_artifact(self, state: _Pipeline, full: bool) -> ArtifactRecord:
         spec = state.spec
         art = ArtifactRecord(
-            artifact_id=f"{spec.key}:-1", pipeline_id=spec.key, task_name="__seed__", seq=-1, type_name=spec.seed_type,
-            codec=spec.seed_codec, digest=spec.seed_digest, size=len(spec.seed_bytes), created_at=self.clock.wall(),
+            artifact_id=f"{spec.key}:-1",
+            pipeline_id=spec.key,
+            task_name="__seed__",
+            seq=-1,
+            type_name=spec.seed_type,
+            codec=spec.seed_codec,
+            digest=spec.seed_digest,
+            size=len(spec.seed_bytes),
+            created_at=self.clock.wall(),
             payload=spec.seed_bytes if full else None,
         )
         if full and self._backend is not None:
             art = self._backend.put(art)
         return art
 
-    async def _fail(self, state: _Pipeline, ctx: TaskContext, error: BaseException, decision: dict[str, Any]) -> None:
+    async def _fail(
+        self, state: _Pipeline, ctx: TaskContext, error: BaseException, decision: dict[str, Any]
+    ) -> None:
         assert self._recorder is not None
         now = self.clock.wall()
         record = state.record
@@ -1116,15 +1377,34 @@ class Runner:
         task_wall = state.task_started_wall or now
         batch.tasks.append(
             TaskRecord(
-                task_run_id=ctx.task_run_id, pipeline_id=state.spec.key, run_id=self.run_id or "", name=ctx.task.name,
-                seq=state.seq, state="failed", attempts_used=ctx.attempt, started_at=task_wall, ended_at=now,
-                duration_ms=round((now - task_wall) * 1000, 3), error_class=cls, error_type=type(error).__name__,
-                error_message=_error_text(error), resource=ctx.task.resource,
+                task_run_id=ctx.task_run_id,
+                pipeline_id=state.spec.key,
+                run_id=self.run_id or "",
+                name=ctx.task.name,
+                seq=state.seq,
+                state="failed",
+                attempts_used=ctx.attempt,
+                started_at=task_wall,
+                ended_at=now,
+                duration_ms=round((now - task_wall) * 1000, 3),
+                error_class=cls,
+                error_type=type(error).__name__,
+                error_message=_error_text(error),
+                resource=ctx.task.resource,
             )
         )
         batch.pipelines.append(msgspec_copy(record))
-        self._event("pipeline.failed", "pipeline", pipeline_id=state.spec.key,
-                    data={"task": ctx.task.name, "seq": state.seq, "error_class": cls, "error": f"{type(error).__name__}: {_error_text(error)}"})
+        self._event(
+            "pipeline.failed",
+            "pipeline",
+            pipeline_id=state.spec.key,
+            data={
+                "task": ctx.task.name,
+                "seq": state.seq,
+                "error_class": cls,
+                "error": f"{type(error).__name__}: {_error_text(error)}",
+            },
+        )
         await self._recorder.checkpoint(batch)
         self._finished(state, "failed", None)
 
@@ -1132,7 +1412,9 @@ class Runner:
         """Leave a pipeline resumable: state interrupted, cursor kept (written with the next commit)."""
         self._terminal(state, "interrupted", phase=why)
 
-    def _terminal(self, state: _Pipeline, final: str, *, error: BaseException | None = None, phase: str = "") -> None:
+    def _terminal(
+        self, state: _Pipeline, final: str, *, error: BaseException | None = None, phase: str = ""
+    ) -> None:
         if self._recorder is None:
             return
         record = state.record
@@ -1169,7 +1451,12 @@ class Runner:
                 self.on_pipeline_finished(self, state.record, artifact)
             except Exception as exc:
                 self.counters["monitor_callback_errors"] += 1
-                self._event("monitor.callback_failed", "run", pipeline_id=state.spec.key, data={"error": f"{type(exc).__name__}: {exc}"})
+                self._event(
+                    "monitor.callback_failed",
+                    "run",
+                    pipeline_id=state.spec.key,
+                    data={"error": f"{type(exc).__name__}: {exc}"},
+                )
         self._check_complete()
 
 

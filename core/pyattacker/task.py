@@ -99,7 +99,24 @@ class TaskSpec:
     """An immutable task: the function and everything that shapes what it does."""
 
     __pyattacker_task__ = True
+    fn: Callable[..., Any]
+    name: str
+    resource: str | None
+    algorithm: Any
+    retry: Retrying
+    timeout_s: float | None
+    config: dict[str, Any]
+    version: str | None
+    factory: dict[str, Any] | None
+    children: tuple[TaskSpec, ...]
+    on_error: str
+    takes_ctx: bool
+    is_async: bool
+    source_digest: str
+    target: str
+    _fingerprint: dict[str, Any] | None
     __slots__ = (
+        "_fingerprint",
         "algorithm",
         "children",
         "config",
@@ -115,7 +132,6 @@ class TaskSpec:
         "target",
         "timeout_s",
         "version",
-        "_fingerprint",
     )
 
     def __init__(
@@ -158,12 +174,16 @@ class TaskSpec:
         object.__setattr__(
             self,
             "is_async",
-            bool(children) or inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            bool(children)
+            or inspect.iscoroutinefunction(fn)
+            or inspect.iscoroutinefunction(
                 getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
             ),
         )
         object.__setattr__(self, "source_digest", _source_digest(fn))
-        object.__setattr__(self, "target", f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', '?')}")
+        object.__setattr__(
+            self, "target", f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', '?')}"
+        )
         object.__setattr__(self, "_fingerprint", None)
 
     def __setattr__(self, key: str, value: Any) -> None:
@@ -212,7 +232,7 @@ class TaskSpec:
         """Strict-JSON description of everything that determines this task's behaviour."""
         cached = self._fingerprint
         if cached is not None and include_code:
-            return cached  # type: ignore[no-any-return]
+            return cached
         fp: dict[str, Any] = {
             "name": self.name,
             "target": self.target,
@@ -269,7 +289,9 @@ def factory_task(build: Callable[..., TaskSpec]) -> Callable[..., TaskSpec]:
     def make(**kwargs: Any) -> TaskSpec:
         spec = build(**kwargs)
         if not isinstance(spec, TaskSpec):
-            raise ConfigError(f"task factory {build.__qualname__} returned {type(spec).__name__}, not a TaskSpec")
+            raise ConfigError(
+                f"task factory {build.__qualname__} returned {type(spec).__name__}, not a TaskSpec"
+            )
         args = {k: v for k, v in sorted(kwargs.items())}
         _strict_json(args, f"task factory {build.__qualname__} arguments")
         fields = spec._fields()

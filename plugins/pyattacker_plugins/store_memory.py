@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from pyattacker.errors import StoreUnavailable
 from pyattacker.hookspecs import hookimpl
 from pyattacker.model import (
     ArtifactRecord,
@@ -57,7 +58,7 @@ class MemoryStore:
     def commit(self, batch: Batch) -> None:
         """Copy every row first, then apply: a failure while copying leaves nothing behind."""
         if self.closed:
-            raise RuntimeError("store is closed")
+            raise StoreUnavailable("memory store is closed")
         runs = [_copy(r) for r in batch.runs]
         pipelines = [_copy(p) for p in batch.pipelines]
         tasks = [_copy(t) for t in batch.tasks]
@@ -172,7 +173,8 @@ class MemoryStore:
         rows = [
             m
             for m in self._metrics.values()
-            if (run_id is None or m.run_id == run_id) and (pipeline_id is None or m.pipeline_id == pipeline_id)
+            if (run_id is None or m.run_id == run_id)
+            and (pipeline_id is None or m.pipeline_id == pipeline_id)
         ]
         return [_copy(m) for m in sorted(rows, key=lambda m: (m.run_id, m.pipeline_id, m.name))]
 

@@ -1,0 +1,521 @@
+"""The benchmark harness: fresh processes, round-robin variants, per-round ratios.
+
+The machine is shared and noisy (absolute numbers drift 10-40 % between sessions), so every
+comparison is a ratio of two runs from the *same round*, and the reported value is the median
+of the per-round ratios. Each run is a fresh child process (no warm caches, no shared heap),
+with a fresh temporary store; peak RSS comes from the child itself (``ru_maxrss``) and is
+cross-checked with the harness's own ``wait4`` accounting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO / "benchmarks" / "results"
+DOCS = REPO / "docs" / "performance.md"
+BEGIN = "<!-- BEGIN GENERATED: benchmarks (python -m benchmarks rewrites this section) -->"
+END = "<!-- END GENERATED: benchmarks -->"
+SCHEMA = 1
+
+#: metrics summarised (median/min/max) for every variant when present in its runs
+METRICS = (
+    "pipelines_per_s",
+    "skipped_per_s",
+    "wall_s",
+    "peak_rss_mb",
+    "cpu_us_per_task",
+    "bytes_per_pipeline",
+    "store_bytes",
+)
+
+
+# ------------------------------------------------------------------------------- model
+@dataclass
+class Cmd:
+    """One child process: argv, extra environment, and where its stdout goes."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Variant:
+    """One thing measured in every round. ``build(tmp)`` returns the commands of one run.
+
+    Several commands run concurrently (shards); ``combine`` merges their summaries into one.
+    """
+
+    name: str
+    build: Callable[[Path], list[Cmd]]
+    combine: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None
+    ok_codes: tuple[int, ...] = (0,)
+    note: str = ""
+
+
+@dataclass
+class Ratio:
+    """A per-round ratio ``num.metric / den.metric`` (or ``/ const``), checked against a target."""
+
+    name: str
+    num: str
+    metric: str
+    den: str | None = None
+    const: float | None = None
+    target: float | None = None
+    op: str = ">="
+    note: str = ""
+
+
+@dataclass
+class Check:
+    """A target on the median of one variant's metric (an absolute goal, not a ratio)."""
+
+    name: str
+    variant: str
+    metric: str
+    target: float
+    op: str = ">="
+
+
+@dataclass
+class Scenario:
+    """A named set of variants measured round-robin, with its ratios and checks."""
+
+    name: str
+    workload: str
+    params: dict[str, Any]
+    variants: list[Variant]
+    ratios: list[Ratio] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    prepare: Callable[[Path], list[Cmd]] | None = None
+    reported: list[tuple[str, str]] = field(default_factory=list)  # (variant, metric) shown as-is
+
+
+# ------------------------------------------------------------------------------- children
+@dataclass
+class RunResult:
+    """What one run gave: the child's JSON summary plus the harness's own measurements."""
+
+    data: dict[str, Any] | None
+    error: str | None
+
+
+def _spawn(cmd: Cmd, tmp: Path, tag: str) -> tuple[subprocess.Popen[bytes], Path, Path, float]:
+    out, err = tmp / f"{tag}.stdout", tmp / f"{tag}.stderr"
+    env = {**os.environ, **cmd.env}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    with open(out, "wb") as fo, open(err, "wb") as fe:
+        proc = subprocess.Popen(cmd.argv, stdout=fo, stderr=fe, cwd=REPO, env=env)
+    return proc, out, err, time.perf_counter()
+
+
+def _reap(proc: subprocess.Popen[bytes], deadline: float) -> tuple[int, float]:
+    """Wait for ``proc`` with ``wait4`` (its own peak RSS), killing it at the deadline."""
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            code = os.waitstatus_to_exitcode(status)
+            proc.returncode = code
+            return code, usage.ru_maxrss / 1024
+        if time.perf_counter() > deadline:
+            proc.send_signal(signal.SIGKILL)
+        time.sleep(0.02)
+
+
+def _parse(text: str) -> dict[str, Any] | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        obj = json.loads(text)
+        return obj if isinstance(obj, dict) else None
+    except json.JSONDecodeError:
+        pass
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            return obj if isinstance(obj, dict) else None
+    return None
+
+
+def _normalise(data: dict[str, Any]) -> dict[str, Any]:
+    """Give baseline summaries the product's field names (wall_s, skipped_per_s)."""
+    if "wall_s" not in data and "elapsed_s" in data:
+        data["wall_s"] = data["elapsed_s"]
+    if data.get("skipped_per_s") is None and data.get("pipelines_run") == 0 and data.get("wall_s"):
+        skipped = data.get("pipelines_skipped", (data.get("n") or 0) - data.get("pipelines_run", 0))
+        data["skipped_per_s"] = skipped / data["wall_s"] if skipped else None
+    return data
+
+
+def run_cmds(cmds: list[Cmd], tmp: Path, tag: str, timeout: float, ok_codes: Sequence[int]) -> list[RunResult]:
+    """Start every command at once, wait for all, parse one JSON summary from each."""
+    started = [_spawn(c, tmp, f"{tag}-{i}") for i, c in enumerate(cmds)]
+    results: list[RunResult] = []
+    for proc, out, err, t0 in started:
+        code, maxrss = _reap(proc, t0 + timeout)
+        wall = time.perf_counter() - t0
+        data = _parse(out.read_text(errors="replace"))
+        error = None
+        if code not in ok_codes or data is None:
+            tail = err.read_text(errors="replace").strip().splitlines()[-15:]
+            error = f"exit {code}" + (" (no JSON summary)" if data is None else "") + ": " + "\n".join(tail)
+        if data is not None:
+            data = _normalise(data)
+            data["harness_wall_s"] = wall
+            data["harness_maxrss_mb"] = maxrss
+            data["exit_code"] = code
+        results.append(RunResult(data, error))
+    return results
+
+
+# ------------------------------------------------------------------------------- statistics
+def summary(values: Sequence[float | None]) -> dict[str, Any] | None:
+    vals = [v for v in values if isinstance(v, int | float)]
+    if not vals:
+        return None
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+
+
+def _met(value: float | None, target: float | None, op: str) -> bool | None:
+    if value is None or target is None:
+        return None
+    return {">=": value >= target, "<=": value <= target, "<": value < target, ">": value > target}[op]
+
+
+def _metric(run: dict[str, Any] | None, metric: str) -> float | None:
+    if not run:
+        return None
+    v = run.get(metric)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def per_round_ratio(ratio: Ratio, runs: dict[str, list[dict[str, Any] | None]], rounds: int) -> list[float | None]:
+    out: list[float | None] = []
+    for r in range(rounds):
+        num = _metric(runs.get(ratio.num, [None] * rounds)[r], ratio.metric)
+        den = ratio.const if ratio.den is None else _metric(runs.get(ratio.den, [None] * rounds)[r], ratio.metric)
+        out.append(num / den if num is not None and den else None)
+    return out
+
+
+# ------------------------------------------------------------------------------- running
+def run_scenario(sc: Scenario, rounds: int, root: Path, timeout: float, log: Callable[[str], None]) -> dict[str, Any]:
+    """Prepare once, then ``rounds`` rounds; within a round every variant once, order rotated."""
+    base = root / sc.name
+    base.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    if sc.prepare is not None:
+        prep = base / "prepared"
+        prep.mkdir(exist_ok=True)
+        t0 = time.perf_counter()
+        for i, cmd in enumerate(sc.prepare(prep)):
+            for res in run_cmds([cmd], prep, f"prepare{i}", timeout, (0,)):
+                if res.error:
+                    errors.append(f"prepare: {res.error}")
+        log(f"  prepared in {time.perf_counter() - t0:.1f}s")
+    runs: dict[str, list[dict[str, Any] | None]] = {v.name: [] for v in sc.variants}
+    for r in range(rounds):
+        k = r % len(sc.variants)
+        order = sc.variants[k:] + sc.variants[:k]
+        for v in order:
+            tmp = base / f"round{r}" / v.name
+            tmp.mkdir(parents=True, exist_ok=True)
+            results = run_cmds(v.build(tmp), tmp, "run", timeout, v.ok_codes)
+            bad = [res.error for res in results if res.error]
+            if bad:
+                errors.extend(f"round {r} {v.name}: {e}" for e in bad)
+                runs[v.name].append(None)
+                log(f"  round {r + 1} {v.name}: FAILED {bad[0][:300]}")
+                continue
+            datas = [res.data for res in results if res.data is not None]
+            data = v.combine(datas) if v.combine else datas[0]
+            runs[v.name].append(data)
+            shown = data.get("pipelines_per_s") or data.get("skipped_per_s")
+            log(f"  round {r + 1} {v.name}: {_fmt(shown)}/s wall {_fmt(data.get('wall_s'))}s"
+                f" rss {_fmt(data.get('peak_rss_mb'))}MB")
+    return assemble(sc, rounds, runs, errors)
+
+
+def assemble(
+    sc: Scenario, rounds: int, runs: dict[str, list[dict[str, Any] | None]], errors: list[str]
+) -> dict[str, Any]:
+    """Turn raw runs into the scenario's result: summaries, per-round ratios, checks."""
+    variants: dict[str, Any] = {}
+    for v in sc.variants:
+        vr = runs.get(v.name, [])
+        variants[v.name] = {
+            "note": v.note,
+            "runs": vr,
+            "summary": {m: s for m in METRICS if (s := summary([_metric(x, m) for x in vr])) is not None},
+        }
+    ratios = []
+    for ra in sc.ratios:
+        per = per_round_ratio(ra, runs, rounds)
+        s = summary(per)
+        med = s["median"] if s else None
+        ratios.append({
+            "name": ra.name, "num": ra.num, "den": ra.den, "const": ra.const, "metric": ra.metric,
+            "per_round": per, "median": med, "min": s["min"] if s else None, "max": s["max"] if s else None,
+            "target": ra.target, "op": ra.op, "met": _met(med, ra.target, ra.op), "note": ra.note,
+        })
+    checks = []
+    for ch in sc.checks:
+        s = variants.get(ch.variant, {}).get("summary", {}).get(ch.metric)
+        med = s["median"] if s else None
+        checks.append({
+            "name": ch.name, "variant": ch.variant, "metric": ch.metric, "median": med,
+            "min": s["min"] if s else None, "max": s["max"] if s else None,
+            "target": ch.target, "op": ch.op, "met": _met(med, ch.target, ch.op),
+        })
+    reported = []
+    for vname, metric in sc.reported:
+        s = variants.get(vname, {}).get("summary", {}).get(metric)
+        reported.append({"variant": vname, "metric": metric, **(s or {"median": None})})
+    return {
+        "workload": sc.workload, "params": sc.params, "rounds": rounds, "variants": variants,
+        "ratios": ratios, "checks": checks, "reported": reported, "errors": errors,
+    }
+
+
+def _fmt(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        if abs(v) >= 1000:
+            return f"{v:,.0f}"
+        if abs(v) >= 100:
+            return f"{v:.0f}"
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+# ------------------------------------------------------------------------------- output
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
+        "loadavg_start": os.getloadavg(),
+    }
+    try:
+        import sqlite3
+
+        info["sqlite"] = sqlite3.sqlite_version
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        info["git_commit"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+        ).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        info["git_commit"] = None
+    return info
+
+
+def merge_results(path: Path, new: dict[str, Any]) -> dict[str, Any]:
+    """Scenarios run separately the same day accumulate in one file (a re-run replaces one)."""
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            old = {}
+        if old.get("schema") == SCHEMA and old.get("quick") == new.get("quick"):
+            scenarios = {**old.get("scenarios", {}), **new["scenarios"]}
+            new = {**new, "scenarios": scenarios}
+    return new
+
+
+def _cell(s: dict[str, Any] | None, key: str = "median", digits: int = 2) -> str:
+    return _fmt(s.get(key), digits) if s else "n/a"
+
+
+def _range(s: dict[str, Any] | None, digits: int = 2) -> str:
+    if not s or s.get("median") is None:
+        return "n/a"
+    return f"{_fmt(s['median'], digits)} ({_fmt(s['min'], digits)} - {_fmt(s['max'], digits)})"
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """The generated tables: variants (median, min-max) and targets (per-round ratio medians)."""
+    m = results.get("machine", {})
+    lines = [
+        f"Generated {results.get('generated_at', '?')} by `python -m benchmarks`"
+        f" (git {m.get('git_commit') or '?'}, Python {m.get('python', '?')}, SQLite {m.get('sqlite', '?')},"
+        f" {m.get('cpus', '?')} CPUs){' - QUICK smoke run, not a measurement' if results.get('quick') else ''}.",
+        "",
+        "### Targets",
+        "",
+        "| scenario | check | median of per-round values (min - max) | target | met |",
+        "|---|---|---:|---:|:---:|",
+    ]
+    scen = results.get("scenarios", {})
+    for name, sc in scen.items():
+        for ra in sc.get("ratios", []):
+            val = _range({"median": ra["median"], "min": ra["min"], "max": ra["max"]}, 3)
+            tgt = f"{ra['op']} {ra['target']:g}" if ra.get("target") is not None else "(reference)"
+            met = {True: "yes", False: "**NO**", None: "-"}[ra.get("met")]
+            lines.append(f"| {name} | {ra['name']} | {val} | {tgt} | {met} |")
+        for ch in sc.get("checks", []):
+            val = _range({"median": ch["median"], "min": ch["min"], "max": ch["max"]})
+            met = {True: "yes", False: "**NO**", None: "-"}[ch.get("met")]
+            lines.append(f"| {name} | {ch['name']} | {val} | {ch['op']} {ch['target']:,g} | {met} |")
+        for rep in sc.get("reported", []):
+            val = _range(rep if rep.get("median") is not None else None)
+            lines.append(f"| {name} | {rep['variant']} {rep['metric']} | {val} | (reported) | - |")
+    lines += [
+        "",
+        "### Variants",
+        "",
+        "| scenario | variant | rounds | pipelines/s median (min - max) | wall s median | peak RSS MB median"
+        " | CPU µs/task | bytes/pipeline |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, sc in scen.items():
+        for vname, v in sc.get("variants", {}).items():
+            s = v.get("summary", {})
+            rate = s.get("pipelines_per_s") or s.get("skipped_per_s")
+            label = vname + (" (skipped/s)" if "pipelines_per_s" not in s and "skipped_per_s" in s else "")
+            ok = sum(1 for r in v.get("runs", []) if r)
+            lines.append(
+                f"| {name} | {label} | {ok}/{sc.get('rounds')} | {_range(rate, 0)} | {_cell(s.get('wall_s'))}"
+                f" | {_cell(s.get('peak_rss_mb'), digits=1)} | {_cell(s.get('cpu_us_per_task'), digits=1)}"
+                f" | {_cell(s.get('bytes_per_pipeline'), digits=0)} |"
+            )
+    lines += ["", "Workloads and parameters:", ""]
+    for name, sc in scen.items():
+        params = ", ".join(f"{k}={v}" for k, v in sc.get("params", {}).items())
+        lines.append(f"- **{name}**: {sc.get('workload', '')} ({params}).")
+        for err in sc.get("errors", [])[:3]:
+            lines.append(f"  - error: `{err.splitlines()[0][:200]}`")
+    return "\n".join(lines) + "\n"
+
+
+def update_docs(markdown: str, path: Path = DOCS) -> None:
+    """Replace the generated section between the markers; the prose around it is kept."""
+    block = f"{BEGIN}\n{markdown}{END}"
+    if path.exists():
+        text = path.read_text()
+        if BEGIN in text and END in text:
+            head, rest = text.split(BEGIN, 1)
+            _, tail = rest.split(END, 1)
+            path.write_text(head + block + tail)
+            return
+        path.write_text(text.rstrip() + "\n\n## Latest results\n\n" + block + "\n")
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# Performance\n\n## Latest results\n\n" + block + "\n")
+
+
+def print_table(results: dict[str, Any]) -> None:
+    for name, sc in results["scenarios"].items():
+        print(f"\n== {name}: {sc['workload']}")
+        for vname, v in sc["variants"].items():
+            s = v["summary"]
+            rate = s.get("pipelines_per_s") or s.get("skipped_per_s")
+            print(f"  {vname:<22} rate {_range(rate, 0):<32} wall {_cell(s.get('wall_s'))}s"
+                  f"  rss {_cell(s.get('peak_rss_mb'), digits=1)}MB")
+        for ra in sc["ratios"]:
+            per = ", ".join(_fmt(x, 3) for x in ra["per_round"])
+            tgt = f"target {ra['op']} {ra['target']:g}" if ra["target"] is not None else "reference"
+            print(f"  ratio {ra['name']:<36} median {_fmt(ra['median'], 3):<8} per round [{per}]  {tgt}"
+                  f"  met={ra['met']}")
+        for ch in sc["checks"]:
+            print(f"  check {ch['name']:<36} median {_fmt(ch['median'])}  target {ch['op']} {ch['target']:,g}"
+                  f"  met={ch['met']}")
+        for rep in sc["reported"]:
+            print(f"  reported {rep['variant']} {rep['metric']}: {_range(rep if rep.get('median') else None)}")
+        for err in sc["errors"]:
+            print(f"  ERROR {err.splitlines()[0][:300]}")
+
+
+# ------------------------------------------------------------------------------- CLI
+def main(argv: list[str] | None = None) -> int:
+    from . import scenarios as catalog
+
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Benchmark pyattacker against the baseline peer and the floor runner.",
+    )
+    ap.add_argument("--quick", action="store_true", help="small smoke version (CI): tiny N, 1 round by default")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds per scenario (default 3, quick 1)")
+    ap.add_argument("--scenario", default="all", help=f"comma list of: {', '.join(catalog.NAMES)} (or all)")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply every N (not the demo's) by this")
+    ap.add_argument("--out", type=Path, default=None, help="results JSON (default benchmarks/results/<date>.json)")
+    ap.add_argument("--docs", type=Path, default=None,
+                    help="markdown file whose generated section is rewritten (default docs/performance.md"
+                         " for full runs without --out; 'none' to skip)")
+    ap.add_argument("--baselines", type=Path, default=None, help="folder with baseline_peer.py and floor_runner.py")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds before a child run is killed")
+    ap.add_argument("--keep-tmp", action="store_true", help="keep the temporary stores")
+    args = ap.parse_args(argv)
+
+    names = catalog.NAMES if args.scenario == "all" else [s.strip() for s in args.scenario.split(",") if s.strip()]
+    unknown = [n for n in names if n not in catalog.NAMES]
+    if unknown:
+        ap.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(catalog.NAMES)}")
+    rounds = args.rounds or (1 if args.quick else 3)
+    baselines = catalog.find_baselines(args.baselines)
+    out = args.out or RESULTS_DIR / f"{_dt.date.today().isoformat()}.json"
+    docs: Path | None
+    if args.docs is not None:
+        docs = None if str(args.docs) == "none" else args.docs
+    else:
+        docs = DOCS if (args.out is None and not args.quick) else None
+
+    root = Path(tempfile.mkdtemp(prefix="pyattacker-bench-"))
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    log(f"benchmarks: rounds={rounds} quick={args.quick} scale={args.scale} tmp={root}"
+        f" baselines={baselines or 'NOT FOUND (baseline variants skipped)'}")
+    results: dict[str, Any] = {
+        "schema": SCHEMA,
+        "generated_at": _dt.datetime.now().isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "machine": machine_info(),
+        "scenarios": {},
+    }
+    failed = False
+    try:
+        built: dict[str, Any] = {}
+        for name in names:
+            sc = catalog.build(name, quick=args.quick, scale=args.scale, baselines=baselines, previous=built)
+            if sc is None:
+                continue
+            log(f"scenario {name}: {sc.workload} {sc.params}")
+            t0 = time.perf_counter()
+            res = run_scenario(sc, rounds, root, args.timeout, log)
+            res["params"]["scale"] = args.scale
+            res["elapsed_s"] = round(time.perf_counter() - t0, 1)
+            results["scenarios"][name] = built[name] = res
+            failed = failed or bool(res["errors"])
+    finally:
+        if not args.keep_tmp:
+            shutil.rmtree(root, ignore_errors=True)
+    results["machine"]["loadavg_end"] = os.getloadavg()
+    merged = merge_results(out, results) if args.out is None else results
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(merged, indent=1, default=str) + "\n")
+    print_table(results)
+    log(f"\nresults: {out}")
+    if docs is not None:
+        update_docs(render_markdown(merged), docs)
+        log(f"docs: {docs}")
+    return 1 if failed else 0
