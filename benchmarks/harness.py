@@ -32,6 +32,8 @@ DOCS = REPO / "docs" / "performance.md"
 BEGIN = "<!-- BEGIN GENERATED: benchmarks (python -m benchmarks rewrites this section) -->"
 END = "<!-- END GENERATED: benchmarks -->"
 SCHEMA = 1
+#: scenario order in tables and for ``--scenario all``
+ORDER = ("overhead", "latency", "resume", "memory", "store", "durability", "shards", "demo")
 
 #: metrics summarised (median/min/max) for every variant when present in its runs
 METRICS = (
@@ -168,7 +170,9 @@ def _normalise(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def run_cmds(cmds: list[Cmd], tmp: Path, tag: str, timeout: float, ok_codes: Sequence[int]) -> list[RunResult]:
+def run_cmds(
+    cmds: list[Cmd], tmp: Path, tag: str, timeout: float, ok_codes: Sequence[int]
+) -> list[RunResult]:
     """Start every command at once, wait for all, parse one JSON summary from each."""
     started = [_spawn(c, tmp, f"{tag}-{i}") for i, c in enumerate(cmds)]
     results: list[RunResult] = []
@@ -210,17 +214,25 @@ def _metric(run: dict[str, Any] | None, metric: str) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
-def per_round_ratio(ratio: Ratio, runs: dict[str, list[dict[str, Any] | None]], rounds: int) -> list[float | None]:
+def per_round_ratio(
+    ratio: Ratio, runs: dict[str, list[dict[str, Any] | None]], rounds: int
+) -> list[float | None]:
     out: list[float | None] = []
     for r in range(rounds):
         num = _metric(runs.get(ratio.num, [None] * rounds)[r], ratio.metric)
-        den = ratio.const if ratio.den is None else _metric(runs.get(ratio.den, [None] * rounds)[r], ratio.metric)
+        den = (
+            ratio.const
+            if ratio.den is None
+            else _metric(runs.get(ratio.den, [None] * rounds)[r], ratio.metric)
+        )
         out.append(num / den if num is not None and den else None)
     return out
 
 
 # ------------------------------------------------------------------------------- running
-def run_scenario(sc: Scenario, rounds: int, root: Path, timeout: float, log: Callable[[str], None]) -> dict[str, Any]:
+def run_scenario(
+    sc: Scenario, rounds: int, root: Path, timeout: float, log: Callable[[str], None]
+) -> dict[str, Any]:
     """Prepare once, then ``rounds`` rounds; within a round every variant once, order rotated."""
     base = root / sc.name
     base.mkdir(parents=True, exist_ok=True)
@@ -252,8 +264,10 @@ def run_scenario(sc: Scenario, rounds: int, root: Path, timeout: float, log: Cal
             data = v.combine(datas) if v.combine else datas[0]
             runs[v.name].append(data)
             shown = data.get("pipelines_per_s") or data.get("skipped_per_s")
-            log(f"  round {r + 1} {v.name}: {_fmt(shown)}/s wall {_fmt(data.get('wall_s'))}s"
-                f" rss {_fmt(data.get('peak_rss_mb'))}MB")
+            log(
+                f"  round {r + 1} {v.name}: {_fmt(shown)}/s wall {_fmt(data.get('wall_s'))}s"
+                f" rss {_fmt(data.get('peak_rss_mb'))}MB"
+            )
     return assemble(sc, rounds, runs, errors)
 
 
@@ -274,27 +288,53 @@ def assemble(
         per = per_round_ratio(ra, runs, rounds)
         s = summary(per)
         med = s["median"] if s else None
-        ratios.append({
-            "name": ra.name, "num": ra.num, "den": ra.den, "const": ra.const, "metric": ra.metric,
-            "per_round": per, "median": med, "min": s["min"] if s else None, "max": s["max"] if s else None,
-            "target": ra.target, "op": ra.op, "met": _met(med, ra.target, ra.op), "note": ra.note,
-        })
+        ratios.append(
+            {
+                "name": ra.name,
+                "num": ra.num,
+                "den": ra.den,
+                "const": ra.const,
+                "metric": ra.metric,
+                "per_round": per,
+                "median": med,
+                "min": s["min"] if s else None,
+                "max": s["max"] if s else None,
+                "target": ra.target,
+                "op": ra.op,
+                "met": _met(med, ra.target, ra.op),
+                "note": ra.note,
+            }
+        )
     checks = []
     for ch in sc.checks:
         s = variants.get(ch.variant, {}).get("summary", {}).get(ch.metric)
         med = s["median"] if s else None
-        checks.append({
-            "name": ch.name, "variant": ch.variant, "metric": ch.metric, "median": med,
-            "min": s["min"] if s else None, "max": s["max"] if s else None,
-            "target": ch.target, "op": ch.op, "met": _met(med, ch.target, ch.op),
-        })
+        checks.append(
+            {
+                "name": ch.name,
+                "variant": ch.variant,
+                "metric": ch.metric,
+                "median": med,
+                "min": s["min"] if s else None,
+                "max": s["max"] if s else None,
+                "target": ch.target,
+                "op": ch.op,
+                "met": _met(med, ch.target, ch.op),
+            }
+        )
     reported = []
     for vname, metric in sc.reported:
         s = variants.get(vname, {}).get("summary", {}).get(metric)
         reported.append({"variant": vname, "metric": metric, **(s or {"median": None})})
     return {
-        "workload": sc.workload, "params": sc.params, "rounds": rounds, "variants": variants,
-        "ratios": ratios, "checks": checks, "reported": reported, "errors": errors,
+        "workload": sc.workload,
+        "params": sc.params,
+        "rounds": rounds,
+        "variants": variants,
+        "ratios": ratios,
+        "checks": checks,
+        "reported": reported,
+        "errors": errors,
     }
 
 
@@ -313,7 +353,9 @@ def _fmt(v: Any, digits: int = 2) -> str:
 # ------------------------------------------------------------------------------- output
 def machine_info() -> dict[str, Any]:
     info: dict[str, Any] = {
-        "python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
         "loadavg_start": os.getloadavg(),
     }
     try:
@@ -323,9 +365,12 @@ def machine_info() -> dict[str, Any]:
     except ImportError:  # pragma: no cover
         pass
     try:
-        info["git_commit"] = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
-        ).stdout.strip() or None
+        info["git_commit"] = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         info["git_commit"] = None
     return info
@@ -357,17 +402,19 @@ def _range(s: dict[str, Any] | None, digits: int = 2) -> str:
 def render_markdown(results: dict[str, Any]) -> str:
     """The generated tables: variants (median, min-max) and targets (per-round ratio medians)."""
     m = results.get("machine", {})
+    quick = " - QUICK smoke run, not a measurement" if results.get("quick") else ""
     lines = [
         f"Generated {results.get('generated_at', '?')} by `python -m benchmarks`"
         f" (git {m.get('git_commit') or '?'}, Python {m.get('python', '?')}, SQLite {m.get('sqlite', '?')},"
-        f" {m.get('cpus', '?')} CPUs){' - QUICK smoke run, not a measurement' if results.get('quick') else ''}.",
+        f" {m.get('cpus', '?')} CPUs){quick}.",
         "",
         "### Targets",
         "",
         "| scenario | check | median of per-round values (min - max) | target | met |",
         "|---|---|---:|---:|:---:|",
     ]
-    scen = results.get("scenarios", {})
+    raw = results.get("scenarios", {})
+    scen = {k: raw[k] for k in sorted(raw, key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER))}
     for name, sc in scen.items():
         for ra in sc.get("ratios", []):
             val = _range({"median": ra["median"], "min": ra["min"], "max": ra["max"]}, 3)
@@ -395,8 +442,11 @@ def render_markdown(results: dict[str, Any]) -> str:
             rate = s.get("pipelines_per_s") or s.get("skipped_per_s")
             label = vname + (" (skipped/s)" if "pipelines_per_s" not in s and "skipped_per_s" in s else "")
             ok = sum(1 for r in v.get("runs", []) if r)
+            done = (
+                f"{ok}/{sc.get('rounds')}" if not sc.get("derived_from") else f"(from {sc['derived_from']})"
+            )
             lines.append(
-                f"| {name} | {label} | {ok}/{sc.get('rounds')} | {_range(rate, 0)} | {_cell(s.get('wall_s'))}"
+                f"| {name} | {label} | {done} | {_range(rate, 0)} | {_cell(s.get('wall_s'))}"
                 f" | {_cell(s.get('peak_rss_mb'), digits=1)} | {_cell(s.get('cpu_us_per_task'), digits=1)}"
                 f" | {_cell(s.get('bytes_per_pipeline'), digits=0)} |"
             )
@@ -431,18 +481,26 @@ def print_table(results: dict[str, Any]) -> None:
         for vname, v in sc["variants"].items():
             s = v["summary"]
             rate = s.get("pipelines_per_s") or s.get("skipped_per_s")
-            print(f"  {vname:<22} rate {_range(rate, 0):<32} wall {_cell(s.get('wall_s'))}s"
-                  f"  rss {_cell(s.get('peak_rss_mb'), digits=1)}MB")
+            print(
+                f"  {vname:<22} rate {_range(rate, 0):<32} wall {_cell(s.get('wall_s'))}s"
+                f"  rss {_cell(s.get('peak_rss_mb'), digits=1)}MB"
+            )
         for ra in sc["ratios"]:
             per = ", ".join(_fmt(x, 3) for x in ra["per_round"])
             tgt = f"target {ra['op']} {ra['target']:g}" if ra["target"] is not None else "reference"
-            print(f"  ratio {ra['name']:<36} median {_fmt(ra['median'], 3):<8} per round [{per}]  {tgt}"
-                  f"  met={ra['met']}")
+            print(
+                f"  ratio {ra['name']:<36} median {_fmt(ra['median'], 3):<8} per round [{per}]  {tgt}"
+                f"  met={ra['met']}"
+            )
         for ch in sc["checks"]:
-            print(f"  check {ch['name']:<36} median {_fmt(ch['median'])}  target {ch['op']} {ch['target']:,g}"
-                  f"  met={ch['met']}")
+            print(
+                f"  check {ch['name']:<36} median {_fmt(ch['median'])}  target {ch['op']} {ch['target']:,g}"
+                f"  met={ch['met']}"
+            )
         for rep in sc["reported"]:
-            print(f"  reported {rep['variant']} {rep['metric']}: {_range(rep if rep.get('median') else None)}")
+            print(
+                f"  reported {rep['variant']} {rep['metric']}: {_range(rep if rep.get('median') else None)}"
+            )
         for err in sc["errors"]:
             print(f"  ERROR {err.splitlines()[0][:300]}")
 
@@ -455,20 +513,34 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m benchmarks",
         description="Benchmark pyattacker against the baseline peer and the floor runner.",
     )
-    ap.add_argument("--quick", action="store_true", help="small smoke version (CI): tiny N, 1 round by default")
+    ap.add_argument(
+        "--quick", action="store_true", help="small smoke version (CI): tiny N, 1 round by default"
+    )
     ap.add_argument("--rounds", type=int, default=None, help="rounds per scenario (default 3, quick 1)")
     ap.add_argument("--scenario", default="all", help=f"comma list of: {', '.join(catalog.NAMES)} (or all)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every N (not the demo's) by this")
-    ap.add_argument("--out", type=Path, default=None, help="results JSON (default benchmarks/results/<date>.json)")
-    ap.add_argument("--docs", type=Path, default=None,
-                    help="markdown file whose generated section is rewritten (default docs/performance.md"
-                         " for full runs without --out; 'none' to skip)")
-    ap.add_argument("--baselines", type=Path, default=None, help="folder with baseline_peer.py and floor_runner.py")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="results JSON (default benchmarks/results/<date>.json)"
+    )
+    ap.add_argument(
+        "--docs",
+        type=Path,
+        default=None,
+        help="markdown file whose generated section is rewritten (default docs/performance.md"
+        " for full runs without --out; 'none' to skip)",
+    )
+    ap.add_argument(
+        "--baselines", type=Path, default=None, help="folder with baseline_peer.py and floor_runner.py"
+    )
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds before a child run is killed")
     ap.add_argument("--keep-tmp", action="store_true", help="keep the temporary stores")
     args = ap.parse_args(argv)
 
-    names = catalog.NAMES if args.scenario == "all" else [s.strip() for s in args.scenario.split(",") if s.strip()]
+    names = (
+        catalog.NAMES
+        if args.scenario == "all"
+        else [s.strip() for s in args.scenario.split(",") if s.strip()]
+    )
     unknown = [n for n in names if n not in catalog.NAMES]
     if unknown:
         ap.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(catalog.NAMES)}")
@@ -483,8 +555,10 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(tempfile.mkdtemp(prefix="pyattacker-bench-"))
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    log(f"benchmarks: rounds={rounds} quick={args.quick} scale={args.scale} tmp={root}"
-        f" baselines={baselines or 'NOT FOUND (baseline variants skipped)'}")
+    log(
+        f"benchmarks: rounds={rounds} quick={args.quick} scale={args.scale} tmp={root}"
+        f" baselines={baselines or 'NOT FOUND (baseline variants skipped)'}"
+    )
     results: dict[str, Any] = {
         "schema": SCHEMA,
         "generated_at": _dt.datetime.now().isoformat(timespec="seconds"),
@@ -498,6 +572,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             sc = catalog.build(name, quick=args.quick, scale=args.scale, baselines=baselines, previous=built)
             if sc is None:
+                continue
+            if isinstance(sc, dict):  # derived from a scenario already measured in this invocation
+                results["scenarios"][name] = built[name] = sc
+                log(f"scenario {name}: derived from {sc.get('derived_from')}")
                 continue
             log(f"scenario {name}: {sc.workload} {sc.params}")
             t0 = time.perf_counter()

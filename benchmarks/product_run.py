@@ -58,6 +58,20 @@ def store_bytes(path: str) -> int:
     return sum(os.path.getsize(p) for p in (path, path + "-wal", path + "-shm") if os.path.exists(p))
 
 
+def io_counters() -> dict[str, int]:
+    """Bytes this process asked to write (``wchar``) and sent to the block layer (Linux only)."""
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/self/io") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key in ("wchar", "write_bytes", "syscw"):
+                    out[key] = int(value)
+    except OSError:
+        pass
+    return out
+
+
 def run(
     store: str,
     n: int,
@@ -85,6 +99,7 @@ def run(
     ran = counters.get("pipelines_succeeded", 0) + counters.get("pipelines_failed", 0)
     skipped = counters.get("skipped", 0)
     size = store_bytes(store.split("?", 1)[0])
+    io = io_counters()
     return {
         "runner": "product",
         "n": n,
@@ -104,6 +119,8 @@ def run(
         "skipped_per_s": skipped / elapsed if skipped else None,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "store_bytes": size,
+        "write_mb": io["wchar"] / 2**20 if "wchar" in io else None,
+        "write_syscalls": io.get("syscw"),
         "bytes_per_pipeline": size / n if n else None,
         "t_start_epoch": t_start_epoch,
         "t_end_epoch": time.time(),
@@ -122,8 +139,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--store", required=True, help="store path (may carry ?synchronous=full)")
     args = ap.parse_args(argv)
     summary = run(
-        args.store, args.n, lo=args.lo, tasks=args.tasks, concurrency=args.concurrency,
-        latency_ms=args.latency_ms, capacity=args.capacity,
+        args.store,
+        args.n,
+        lo=args.lo,
+        tasks=args.tasks,
+        concurrency=args.concurrency,
+        latency_ms=args.latency_ms,
+        capacity=args.capacity,
     )
     print(json.dumps(summary))
     sys.stdout.flush()

@@ -34,7 +34,9 @@ async def judge(x: int, ctx: Any) -> dict[str, Any]:
     return {"v": x * 2, "note": "-negative looking" if x == 3 else "ok"}
 
 
-def build_store(path: str | os.PathLike[str], n: int = 20, *, concurrency: int = 4, start: int = 0) -> str:
+def build_store(
+    path: str | os.PathLike[str], n: int = 20, *, concurrency: int = 4, start: int = 0, events: str = "standard"
+) -> str:
     """Run ``n`` two-task pipelines (some retry, every 7th fails with a markup message)."""
     pools = [Pool("api", [Resource("llm", id="r1", capacity=2)])]
     done = {"n": 0}
@@ -45,7 +47,7 @@ def build_store(path: str | os.PathLike[str], n: int = 20, *, concurrency: int =
         runner.report_metric("accuracy", 0.75)
 
     with Runner(
-        store=str(path), pools=pools, concurrency=concurrency, on_pipeline_finished=finished
+        store=str(path), pools=pools, concurrency=concurrency, on_pipeline_finished=finished, events=events
     ) as runner:
         runner.run(
             pipeline("p", fetch, judge).map(

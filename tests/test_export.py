@@ -80,7 +80,7 @@ def test_every_kind_round_trips(store: str, tmp_path: Path, kind: str, fmt: str)
 
 
 def test_more_rows_than_one_batch(tmp_path: Path) -> None:
-    big = build_store(tmp_path / "big.db", 220, concurrency=16)
+    big = build_store(tmp_path / "big.db", 220, concurrency=16, events="all")
     total = _count(big, "events")
     assert total > 1000
     out = tmp_path / "events.jsonl"

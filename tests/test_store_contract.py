@@ -211,14 +211,14 @@ def test_paging_tasks_and_artifacts(store: Store) -> None:
     tasks.append(task("p1", 0, run_id="r1"))  # same id again: an upsert, not a new row
     arts = [artifact(f"p{i}", seq) for i in range(3) for seq in (1, -1, 0, 11)]
     commit(store, tasks=tasks, artifacts=arts)
-    expected_tasks = sorted({(t.pipeline_id, t.seq, t.task_run_id) for t in tasks})
+    expected_tasks = sorted({(t.pipeline_id, t.seq) for t in tasks})
     for size in (1, 3, 100):
         assert keys_of(list(iter_rows(store, "tasks", batch=size)), "tasks") == expected_tasks
         assert keys_of(list(iter_rows(store, "artifacts", batch=size)), "artifacts") == sorted(
-            (a.pipeline_id, a.seq, a.artifact_id) for a in arts
+            (a.pipeline_id, a.seq) for a in arts
         )
     assert [t.seq for t in store.page("tasks", pipeline_id="p1")] == [0, 1, 2, 10]
-    assert [a.seq for a in store.page("artifacts", pipeline_id="p2", after=("p2", 0, "p2:0"))] == [1, 11]
+    assert [a.seq for a in store.page("artifacts", pipeline_id="p2", after=("p2", 0))] == [1, 11]
     assert {t.run_id for t in store.page("tasks", run_id="r0")} == {"r0"}
     got = store.page("artifacts", pipeline_id="p0")
     assert all(a.payload == b"data" for a in got)
@@ -423,3 +423,22 @@ def test_closed_store_refuses_commit(store: Store) -> None:
     store.close()
     with pytest.raises((StoreUnavailable, RuntimeError)):
         store.commit(batch_of(pipelines=[pipeline("p1")]))
+
+
+def test_progress_advances_the_cursor_without_rewriting_the_row(store: Store) -> None:
+    from pyattacker.model import PipelineProgress
+
+    commit(store, pipelines=[pipeline("p1", created_at=5.0, state="running", cursor=1)])
+    b = batch_of()
+    b.progress.append(PipelineProgress(pipeline_id="p1", cursor=2, attempts_total=7))
+    b.progress.append(PipelineProgress(pipeline_id="unknown", cursor=9, attempts_total=9))
+    store.commit(b)
+    rows = store.lookup_pipelines(["p1", "unknown"])
+    assert set(rows) == {"p1"}
+    p = rows["p1"]
+    assert (p.cursor, p.attempts_total, p.state, p.created_at) == (2, 7, "running", 5.0)
+    # in one batch, progress applies after the pipeline upserts
+    b2 = batch_of(pipelines=[pipeline("p2", cursor=1)])
+    b2.progress.append(PipelineProgress(pipeline_id="p2", cursor=3, attempts_total=3))
+    store.commit(b2)
+    assert store.lookup_pipelines(["p2"])["p2"].cursor == 3

@@ -174,7 +174,7 @@ def _finish(report: RunReport, health: _HealthLog, pools: list[Any], store: str,
 
 # -- run / resume ------------------------------------------------------------------------------
 def _run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The flags shared by ``run`` and ``resume`` (every spec flag except sharding)."""
+    """The flags shared by ``run`` and ``resume`` (sharding included)."""
     options = [
         click.option(
             "-c",
@@ -262,6 +262,38 @@ def _run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             default=False,
             help="An unset ${VAR} in the config is an error (exit 2), not a warning.",
         ),
+        click.option(
+            "--shard",
+            metavar="I/N",
+            help="Run only shard I of N (0-based) into its own store; you orchestrate the others.",
+        ),
+        click.option(
+            "--shards",
+            type=click.IntRange(min=2),
+            help="Run all N shards as local child processes, then print the merged report.",
+        ),
+        click.option(
+            "--jobs",
+            type=click.IntRange(min=1),
+            help="With --shards: shards running at once (default min(N, CPU count)).",
+        ),
+        click.option(
+            "--executor",
+            metavar="NAME",
+            help="With --shards: the shard executor plugin that starts shards (default `local`).",
+        ),
+        click.option(
+            "--full-capacity-per-shard",
+            is_flag=True,
+            default=False,
+            help="With --shards: every shard gets each resource's full capacity (per-shard endpoints).",
+        ),
+        click.option(
+            "--capacity-share",
+            metavar="S/J",
+            hidden=True,
+            help="Use slot S of J's slice of every resource's capacity (set by --shards).",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -303,17 +335,104 @@ def _check_backend_flag(spec: str | None) -> None:
 
 
 def _run(flags: dict[str, Any], *, resume: bool) -> None:
-    from .config import build, load_config
+    from .config import build, check_config, load_config
 
+    _check_shard_flags(flags)
+    if flags["shards"] is not None:
+        from .shard_cli import run_sharded
+
+        run_sharded(flags, resume=resume)
+        return
     _check_backend_flag(flags["artifact_backend"])
     loaded = load_config(flags["config_path"], strict_env=flags["strict_env"])
     for warning in loaded.warnings:
         _warn(warning)
-    built = build(loaded, _flag_overrides(flags, resume), limit=flags["limit"])
-    report, health = _execute(
-        built.config, built.pools, built.specs(), total=built.total, progress=flags["progress"]
-    )
+    checked = check_config(loaded)
+    overrides = _flag_overrides(flags, resume)
+    share = None
+    if flags["capacity_share"] is not None:
+        from .shard import parse_capacity_share
+
+        share = parse_capacity_share(flags["capacity_share"])
+    shard = _apply_shard(flags, checked, overrides, share)
+    built = build(checked, overrides, limit=flags["limit"], capacity_share=share)
+    specs: Iterable[Any] = built.specs()
+    total = built.total
+    if shard is not None and shard[1] > 1:
+        from .shard import shard_specs
+
+        specs = shard_specs(specs, *shard)
+        total = None  # the share of a shard is only known by walking the keys
+    report, health = _execute(built.config, built.pools, specs, total=total, progress=flags["progress"])
     _finish(report, health, built.pools, str(built.config.store), flags["summary_format"])
+
+
+def _check_shard_flags(flags: dict[str, Any]) -> None:
+    """The sharding flags that only make sense together, checked before anything is read."""
+    if flags["shard"] is not None and flags["shards"] is not None:
+        raise ConfigError("--shard and --shards are mutually exclusive (one shard, or all of them)")
+    if flags["shards"] is None:
+        for name in ("jobs", "executor"):
+            if flags[name] is not None:
+                raise ConfigError(f"--{name}: only with --shards N")
+        if flags["full_capacity_per_shard"]:
+            raise ConfigError("--full-capacity-per-shard: only with --shards N")
+    elif flags["capacity_share"] is not None:
+        raise ConfigError("--capacity-share: set per shard by --shards; not with --shards itself")
+
+
+def _apply_shard(
+    flags: dict[str, Any], checked: Any, overrides: dict[str, Any], share: tuple[int, int] | None
+) -> tuple[int, int] | None:
+    """``--shard I/N``: pick the shard's store, record it in ``meta``, export PYATACKER_SHARD."""
+    from .config import resolve_store
+    from .shard import SHARD_ENV, is_memory_store, parse_shard, shard_store_path
+
+    if flags["shard"] is None:
+        if share is not None:
+            overrides["meta"] = {**checked.run.get("meta", {}), "capacity_share": f"{share[0]}/{share[1]}"}
+        return None
+    index, count = parse_shard(flags["shard"])
+    explicit = flags["store"]
+    base = resolve_store(checked, explicit)
+    if is_memory_store(base):
+        raise ConfigError(
+            f"--shard: store {base!r} is in memory; a shard needs a store that outlives the process"
+            " (set --store or run.store to a file)"
+        )
+    overrides["store"] = base if explicit is not None else shard_store_path(base, index, count)
+    meta = {**checked.run.get("meta", {}), "shard": f"{index}/{count}"}
+    if share is not None:
+        meta["capacity_share"] = f"{share[0]}/{share[1]}"
+    overrides["meta"] = meta
+    os.environ[SHARD_ENV] = f"{index}/{count}"
+    _stop_with_parent()
+    return index, count
+
+
+def _stop_with_parent() -> None:
+    """A shard started by a process-based executor stops itself (SIGTERM: graceful, resumable)
+    when that parent is gone, so no shard outlives the parent however the parent ended."""
+    import signal
+    import threading
+
+    from .shard_exec import PARENT_PID_ENV
+
+    raw = os.environ.pop(PARENT_PID_ENV, None)
+    try:
+        parent = int(raw) if raw else 0
+    except ValueError:
+        return
+    if parent <= 0:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        _warn(f"the shard's parent process {parent} is gone; stopping (resumable)")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True, name="pyattacker-parent-watch").start()
 
 
 @click.command("run")

@@ -338,12 +338,20 @@ def _run_config(checked: CheckedConfig, overrides: Mapping[str, Any]) -> RunConf
     return RunConfig(**values)
 
 
-def _make_pools(checked: CheckedConfig) -> list[Any]:
+def _make_pools(checked: CheckedConfig, capacity_share: tuple[int, int] | None = None) -> list[Any]:
+    """Fresh pools; with ``capacity_share=(slot, slots)`` every resource gets only that slot's
+    slice of its capacity, so concurrently running shards never exceed what an endpoint allows."""
     from .pool import Pool
 
     pools = []
     for pdef in checked.pools.values():
         resources = [{"kind": pdef.kind or pdef.name, **res} for res in pdef.resources]
+        if capacity_share is not None:
+            from .shard import capacity_share as share
+
+            slot, slots = capacity_share
+            for res in resources:
+                res["capacity"] = share(int(res.get("capacity", 1)), slot, slots)
         pools.append(Pool(pdef.name, resources, kind=pdef.kind, algorithm=pdef.algorithm))
     return pools
 
@@ -383,10 +391,15 @@ def build(
     overrides: Mapping[str, Any] | None = None,
     *,
     limit: int | None = None,
+    capacity_share: tuple[int, int] | None = None,
 ) -> Built:
     """Validate (if needed) and instantiate: RunConfig (flags > run block > defaults), pools,
     template and the lazy seed stream. Checks that the source's data exists (exit 2 before
-    anything starts) and creates the default store's folder; reads no rows."""
+    anything starts) and creates the default store's folder; reads no rows.
+
+    ``capacity_share=(slot, slots)``: this process is one of ``slots`` concurrently running
+    shards and gets slot ``slot``'s slice of every resource's capacity (see ``pyattacker.shard``).
+    """
     checked = loaded if isinstance(loaded, CheckedConfig) else check_config(loaded)
     overrides = dict(overrides or {})
     config = _run_config(checked, overrides)
@@ -397,7 +410,7 @@ def build(
         Path(config.store).parent.mkdir(parents=True, exist_ok=True)
     return Built(
         config=config,
-        pools=_make_pools(checked),
+        pools=_make_pools(checked, capacity_share),
         template=checked.template,
         specs=_specs(checked, limit),
         total=_total(checked, limit),

@@ -65,12 +65,17 @@ class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     flush_interval: float = 1.0
     artifact_backend: Any = None
     event_sinks: list[Any] = []
+    #: "standard": every fact once (per-lease and per-success facts live on attempt rows);
+    #: "all": also one event per lease taken/returned and per task success
+    events: str = "standard"
     meta: dict[str, Any] = {}
     max_handoffs: int = 1000
 
     def __post_init__(self) -> None:
         if self.journal not in JOURNALS:
             raise ConfigError(f"run.journal: must be one of {', '.join(JOURNALS)}, got {self.journal!r}")
+        if self.events not in ("standard", "all"):
+            raise ConfigError(f"run.events: must be 'standard' or 'all', got {self.events!r}")
         _positive_int("concurrency", self.concurrency)
         _positive_int("max_admitted", self.max_admitted, allow_none=True)
         _positive_int("stop_after_failures", self.stop_after_failures, allow_none=True)

@@ -20,6 +20,7 @@ __all__ = [
     "EventRecord",
     "MetricPoint",
     "MetricRecord",
+    "PipelineProgress",
     "PipelineRecord",
     "ResourceRecord",
     "RunRecord",
@@ -199,11 +200,24 @@ class ResourceRecord(msgspec.Struct, kw_only=True, gc=False):
     updated_at: float = 0.0
 
 
+class PipelineProgress(msgspec.Struct, kw_only=True, gc=False):
+    """A cursor advance of a pipeline whose full row the store already has.
+
+    Intermediate checkpoints carry this instead of the whole pipeline row: applying it is a
+    narrow update (two columns), where a full upsert would rewrite the row and its indexes.
+    """
+
+    pipeline_id: str
+    cursor: int
+    attempts_total: int
+
+
 class Batch:
     """Rows that a store must apply in one transaction (all or nothing).
 
     Upserts: runs, pipelines (``created_at`` of an existing row is kept), tasks, artifacts,
-    metrics, resources. Appends: attempts, events, metric points (a point whose ``op_id``
+    metrics, resources. Progress: after the pipeline upserts, set ``cursor`` and
+    ``attempts_total`` of an existing pipeline row (an unknown id is ignored). Appends: attempts, events, metric points (a point whose ``op_id``
     exists is ignored). A checkpoint is a batch; so is a flush of buffered history.
     """
 
@@ -214,6 +228,7 @@ class Batch:
         "metric_points",
         "metrics",
         "pipelines",
+        "progress",
         "resources",
         "runs",
         "tasks",
@@ -222,6 +237,8 @@ class Batch:
     def __init__(self) -> None:
         self.runs: list[RunRecord] = []
         self.pipelines: list[PipelineRecord] = []
+        #: applied after ``pipelines``: cursor advances of rows the store already holds
+        self.progress: list[PipelineProgress] = []
         self.tasks: list[TaskRecord] = []
         self.artifacts: list[ArtifactRecord] = []
         self.attempts: list[AttemptRecord] = []
@@ -234,6 +251,7 @@ class Batch:
         return (
             len(self.runs)
             + len(self.pipelines)
+            + len(self.progress)
             + len(self.tasks)
             + len(self.artifacts)
             + len(self.attempts)

@@ -397,7 +397,11 @@ class Lease:
         resource.active -= 1
         if leaked:
             pool.leaked_total += 1
-        if pool.listeners or pool._subs or (pool.bus is not None and pool.bus.subscriber_count):
+        if (
+            (pool.listeners and (leaked or pool.trace_leases))
+            or pool._subs
+            or (pool.bus is not None and pool.bus.subscriber_count)
+        ):
             pool._emit(
                 "resource.leaked" if leaked else "resource.released",
                 resource.id,
@@ -501,6 +505,9 @@ class Pool:
         self.deadlock_warn_s = deadlock_warn_s
         #: Called with every ResourceEvent (the runner appends its recorder here).
         self.listeners: list[Callable[[ResourceEvent], None]] = [on_event] if on_event else []
+        #: whether listeners get one event per lease taken/returned (subscribers and the bus
+        #: always do); a runner turns it off unless ``events="all"``: the attempt rows carry leases
+        self.trace_leases = True
         self._algorithms = algorithms
         self._algorithm: Any = None
         self._algorithm_cache: dict[str, Any] = {}
@@ -705,7 +712,11 @@ class Pool:
             self._now(),
             waited_ms,
         )
-        if self.listeners or self._subs or (self.bus is not None and self.bus.subscriber_count):
+        if (
+            (self.listeners and self.trace_leases)
+            or self._subs
+            or (self.bus is not None and self.bus.subscriber_count)
+        ):
             self._emit(
                 "resource.leased",
                 resource.id,

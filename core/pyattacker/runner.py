@@ -42,7 +42,16 @@ from .errors import (
     WorkerCrashed,
     error_class_of,
 )
-from .model import ArtifactRecord, AttemptRecord, Batch, EventRecord, PipelineRecord, RunRecord, TaskRecord
+from .model import (
+    ArtifactRecord,
+    AttemptRecord,
+    Batch,
+    EventRecord,
+    PipelineProgress,
+    PipelineRecord,
+    RunRecord,
+    TaskRecord,
+)
 from .pipeline import PipelineSpec
 from .recorder import Recorder
 from .report import RunReport
@@ -52,6 +61,10 @@ __all__ = ["RunConfig", "RunReport", "Runner"]
 
 log = logging.getLogger("pyattacker")
 _LOOKUP_CHUNK = 256
+#: the decision recorded with every successful attempt (shared: never mutated)
+_OK_DECISION: dict[str, Any] = {"retry": False, "reason": "ok", "delay_s": 0.0}
+#: per-lease events, stored as events only with ``events="all"`` (attempt rows always carry them)
+_LEASE_KINDS = frozenset({"resource.leased", "resource.released"})
 _MAX_ERROR = 2000
 
 
@@ -70,6 +83,7 @@ class _Pipeline:
         "tasks",
         "value",
         "write_seed",
+        "row_written",
     )
 
     def __init__(self, spec: PipelineSpec, record: PipelineRecord, seq: int, value: Any) -> None:
@@ -84,6 +98,8 @@ class _Pipeline:
         self.task_started_wall: float | None = None
         self.metric_steps: dict[str, int] = {}
         self.write_seed = False
+        #: this run already wrote the full pipeline row (later checkpoints only advance the cursor)
+        self.row_written = False
 
 
 class _Stop(Exception):
@@ -333,6 +349,7 @@ class Runner:
         self._pump_wake: asyncio.Event | None = None
         self._producer_done = False
         self._grace_timer = None
+        self._trace = False
 
     def _wake_all(self) -> None:
         for ev in (self._capacity, self._pump_wake):
@@ -412,6 +429,7 @@ class Runner:
             or (time.strftime("run-%Y%m%d-%H%M%S-", time.gmtime(self.clock.wall())) + uuid.uuid4().hex[:6])
         )
         self._backend = self._resolve_backend() if cfg.journal == "full" else None
+        self._trace = cfg.events == "all"
         sinks = self._resolve_sinks()
         recorder = self._recorder = Recorder(
             self.store,
@@ -526,6 +544,7 @@ class Runner:
         for pool in self.pools.values():
             listener = self._pool_event
             pool.listeners.append(listener)
+            pool.trace_leases = self._trace
             if getattr(pool, "clock_is_default", False):
                 pool.clock = self.clock
             attached.append((pool, listener))
@@ -537,6 +556,7 @@ class Runner:
                 pool.listeners.remove(listener)
             except ValueError:
                 pass
+            pool.trace_leases = True
 
     def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
         if threading.current_thread() is not threading.main_thread():
@@ -775,6 +795,8 @@ class Runner:
         )
 
     def _pool_event(self, ev: Any) -> None:
+        if ev.kind in _LEASE_KINDS and not self._trace:
+            return  # each lease is already a fact on its attempt row (``leases``); see RunConfig.events
         self._event(ev.kind, "resource", pool=ev.pool, resource_id=ev.resource_id, data=dict(ev.data))
 
     def _sink_failed(self, sink: Any, exc: BaseException) -> None:
@@ -827,7 +849,6 @@ class Runner:
                     except asyncio.CancelledError:
                         self._interrupt(state, "queued")  # admitted but never handed to a worker
                         raise
-                    await asyncio.sleep(0)
         finally:
             self._producer_done = True
             self._check_complete()
@@ -1281,9 +1302,9 @@ class Runner:
         if full and self._backend is not None:
             art = self._backend.put(art)
         duration = round((self.clock.now() - t0) * 1000, 3)
-        decision = {"retry": False, "reason": "ok", "delay_s": 0.0}
-        self._record_attempt(state, ctx, t0, wall0, "succeeded", None, decision)
-        batch = Batch()
+        self._record_attempt(state, ctx, t0, wall0, "succeeded", None, _OK_DECISION)
+        # rows go straight into the batch the next group commit writes (no copy, no merge)
+        batch = self._recorder.pending
         if state.write_seed:
             batch.artifacts.append(self._seed_artifact(state, full))
             state.write_seed = False
@@ -1310,21 +1331,28 @@ class Runner:
         if last:
             record.state = "succeeded"
             record.finished_at = now
-        batch.pipelines.append(msgspec_copy(record))
-        self._event(
-            "task.succeeded",
-            "task",
-            pipeline_id=key,
-            task_run_id=ctx.task_run_id,
-            data={
-                "task": spec.name,
-                "seq": seq,
-                "attempt": ctx.attempt,
-                "duration_ms": duration,
-                "digest": art.digest,
-            },
-        )
-        await self._recorder.checkpoint(batch)
+        if last or not state.row_written:
+            batch.pipelines.append(msgspec_copy(record))
+            state.row_written = True
+        else:  # the row is stored already: advance its cursor without rewriting it
+            batch.progress.append(
+                PipelineProgress(pipeline_id=key, cursor=record.cursor, attempts_total=record.attempts_total)
+            )
+        if self._trace:  # the attempt row already records this success
+            self._event(
+                "task.succeeded",
+                "task",
+                pipeline_id=key,
+                task_run_id=ctx.task_run_id,
+                data={
+                    "task": spec.name,
+                    "seq": seq,
+                    "attempt": ctx.attempt,
+                    "duration_ms": duration,
+                    "digest": art.digest,
+                },
+            )
+        await self._recorder.checkpoint()
         state.seq = seq + 1
         state.value = value
         state.attempt = 0

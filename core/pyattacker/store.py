@@ -32,10 +32,10 @@ __all__ = ["PAGE_KINDS", "Store", "StoreOpener", "iter_rows", "open_store", "res
 #: Row kinds with keyset paging, and the order each is returned in (the last key is unique).
 PAGE_KINDS: dict[str, tuple[str, ...]] = {
     "pipelines": ("created_at", "pipeline_id"),
-    "tasks": ("pipeline_id", "seq", "task_run_id"),
+    "tasks": ("pipeline_id", "seq"),
     "attempts": ("attempt_id",),
     "events": ("event_id",),
-    "artifacts": ("pipeline_id", "seq", "artifact_id"),
+    "artifacts": ("pipeline_id", "seq"),
 }
 
 

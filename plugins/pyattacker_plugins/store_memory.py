@@ -68,6 +68,7 @@ class MemoryStore:
         metrics = [_copy(m) for m in batch.metrics]
         points = [_copy(p) for p in batch.metric_points]
         resources = [_copy(r) for r in batch.resources]
+        progress = list(batch.progress)
         # nothing below can fail
         for run in runs:
             self._runs[run.run_id] = run
@@ -76,6 +77,11 @@ class MemoryStore:
             if old is not None:
                 row.created_at = old.created_at
             self._pipelines[row.pipeline_id] = row
+        for step in progress:
+            current = self._pipelines.get(step.pipeline_id)
+            if current is not None:
+                current.cursor = step.cursor
+                current.attempts_total = step.attempts_total
         for t in tasks:
             self._tasks[t.task_run_id] = t
         for a in artifacts:

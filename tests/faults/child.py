@@ -37,7 +37,7 @@ LEDGER_ENV = "PYATTACKER_FAULT_LEDGER"
 CRASH_EXIT = 137
 #: the store-write kinds a crash can follow
 WRITE_KINDS = ("checkpoint", "attempts", "events", "terminal", "run")
-FAULTS = ("none", "crash", "enospc", "sink_error", "cancel", "stop_failures", "stop_time")
+FAULTS = ("none", "crash", "torn", "enospc", "sink_error", "cancel", "stop_failures", "stop_time")
 POOL = "api"
 RETRY = {"max_attempts": 4, "base": 0.002, "factor": 2.0, "jitter": "none", "on": ["RetryableError"]}
 
@@ -98,7 +98,7 @@ async def extra(value: dict[str, Any], ctx: Any) -> dict[str, Any]:
 
 def seeds(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     """The dataset: a pure function of the arguments (keys are explicit: ``p00042``)."""
-    drift_at = args.pipelines // 2
+    drift_at = 2  # admitted first: its row is always stored before any crash
     for i in range(args.pipelines):
         seed: dict[str, Any] = {"id": f"p{i:05d}", "i": i, "salt": args.seed, "pause": args.pause}
         if args.doom_every and i % args.doom_every == args.doom_every - 1:
@@ -130,12 +130,23 @@ class SelfKillingStore:
 
     ``kind``/``at``: ``os._exit(137)`` after the ``at``-th (0-based) committed batch of that
     kind. ``enospc_after``: every commit after that many raises ``OSError(ENOSPC)`` (a disk
-    that filled up), without touching the real store.
+    that filled up), without touching the real store. ``torn_at``: during that commit the
+    first ``os.pwrite`` writes half its bytes and the process dies (a crash *inside* a write;
+    only stores that append with ``os.pwrite``, i.e. jsonl, can be torn this way).
     """
 
-    def __init__(self, inner: Any, *, kind: str | None = None, at: int = -1,
-                 enospc_after: int | None = None, crash_note: str | None = None) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        *,
+        kind: str | None = None,
+        at: int = -1,
+        enospc_after: int | None = None,
+        crash_note: str | None = None,
+        torn_at: int | None = None,
+    ) -> None:
         self._inner = inner
+        self.torn_at = torn_at
         self.kind = kind
         self.at = at
         self.enospc_after = enospc_after
@@ -151,6 +162,8 @@ class SelfKillingStore:
         if self.enospc_after is not None and self.commits >= self.enospc_after:
             self.refused += 1
             raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        if self.torn_at == self.commits:
+            self._arm_torn_write(batch)
         self._inner.commit(batch)
         self.commits += 1
         for kind in kinds_of(batch):
@@ -158,12 +171,27 @@ class SelfKillingStore:
                 self._die(batch, kind)
             self.counts[kind] += 1
 
+    def _arm_torn_write(self, batch: Batch) -> None:
+        real = os.pwrite
+
+        def torn(fd: int, data: bytes, offset: int) -> int:
+            os.pwrite = real
+            real(fd, bytes(data[: max(1, len(data) // 2)]), offset)
+            self.kind, self.at = "torn", self.commits
+            self._die(batch, "torn")
+            return 0
+
+        os.pwrite = torn  # type: ignore[assignment]
+
     def _die(self, batch: Batch, kind: str) -> None:
         if self.crash_note:
             note = {
-                "kind": kind, "occurrence": self.at, "commit_no": self.commits,
+                "kind": kind,
+                "occurrence": self.at,
+                "commit_no": self.commits,
                 "artifacts": [[a.pipeline_id, a.seq] for a in batch.artifacts],
-                "attempts": len(batch.attempts), "events": len(batch.events),
+                "attempts": len(batch.attempts),
+                "events": len(batch.events),
                 "pipeline_states": sorted({p.state for p in batch.pipelines}),
                 "runs": [[r.run_id, r.status] for r in batch.runs],
             }
@@ -202,7 +230,7 @@ def _backend(spec: str) -> Any:
     if spec == "inline":
         return None
     if spec.startswith("file:"):
-        return {"kind": "file", "root": spec[len("file:"):], "min_bytes": 0}
+        return {"kind": "file", "root": spec[len("file:") :], "min_bytes": 0}
     raise SystemExit(f"unknown --backend {spec!r}")
 
 
@@ -213,13 +241,18 @@ def _wrap(store: Any, args: argparse.Namespace) -> SelfKillingStore:
         at=args.n,
         enospc_after=args.n if args.fault == "enospc" else None,
         crash_note=args.crash_note,
+        torn_at=args.n if args.fault == "torn" else None,
     )
 
 
 def _run_options(args: argparse.Namespace) -> dict[str, Any]:
     opts: dict[str, Any] = {
-        "concurrency": 8, "write_batch": 16, "flush_interval": 0.05, "heartbeat_s": 0.2,
-        "grace_s": 5.0, "resume": True,
+        "concurrency": 8,
+        "write_batch": 16,
+        "flush_interval": 0.05,
+        "heartbeat_s": 0.2,
+        "grace_s": 5.0,
+        "resume": True,
     }
     backend = _backend(args.backend)
     if backend is not None:
@@ -301,7 +334,9 @@ def _cli_config(args: argparse.Namespace, workdir: Path) -> Path:
     run.pop("resume")
     config = {
         "run": run,
-        "pools": {POOL: {"kind": "llm", "resources": [{"id": "r1", "capacity": 3}, {"id": "r2", "capacity": 3}]}},
+        "pools": {
+            POOL: {"kind": "llm", "resources": [{"id": "r1", "capacity": 3}, {"id": "r2", "capacity": 3}]}
+        },
         "pipeline": {"name": "faults", "tasks": [{"use": f"tests.faults.child:{name}"} for name in chain]},
         "source": {"kind": "jsonl", "path": str(data), "key_field": "id"},
     }
@@ -331,7 +366,7 @@ def run_cli(args: argparse.Namespace, result: dict[str, Any]) -> int:
         pools.extend(pools_)
         return real_execute(config, pools_, *rest, **kwargs)
 
-    runner_mod.open_store = wrapped_open  # type: ignore[assignment]
+    runner_mod.open_store = wrapped_open
     cli_run._execute = spying_execute  # type: ignore[assignment]
     out, err = io.StringIO(), io.StringIO()
     argv = ["resume", "-c", str(config), "--summary-format", "json"]

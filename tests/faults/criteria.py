@@ -65,31 +65,52 @@ def committed_prefix_preserved(name: str, crashed_prefix: bytes, final: bytes) -
     it was never acknowledged, and the writer truncates it before appending.
     """
     if not crashed_prefix:
-        return undetermined(name, "no commit marker in the journal at crash time: no committed bytes to compare")
+        return undetermined(
+            name, "no commit marker in the journal at crash time: no committed bytes to compare"
+        )
     if len(final) < len(crashed_prefix):
-        return breached(name, f"final journal has {len(final)} bytes, fewer than the {len(crashed_prefix)} committed at crash time")
+        return breached(
+            name,
+            f"final journal has {len(final)} bytes, fewer than the {len(crashed_prefix)} committed "
+            "at crash time",
+        )
     head = final[: len(crashed_prefix)]
     if head != crashed_prefix:
         offset = next(i for i, (a, b) in enumerate(zip(crashed_prefix, head, strict=True)) if a != b)
-        return breached(name, f"committed byte {offset} of {len(crashed_prefix)} differs after resume "
-                              f"(crash: {crashed_prefix[offset:offset + 60]!r}, final: {head[offset:offset + 60]!r})")
-    return passed(name, f"{len(crashed_prefix)} committed bytes identical after resume (final file {len(final)} bytes)")
+        return breached(
+            name,
+            f"committed byte {offset} of {len(crashed_prefix)} differs after resume "
+            f"(crash: {crashed_prefix[offset : offset + 60]!r}, final: {head[offset : offset + 60]!r})",
+        )
+    return passed(
+        name, f"{len(crashed_prefix)} committed bytes identical after resume (final file {len(final)} bytes)"
+    )
 
 
-def rows_preserved(name: str, crashed: Mapping[Any, tuple[Any, ...]], final: Mapping[Any, tuple[Any, ...]], what: str) -> Verdict:
+def rows_preserved(
+    name: str, crashed: Mapping[Any, tuple[Any, ...]], final: Mapping[Any, tuple[Any, ...]], what: str
+) -> Verdict:
     """SQLite: every appended row present at crash time is present, unchanged, after resume."""
     if not crashed:
         return undetermined(name, f"no {what} rows were committed at crash time: nothing to compare")
     missing = [k for k in crashed if k not in final]
     changed = [k for k in crashed if k in final and final[k] != crashed[k]]
     if missing or changed:
-        return breached(name, f"of {len(crashed)} {what} rows committed at crash time, {len(missing)} are gone "
-                              f"(ids {_sample(missing)}) and {len(changed)} changed (ids {_sample(changed)})")
-    return passed(name, f"{len(crashed)} {what} rows committed at crash time are identical after resume "
-                        f"(ids {min(crashed)}..{max(crashed)}; {len(final)} rows now)")
+        return breached(
+            name,
+            f"of {len(crashed)} {what} rows committed at crash time, {len(missing)} are gone "
+            f"(ids {_sample(missing)}) and {len(changed)} changed (ids {_sample(changed)})",
+        )
+    return passed(
+        name,
+        f"{len(crashed)} {what} rows committed at crash time are identical after resume "
+        f"(ids {min(crashed)}..{max(crashed)}; {len(final)} rows now)",
+    )
 
 
-def artifacts_preserved(name: str, crashed: Mapping[str, tuple[str, str | None]], final: Mapping[str, tuple[str, str | None]]) -> Verdict:
+def artifacts_preserved(
+    name: str, crashed: Mapping[str, tuple[str, str | None]], final: Mapping[str, tuple[str, str | None]]
+) -> Verdict:
     """Artifacts present at crash time keep their digest and their bytes (hashed by us).
 
     The values are ``(recorded digest, digest of the bytes we read ourselves)``; a file-backed
@@ -102,24 +123,39 @@ def artifacts_preserved(name: str, crashed: Mapping[str, tuple[str, str | None]]
     unreadable = [k for k, (_, actual) in crashed.items() if actual is None]
     wrong = [k for k, (recorded, actual) in final.items() if k in crashed and actual != recorded]
     if missing or changed or wrong:
-        return breached(name, f"of {len(crashed)} artifacts committed at crash time: {len(missing)} missing "
-                              f"({_sample(missing)}), {len(changed)} changed ({_sample(changed)}), "
-                              f"{len(wrong)} whose bytes no longer match their digest ({_sample(wrong)})")
+        return breached(
+            name,
+            f"of {len(crashed)} artifacts committed at crash time: {len(missing)} missing "
+            f"({_sample(missing)}), {len(changed)} changed ({_sample(changed)}), "
+            f"{len(wrong)} whose bytes no longer match their digest ({_sample(wrong)})",
+        )
     note = f"; {len(unreadable)} had no readable bytes at crash time" if unreadable else ""
-    return passed(name, f"{len(crashed)} artifacts committed at crash time keep digest and bytes after resume{note}")
+    return passed(
+        name, f"{len(crashed)} artifacts committed at crash time keep digest and bytes after resume{note}"
+    )
 
 
 # -- the audit ledger ----------------------------------------------------------------------------------
-def no_replay(name: str, durable: set[tuple[str, int]], after_crash: Sequence[tuple[str, int, int]], crash_mark: int) -> Verdict:
+def no_replay(
+    name: str, durable: set[tuple[str, int]], after_crash: Sequence[tuple[str, int, int]], crash_mark: int
+) -> Verdict:
     """No task whose artifact was durable at crash time appears in the ledger after the crash."""
     if not durable:
-        return undetermined(name, "no task artifact was durable at crash time: a replay is impossible to observe")
+        return undetermined(
+            name, "no task artifact was durable at crash time: a replay is impossible to observe"
+        )
     replays = [(pid, seq, att) for pid, seq, att in after_crash if (pid, seq) in durable]
     if replays:
-        return breached(name, f"{len(replays)} execution(s) after the crash (ledger line > {crash_mark}) of tasks "
-                              f"whose artifact was durable at crash time: {_sample(replays)}")
-    return passed(name, f"{len(durable)} durable tasks at crash time; {len(after_crash)} executions after ledger "
-                        f"line {crash_mark}, none of them a durable task")
+        return breached(
+            name,
+            f"{len(replays)} execution(s) after the crash (ledger line > {crash_mark}) of tasks "
+            f"whose artifact was durable at crash time: {_sample(replays)}",
+        )
+    return passed(
+        name,
+        f"{len(durable)} durable tasks at crash time; {len(after_crash)} executions after ledger "
+        f"line {crash_mark}, none of them a durable task",
+    )
 
 
 def at_most_one_lost(name: str, lost: Mapping[str, int]) -> Verdict:
@@ -148,12 +184,17 @@ def all_terminal(name: str, states: Mapping[str, str], expected: int) -> Verdict
     for v in states.values():
         by_state[v] = by_state.get(v, 0) + 1
     if open_ or len(states) != expected:
-        return breached(name, f"{len(states)} pipeline rows (expected {expected}), by state {by_state}; "
-                              f"not terminal: {_sample(sorted(open_.items()))}")
+        return breached(
+            name,
+            f"{len(states)} pipeline rows (expected {expected}), by state {by_state}; "
+            f"not terminal: {_sample(sorted(open_.items()))}",
+        )
     return passed(name, f"{expected} pipeline rows, all terminal: {by_state}")
 
 
-def finals_complete(name: str, succeeded: Iterable[str], artifacts: Mapping[str, set[int]], n_tasks: int) -> Verdict:
+def finals_complete(
+    name: str, succeeded: Iterable[str], artifacts: Mapping[str, set[int]], n_tasks: int
+) -> Verdict:
     """Every succeeded pipeline holds an artifact for each of its tasks (the checkpoint chain)."""
     succeeded = list(succeeded)
     if not succeeded:
@@ -189,8 +230,11 @@ def rows_untouched(name: str, before: Mapping[str, Any], after: Mapping[str, Any
         return undetermined(name, f"no {what} rows existed before the refused run")
     diffs = [k for k in before if after.get(k) != before[k]]
     if diffs:
-        return breached(name, f"{len(diffs)} of {len(before)} {what} rows changed by the refused run: "
-                              f"{_sample((k, before[k], after.get(k)) for k in diffs)}")
+        return breached(
+            name,
+            f"{len(diffs)} of {len(before)} {what} rows changed by the refused run: "
+            f"{_sample((k, before[k], after.get(k)) for k in diffs)}",
+        )
     return passed(name, f"{len(before)} {what} rows identical before and after the refused run")
 
 

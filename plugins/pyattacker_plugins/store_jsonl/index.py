@@ -100,10 +100,16 @@ class Index:
         self.points: list[MetricPoint] = []
         self.point_ops: set[str] = set()
         self.resources: dict[tuple[str, str, str], ResourceRecord] = {}
-        self._order = {kind: _Sorted(PAGE_KINDS[kind]) for kind in ("pipelines", "tasks", "artifacts")}
+        # page order plus the row's id last (the id is the dict key the row is stored under)
+        self._order = {
+            "pipelines": _Sorted(PAGE_KINDS["pipelines"]),
+            "tasks": _Sorted((*PAGE_KINDS["tasks"], "task_run_id")),
+            "artifacts": _Sorted((*PAGE_KINDS["artifacts"], "artifact_id")),
+        }
         self._apply: dict[str, Callable[[Entry], None]] = {
             "run": self._run,
             "pipeline": self._pipeline,
+            "progress": self._progress,
             "task": self._task,
             "artifact": self._artifact,
             "attempt": self._attempt,
@@ -130,6 +136,12 @@ class Index:
         else:
             row.created_at = old.created_at
         self.pipelines[row.pipeline_id] = row
+
+    def _progress(self, e: Entry) -> None:
+        current = self.pipelines.get(e.record.pipeline_id)
+        if current is not None:
+            current.cursor = e.record.cursor
+            current.attempts_total = e.record.attempts_total
 
     def _keyed(self, kind: str, rows: dict[str, Any], key: str, row: Any) -> None:
         old = rows.get(key)
@@ -190,6 +202,8 @@ class Index:
         """Rows of an upserted kind in key order strictly after ``after``, filtered."""
         rows: dict[str, Any] = self.keyed_rows(kind)
         keys = self._order[kind].keys(rows.values())
+        if after is not None and len(after) < len(keys[0] if keys else after):
+            after = (*after, "\U0010ffff")  # strictly after every id sharing the page key
         start = 0 if after is None else bisect_right(keys, tuple(after))
         prefix = filters.get("pipeline_id") if kind != "pipelines" else None
         if prefix is not None:

@@ -21,6 +21,7 @@ from pyattacker.model import (
     EventRecord,
     MetricPoint,
     MetricRecord,
+    PipelineProgress,
     PipelineRecord,
     ResourceRecord,
     RunRecord,
@@ -55,6 +56,7 @@ class _ArtifactMeta(msgspec.Struct, kw_only=True, gc=False):
 TAGS: dict[str, type[Any]] = {
     "run": RunRecord,
     "pipeline": PipelineRecord,
+    "progress": PipelineProgress,
     "task": TaskRecord,
     "artifact": ArtifactRecord,
     "attempt": AttemptRecord,

@@ -44,6 +44,7 @@ _MARKER_BODY = {"application": "pyattacker", "format": "jsonl", "version": FORMA
 _KINDS = (
     ("runs", "run"),
     ("pipelines", "pipeline"),
+    ("progress", "progress"),
     ("tasks", "task"),
     ("artifacts", "artifact"),
     ("attempts", "attempt"),

@@ -71,8 +71,8 @@ def _insert_sql(codec: RowCodec[Any], suffix: str = "") -> str:
 
 _UPSERT_RUN = _upsert_sql(RUNS, ("run_id",))
 _UPSERT_PIPELINE = _upsert_sql(PIPELINES, ("pipeline_id",), keep=("created_at",))
-_UPSERT_TASK = _upsert_sql(TASKS, ("task_run_id",))
-_UPSERT_ARTIFACT = _upsert_sql(ARTIFACTS, ("artifact_id",))
+_UPSERT_TASK = _upsert_sql(TASKS, ("pipeline_id", "seq"))
+_UPSERT_ARTIFACT = _upsert_sql(ARTIFACTS, ("pipeline_id", "seq"))
 _UPSERT_METRIC = _upsert_sql(METRICS, ("run_id", "pipeline_id", "name"))
 _UPSERT_RESOURCE = _upsert_sql(RESOURCES, ("run_id", "pool", "resource_id"))
 _INSERT_ATTEMPT = _insert_sql(ATTEMPTS)
@@ -80,6 +80,8 @@ _INSERT_EVENT = _insert_sql(EVENTS)
 _INSERT_POINT = _insert_sql(METRIC_POINTS, " ON CONFLICT (op_id) DO NOTHING")
 
 #: (table attribute of Batch, SQL, codec) in the order rows are applied
+#: a cursor advance: two columns of an existing row, no index touched
+_PROGRESS = "UPDATE pipelines SET cursor = ?, attempts_total = ? WHERE pipeline_id = ?"
 _WRITES: tuple[tuple[str, str, RowCodec[Any]], ...] = (
     ("runs", _UPSERT_RUN, RUNS),
     ("pipelines", _UPSERT_PIPELINE, PIPELINES),
@@ -231,6 +233,8 @@ class SqliteStore:
                     rows = getattr(batch, attr)
                     if rows:
                         conn.executemany(sql, map(codec.encode, rows))
+                    if attr == "pipelines" and batch.progress:
+                        conn.executemany(_PROGRESS, [(p.cursor, p.attempts_total, p.pipeline_id) for p in batch.progress])
                 conn.execute("COMMIT")
             except BaseException as exc:
                 self._rollback(conn)
@@ -300,7 +304,7 @@ class SqliteStore:
 
     def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
         rows = self._query(
-            f"SELECT {ARTIFACTS.select_list} FROM artifacts WHERE artifact_id = ?", (f"{pipeline_id}:{seq}",)
+            f"SELECT {ARTIFACTS.select_list} FROM artifacts WHERE pipeline_id = ? AND seq = ?", (pipeline_id, seq)
         )
         return ARTIFACTS.decode(rows[0]) if rows else None
 

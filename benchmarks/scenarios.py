@@ -1,0 +1,421 @@
+"""The scenario catalogue: workloads, variants and targets of issue 8.
+
+Each scenario names its variants (fresh processes), the per-round ratios between them and the
+targets those ratios must meet. N is scaled down by ``--quick`` (CI smoke) or ``--scale``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .harness import ORDER, REPO, Check, Cmd, Ratio, Scenario, Variant, summary
+
+NAMES = list(ORDER)
+
+PY = sys.executable
+PRODUCT = str(REPO / "benchmarks" / "product_run.py")
+SHARED_BASELINES = Path("/work/shared/baselines")
+
+
+def find_baselines(given: Path | None) -> Path | None:
+    """``--baselines``, ``$PYATTACKER_BASELINES``, ``benchmarks/baselines``, the shared folder."""
+    env = os.environ.get("PYATTACKER_BASELINES")
+    for cand in (given, Path(env) if env else None, REPO / "benchmarks" / "baselines", SHARED_BASELINES):
+        if (
+            cand is not None
+            and (cand / "floor_runner.py").is_file()
+            and (cand / "baseline_peer.py").is_file()
+        ):
+            return cand.resolve()
+    return None
+
+
+def _n(full: int, quick: int, is_quick: bool, scale: float) -> int:
+    return quick if is_quick else max(100, int(full * scale))
+
+
+def product(
+    n: int,
+    *,
+    lo: int = 0,
+    concurrency: int = 64,
+    latency_ms: float = 0.0,
+    store: str = "product.db",
+    env: dict[str, str] | None = None,
+) -> Any:
+    """A builder for one product run into a fresh store of the round's temp dir."""
+
+    def build(tmp: Path) -> list[Cmd]:
+        return [
+            Cmd(
+                [
+                    PY,
+                    PRODUCT,
+                    "--n",
+                    str(n),
+                    "--lo",
+                    str(lo),
+                    "--concurrency",
+                    str(concurrency),
+                    "--latency-ms",
+                    str(latency_ms),
+                    "--store",
+                    str(tmp / store),
+                ],
+                dict(env or {}),
+            )
+        ]
+
+    return build
+
+
+def _peer(base: Path, n: int, out: Path, *extra: str) -> Cmd:
+    return Cmd([PY, str(base / "baseline_peer.py"), "--n", str(n), "--out", str(out), *extra])
+
+
+def _floor(base: Path, n: int, out: Path, *extra: str) -> Cmd:
+    return Cmd([PY, str(base / "floor_runner.py"), "--n", str(n), "--out", str(out), *extra])
+
+
+def combine_shards(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Shards as one run: all pipelines over the span from the first start to the last end."""
+    if parts and "t_start_epoch" in parts[0]:
+        span = max(p["t_end_epoch"] for p in parts) - min(p["t_start_epoch"] for p in parts)
+    else:  # the floor runner reports no epochs: the slowest shard bounds the run
+        span = max(p["wall_s"] for p in parts)
+    ran = sum(p.get("pipelines_run") or 0 for p in parts)
+    return {
+        "runner": parts[0].get("runner") or parts[0].get("peer"),
+        "shards": len(parts),
+        "pipelines_run": ran,
+        "wall_s": span,
+        "pipelines_per_s": ran / span if span else None,
+        "peak_rss_mb": max(p["peak_rss_mb"] for p in parts),
+        "store_bytes": sum(p.get("store_bytes") or 0 for p in parts) or None,
+        "parts": parts,
+    }
+
+
+def build(
+    name: str, *, quick: bool, scale: float, baselines: Path | None, previous: dict[str, Any]
+) -> Scenario | dict[str, Any] | None:
+    """The scenario ``name`` at the requested size; a dict when derived from earlier results."""
+    b = baselines
+    if name == "overhead":
+        n = _n(50_000, 2_000, quick, scale)
+        variants = [
+            Variant("product", product(n), note="Runner + pool lease per task, SQLite on disk, full journal")
+        ]
+        ratios = []
+        if b is not None:
+            variants += [
+                Variant(
+                    "peer", lambda t: [_peer(b, n, t / "peer.jsonl", "--sleep0")], note="baseline_peer.py"
+                ),
+                Variant(
+                    "floor", lambda t: [_floor(b, n, t / "floor.db", "--sleep0")], note="floor_runner.py"
+                ),
+            ]
+            ratios = [
+                Ratio("product / peer (pipelines/s)", "product", "pipelines_per_s", den="peer", target=3.0),
+                Ratio(
+                    "product / floor (pipelines/s)", "product", "pipelines_per_s", den="floor", target=0.30
+                ),
+            ]
+        return Scenario(
+            name,
+            f"N={n} pipelines x 3 tasks, each task awaits asyncio.sleep(0) once, C=64",
+            {"n": n, "tasks": 3, "concurrency": 64},
+            variants,
+            ratios,
+            reported=[("product", "bytes_per_pipeline"), ("product", "cpu_us_per_task")],
+        )
+
+    if name == "latency":
+        n = _n(20_000, 1_000, quick, scale)
+        variants, ratios = [], []
+        goals = {64: 0.90, 256: 0.85, 1024: 0.75}
+        for c, goal in goals.items():
+            ideal = c / (3 * 0.010)
+            variants.append(Variant(f"product-c{c}", product(n, concurrency=c, latency_ms=10)))
+            ratios.append(
+                Ratio(
+                    f"product C={c} / ideal {ideal:,.0f}/s",
+                    f"product-c{c}",
+                    "pipelines_per_s",
+                    const=ideal,
+                    target=goal,
+                )
+            )
+        if b is not None:
+            for c in goals:
+                ideal = c / (3 * 0.010)
+                variants.append(
+                    Variant(
+                        f"floor-c{c}",
+                        lambda t, c=c: [
+                            _floor(b, n, t / "floor.db", "--latency-ms", "10", "--concurrency", str(c))
+                        ],
+                    )
+                )
+                ratios.append(
+                    Ratio(f"floor C={c} / ideal (reference)", f"floor-c{c}", "pipelines_per_s", const=ideal)
+                )
+        return Scenario(
+            name,
+            f"N={n} x 3 tasks sleeping 10 ms; ideal = C/(3 x 10 ms)",
+            {"n": n, "latency_ms": 10, "concurrency": list(goals)},
+            variants,
+            ratios,
+        )
+
+    if name == "resume":
+        n = _n(50_000, 2_000, quick, scale)
+
+        def prepare(tmp: Path) -> list[Cmd]:
+            cmds = product(n, store="resume.db")(tmp)
+            if b is not None:
+                cmds += [
+                    _peer(b, n, tmp / "peer.jsonl", "--sleep0"),
+                    _floor(b, n, tmp / "floor.db", "--sleep0"),
+                ]
+            return cmds
+
+        def prep(tmp: Path) -> Path:  # the round dir is <scenario>/roundR/<variant>
+            return tmp.parent.parent / "prepared"
+
+        variants = [
+            Variant(
+                "product-rerun",
+                lambda t: product(n, store="resume.db")(prep(t)),
+                note="re-run of a finished store: every pipeline skipped",
+            )
+        ]
+        ratios = []
+        if b is not None:
+            variants += [
+                Variant("peer-rerun", lambda t: [_peer(b, n, prep(t) / "peer.jsonl", "--sleep0")]),
+                Variant("floor-rerun", lambda t: [_floor(b, n, prep(t) / "floor.db", "--sleep0")]),
+            ]
+            ratios = [
+                Ratio(
+                    "product / peer (skipped/s, reference)",
+                    "product-rerun",
+                    "skipped_per_s",
+                    den="peer-rerun",
+                ),
+                Ratio(
+                    "product / floor (skipped/s, reference)",
+                    "product-rerun",
+                    "skipped_per_s",
+                    den="floor-rerun",
+                ),
+            ]
+        return Scenario(
+            name,
+            f"re-run of a finished {n}-pipeline store (nothing to do)",
+            {"n": n},
+            variants,
+            ratios,
+            checks=[Check("product skipped pipelines/s", "product-rerun", "skipped_per_s", 100_000)],
+            prepare=prepare,
+        )
+
+    if name == "memory":
+        small, large = _n(20_000, 1_000, quick, scale), _n(200_000, 10_000, quick, scale)
+        variants = [Variant("product-small", product(small)), Variant("product-large", product(large))]
+        ratios = [
+            Ratio(
+                f"product RSS N={large:,} / N={small:,}",
+                "product-large",
+                "peak_rss_mb",
+                den="product-small",
+                target=1.20,
+                op="<",
+                note="peak RSS grows < 20 %",
+            )
+        ]
+        if b is not None:
+            variants.append(Variant("floor-large", lambda t: [_floor(b, large, t / "floor.db", "--sleep0")]))
+            ratios.append(
+                Ratio(
+                    f"product RSS / floor RSS at N={large:,}",
+                    "product-large",
+                    "peak_rss_mb",
+                    den="floor-large",
+                    target=1.5,
+                    op="<=",
+                )
+            )
+        return Scenario(
+            name,
+            f"overhead workload at N={small:,} and N={large:,} from a streaming source",
+            {"n_small": small, "n_large": large},
+            variants,
+            ratios,
+        )
+
+    if name == "store":
+        over = previous.get("overhead")
+        if over is not None:  # same workload: reuse the overhead runs instead of paying for them twice
+            runs = over["variants"]["product"]["runs"]
+            s = summary([r.get("bytes_per_pipeline") if r else None for r in runs])
+            return {
+                "workload": "overhead workload (runs of the overhead scenario)",
+                "params": over["params"],
+                "derived_from": "overhead",
+                "rounds": over["rounds"],
+                "variants": {
+                    "product": {
+                        "note": "the overhead scenario's product runs",
+                        "runs": [],
+                        "summary": {
+                            k: v
+                            for k, v in over["variants"]["product"]["summary"].items()
+                            if k in ("bytes_per_pipeline", "store_bytes")
+                        },
+                    }
+                },
+                "ratios": [],
+                "checks": [],
+                "reported": [
+                    {"variant": "product", "metric": "bytes_per_pipeline", **(s or {"median": None})}
+                ],
+                "errors": [],
+            }
+        n = _n(50_000, 2_000, quick, scale)
+        return Scenario(
+            name,
+            f"overhead workload, N={n}: store bytes per pipeline",
+            {"n": n},
+            [Variant("product", product(n))],
+            reported=[("product", "bytes_per_pipeline")],
+        )
+
+    if name == "durability":
+        n = _n(50_000, 2_000, quick, scale)
+        variants = [
+            Variant("product-normal", product(n, env={"PYATTACKER_SQLITE_SYNCHRONOUS": "normal"})),
+            Variant("product-full", product(n, env={"PYATTACKER_SQLITE_SYNCHRONOUS": "full"})),
+        ]
+        ratios = [
+            Ratio(
+                "product FULL / NORMAL (pipelines/s)",
+                "product-full",
+                "pipelines_per_s",
+                den="product-normal",
+                target=0.85,
+            )
+        ]
+        if b is not None:
+            variants += [
+                Variant("floor-normal", lambda t: [_floor(b, n, t / "f.db", "--sleep0", "--sync", "NORMAL")]),
+                Variant("floor-full", lambda t: [_floor(b, n, t / "f.db", "--sleep0", "--sync", "FULL")]),
+            ]
+            ratios.append(
+                Ratio("floor FULL / NORMAL (reference)", "floor-full", "pipelines_per_s", den="floor-normal")
+            )
+        return Scenario(
+            name, f"overhead workload, N={n}, synchronous=FULL vs NORMAL", {"n": n}, variants, ratios
+        )
+
+    if name == "shards":
+        n = _n(50_000, 2_000, quick, scale)
+        half = n // 2
+
+        # TODO(issue 8): switch to `pyattacker run -c <config> --shards 2` once the sharding CLI exists;
+        # until then a "shard" is a product process running half of the keys into its own store.
+        def two(tmp: Path) -> list[Cmd]:
+            return product(half, lo=0, store="shard0.db")(tmp) + product(
+                n - half, lo=half, store="shard1.db"
+            )(tmp)
+
+        variants = [
+            Variant("product-1proc", product(n)),
+            Variant("product-2shards", two, combine=combine_shards),
+        ]
+        ratios = [
+            Ratio(
+                "product 2 shards / 1 process",
+                "product-2shards",
+                "pipelines_per_s",
+                den="product-1proc",
+                target=1.7,
+            )
+        ]
+        if b is not None:
+            variants += [
+                Variant("floor-1proc", lambda t: [_floor(b, n, t / "f.db", "--sleep0")]),
+                Variant(
+                    "floor-2shards",
+                    lambda t: [
+                        _floor(b, n, t / f"f{i}.db", "--sleep0", "--shard", f"{i}/2") for i in range(2)
+                    ],
+                    combine=combine_shards,
+                ),
+            ]
+            ratios.append(
+                Ratio(
+                    "floor 2 shards / 1 process (reference)",
+                    "floor-2shards",
+                    "pipelines_per_s",
+                    den="floor-1proc",
+                )
+            )
+        return Scenario(
+            name,
+            f"overhead workload, N={n}: 2 processes on 2 cores (half the keys each) vs 1",
+            {"n": n, "shards": 2},
+            variants,
+            ratios,
+        )
+
+    if name == "demo":
+        n = 200 if quick else 2_000
+
+        def demo(tmp: Path) -> list[Cmd]:
+            return [
+                Cmd(
+                    [
+                        PY,
+                        "-m",
+                        "pyattacker",
+                        "demo",
+                        "--pipelines",
+                        str(n),
+                        "--fail-rate",
+                        "0.3",
+                        "--store",
+                        str(tmp / "demo.db"),
+                        "--summary-format",
+                        "json",
+                    ]
+                )
+            ]
+
+        # exit code 1 = some pipelines failed on purpose (fail-rate 0.3): a completed demo
+        return Scenario(
+            name,
+            f"`pyattacker demo --pipelines {n} --fail-rate 0.3` (process wall time)",
+            {"pipelines": n, "fail_rate": 0.3},
+            [Variant("demo", demo, combine=_demo_summary, ok_codes=(0, 1))],
+            reported=[("demo", "wall_s")],
+        )
+    raise ValueError(name)
+
+
+def _demo_summary(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The demo prints its run report; the time that matters is the whole command's."""
+    p = parts[0]
+    counters = p.get("counters", {})
+    return {
+        "wall_s": p.get("harness_wall_s"),
+        "run_s": (p.get("duration_ms") or 0) / 1000 or None,
+        "peak_rss_mb": p.get("harness_maxrss_mb"),
+        "status": p.get("status"),
+        "exit_code": p.get("exit_code"),
+        "counters": counters,
+    }

@@ -1,0 +1,330 @@
+"""``pyattacker run|resume --shards N [--jobs J]``: run every shard through a shard executor.
+
+The parent validates the config once (a bad config is one exit 2, not N), plans how each
+resource's capacity is shared by the shards that run at the same time, hands each shard to the
+executor as ``pyattacker run -c cfg --shard i/N --store <base>.shard{i}ofN.db
+--summary-format json`` plus every run flag the user gave, then prints one line per shard and
+the merged report of the shard stores (``merge_stores``, the same view as ``report``).
+
+Exit code: 130 if any shard was interrupted (or never started because of the interrupt), else
+the highest shard code; a shard killed by a signal, or one that printed no JSON summary,
+counts as 2 and is named in the output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigError, PyAttackerError
+from .shard import SHARD_ENV, is_memory_store, shard_store_path, split_capacity
+from .shard_exec import ShardJob, ShardStatus, get_executor, run_shards
+
+__all__ = ["CapacityPlan", "capacity_plan", "child_argv", "run_sharded"]
+
+#: run flags forwarded to every shard with their value
+VALUE_FLAGS: dict[str, str] = {
+    "limit": "--limit",
+    "concurrency": "--concurrency",
+    "max_admitted": "--max-admitted",
+    "journal": "--journal",
+    "label": "--label",
+    "stop_after_failures": "--stop-after-failures",
+    "artifact_backend": "--artifact-backend",
+}
+#: run switches forwarded to every shard when set
+SWITCHES: dict[str, str] = {
+    "resume": "--resume",
+    "retry_succeeded": "--retry-succeeded",
+    "fresh_restart": "--fresh-restart",
+    "strict_leases": "--strict-leases",
+    "no_write_behind": "--no-write-behind",
+    "no_signals": "--no-signals",
+    "strict_env": "--strict-env",
+}
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    """How one resource's capacity is shared by the shards running at the same time."""
+
+    pool: str
+    resource: str
+    capacity: int
+    shares: list[int]  # per slot; empty = every shard gets the full capacity
+
+    @property
+    def oversubscribed(self) -> bool:
+        """Fewer leases than concurrent shards: each still gets 1, so together they exceed it."""
+        return bool(self.shares) and sum(self.shares) > self.capacity
+
+    def describe(self) -> str:
+        if not self.shares:
+            return (
+                f"capacity of {self.resource} ({self.capacity}) not split: every shard uses all of it"
+                " (--full-capacity-per-shard)"
+            )
+        n = len(self.shares)
+        line = (
+            f"capacity of {self.resource} ({self.capacity}) split across {n} concurrent"
+            f" shard{'s' if n != 1 else ''}: " + "+".join(str(s) for s in self.shares)
+        )
+        if self.oversubscribed:
+            line += f" (= {sum(self.shares)}, more than the capacity)"
+        return line
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pool": self.pool,
+            "resource": self.resource,
+            "capacity": self.capacity,
+            "shares": list(self.shares),
+            "split": bool(self.shares),
+            "oversubscribed": self.oversubscribed,
+            "line": self.describe(),
+        }
+
+
+def capacity_plan(pools: dict[str, Any], jobs: int, *, full: bool = False) -> list[CapacityPlan]:
+    """One ``CapacityPlan`` per declared resource (``pools``: ``CheckedConfig.pools``)."""
+    plans: list[CapacityPlan] = []
+    for name, pdef in pools.items():
+        for i, res in enumerate(pdef.resources):
+            capacity = int(res.get("capacity", 1))
+            rid = res.get("id") or f"{name}[{i}]"
+            plans.append(CapacityPlan(name, rid, capacity, [] if full else split_capacity(capacity, jobs)))
+    return plans
+
+
+def child_argv(
+    flags: dict[str, Any],
+    *,
+    command: str,
+    config: str,
+    index: int,
+    count: int,
+    store: str,
+    share: tuple[int, int] | None,
+) -> list[str]:
+    """The pyattacker command line of one shard (without the program)."""
+    argv = [
+        command,
+        "-c",
+        config,
+        "--shard",
+        f"{index}/{count}",
+        "--store",
+        store,
+        "--summary-format",
+        "json",
+    ]
+    for key, flag in VALUE_FLAGS.items():
+        if flags.get(key) is not None:
+            argv += [flag, str(flags[key])]
+    for key, flag in SWITCHES.items():
+        if flags.get(key):
+            argv.append(flag)
+    if share is not None:
+        argv += ["--capacity-share", f"{share[0]}/{share[1]}"]
+    return argv
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+@dataclass
+class _Outcome:
+    index: int
+    count: int
+    store: str
+    slot: int | None
+    status: ShardStatus | None
+    summary: dict[str, Any] | None
+    code: int
+    problem: str | None
+
+    def line(self) -> str:
+        head = f"shard {self.index}/{self.count}: exit {self.code}"
+        if self.problem is not None:
+            return f"{head} ({self.problem})  store {self.store}"
+        c = (self.summary or {}).get("counters", {})
+        return (
+            f"{head}  succeeded {c.get('pipelines_succeeded', 0)}  failed {c.get('pipelines_failed', 0)}"
+            f"  interrupted {c.get('pipelines_interrupted', 0)}  skipped {c.get('skipped', 0)}"
+            f"  attempts {c.get('attempts', 0)}  store {self.store}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        st = self.status
+        return {
+            "index": self.index,
+            "shard": f"{self.index}/{self.count}",
+            "store": self.store,
+            "slot": self.slot,
+            "code": self.code,
+            "exit_code": None if st is None else st.exit_code,
+            "signal": None if st is None else st.signal_name,
+            "problem": self.problem,
+            "summary": self.summary,
+        }
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def _outcome(index: int, count: int, store: str, slot: int | None, status: ShardStatus | None) -> _Outcome:
+    if status is None and slot is None:
+        return _Outcome(index, count, store, slot, None, None, 130, "not started: interrupted")
+    if status is None:
+        return _Outcome(index, count, store, slot, None, None, 2, "started, but its status was lost")
+    if status.signal is not None or status.exit_code is None:
+        why = f"killed by {status.signal_name}" if status.signal is not None else "no exit status"
+        return _Outcome(index, count, store, slot, status, None, 2, f"{why}; counts as exit 2")
+    summary: dict[str, Any] | None = None
+    try:
+        parsed = json.loads(_last_line(status.stdout) or "null")
+        summary = parsed if isinstance(parsed, dict) else None
+    except ValueError:
+        summary = None
+    if summary is not None:
+        return _Outcome(index, count, store, slot, status, summary, status.exit_code, None)
+    err = _last_line(status.stderr_tail)
+    if status.exit_code in (0, 1):
+        return _Outcome(
+            index, count, store, slot, status, None, 2, "no JSON summary on stdout; counts as exit 2"
+        )
+    return _Outcome(index, count, store, slot, status, None, status.exit_code, err or "failed")
+
+
+def _exit_code(outcomes: list[_Outcome]) -> int:
+    codes = [o.code for o in outcomes]
+    return 130 if 130 in codes else max(codes, default=0)
+
+
+def _merged(stores: list[str], run_id: str | None) -> tuple[Any, str | None]:
+    """The merged report of the shard stores that exist (None and why, when there is none)."""
+    from .merge import merge_stores
+    from .store import _scheme_of
+
+    present = [s for s in stores if _scheme_of(s)[0] not in (None, "file") or os.path.exists(s)]
+    if not present:
+        return None, "no shard store was written"
+    try:
+        return merge_stores(present, run_id), None
+    except (PyAttackerError, OSError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
+    """The ``--shards N`` mode of ``run`` / ``resume`` (see the module docstring)."""
+    from .cli_run import _check_backend_flag, _flag_overrides, _out, _warn
+    from .cli_views import _report_text
+    from .config import build, load_config, resolve_store
+
+    count: int = flags["shards"]
+    jobs: int = flags["jobs"] if flags["jobs"] is not None else min(count, _cpu_count())
+    if jobs > count:
+        raise ConfigError(f"--jobs: at most the number of shards ({count}), got {jobs}")
+    _check_backend_flag(flags["artifact_backend"])
+    loaded = load_config(flags["config_path"], strict_env=flags["strict_env"])
+    for warning in loaded.warnings:
+        _warn(warning)
+    # validates every section and flag and checks the dataset exists: one exit 2, before any child
+    built = build(loaded, _flag_overrides(flags, resume), limit=flags["limit"])
+    base = resolve_store(built.checked, flags["store"])
+    if is_memory_store(base):
+        raise ConfigError(
+            f"--shards: store {base!r} is in memory; shards need stores that outlive their processes"
+            " (set --store or run.store to a file)"
+        )
+    executor = get_executor(flags["executor"] or "local")
+    stores = [shard_store_path(base, i, count) for i in range(count)]
+    full = bool(flags["full_capacity_per_shard"])
+    plans = capacity_plan(built.checked.pools, jobs, full=full)
+    for plan in plans:
+        if plan.oversubscribed:
+            _warn(
+                f"{plan.resource} allows {plan.capacity} lease(s) but {jobs} shards run at once and each"
+                f" needs at least 1, so together they may hold {sum(plan.shares)}; lower --jobs to stay"
+                " within the endpoint's limit"
+            )
+    if flags["progress"]:
+        _warn("--progress is ignored with --shards (watch a shard with `pyattacker watch <shard store>`)")
+    _warn(
+        f"running {count} shards, {jobs} at a time, with the {flags['executor'] or 'local'} executor"
+        f" into {shard_store_path(base, 0, count).replace('.shard0of', '.shard*of')}"
+    )
+    command = "resume" if resume else "run"
+    config_path = str(loaded.path)
+
+    def make_job(index: int, slot: int) -> ShardJob:
+        argv = child_argv(
+            flags,
+            command=command,
+            config=config_path,
+            index=index,
+            count=count,
+            store=stores[index],
+            share=None if full else (slot, jobs),
+        )
+        return ShardJob(
+            index=index,
+            count=count,
+            argv=argv,
+            env={SHARD_ENV: f"{index}/{count}"},
+            cwd=os.getcwd(),
+        )
+
+    try:
+        run = run_shards(executor, count, jobs, make_job, forward_signals=not flags["no_signals"])
+    finally:
+        close = getattr(executor, "close", None)
+        if callable(close):
+            close()
+    outcomes = [_outcome(i, count, stores[i], run.slots.get(i), run.statuses.get(i)) for i in range(count)]
+    code = _exit_code(outcomes)
+    # a resume's own run holds only what it re-ran: show every run of the shard stores instead
+    resuming = resume or bool(flags["resume"])
+    merged, why = _merged(stores, "all" if resuming else None)
+    if flags["summary_format"] == "json":
+        doc = {
+            "shards": [o.to_dict() for o in outcomes],
+            "jobs": jobs,
+            "executor": flags["executor"] or "local",
+            "capacity": [p.to_dict() for p in plans],
+            "stores": stores,
+            "merged": None if merged is None else merged.to_dict(20),
+            "merged_error": why,
+            "exit_code": code,
+        }
+        _out(json.dumps(doc, default=str, sort_keys=True))
+    else:
+        for o in outcomes:
+            _out(o.line())
+        for plan in plans:
+            _out(plan.describe())
+        if merged is not None:
+            scope = "every run (resume)" if resuming else "this run"
+            _out(f"merged report of {len(merged.sources)} shard store(s), {scope}:")
+            for line in _report_text(merged, 0):
+                _out("  " + line)
+        else:
+            _out(f"merged report: unavailable ({why})")
+        _out(f"exit code: {code}")
+    for o in outcomes:
+        if o.problem is not None and o.code != 130:
+            _warn(f"shard {o.index}/{count} failed: {o.problem}")
+    if code == 130:
+        _warn(
+            f"interrupted: every unfinished pipeline is resumable (run `pyattacker resume"
+            f" --shards {count}` with the same flags)"
+        )
+    raise SystemExit(code)

@@ -1,0 +1,179 @@
+"""The ``local`` shard executor: every shard is a ``python -m pyattacker`` child process here.
+
+It is the reference implementation of the engine-neutral interface in
+``pyattacker.shard_exec`` (a cluster executor such as Ray implements the same four calls).
+
+Process groups: each child starts in its **own session** (``start_new_session=True``). A
+Ctrl-C in the terminal then reaches only the parent, which forwards exactly one SIGINT per
+Ctrl-C to each child -- were the children in the parent's group, the terminal's SIGINT plus the
+forwarded one would count as a *second* Ctrl-C and stop them without their grace period. The
+price is that a child would not see the terminal's signals if the parent vanished, so every
+child also gets ``PYATTACKER_SHARD_PARENT_PID`` and stops itself (gracefully, resumable) when
+that process is gone, and the parent cancels every handle on its way out.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import deque
+from typing import IO
+
+from pyattacker.hookspecs import Register, hookimpl
+from pyattacker.shard_exec import PARENT_PID_ENV, ShardJob, ShardStatus
+
+__all__ = ["LocalExecutor", "LocalHandle"]
+
+
+class LocalHandle:
+    """One child process; output is drained by two threads so a full pipe never blocks it."""
+
+    def __init__(
+        self,
+        job: ShardJob,
+        proc: subprocess.Popen[str],
+        *,
+        grace_s: float,
+        tail_lines: int,
+        relay: IO[str] | None,
+        relay_lock: threading.Lock,
+    ) -> None:
+        self.job = job
+        self.pid = proc.pid
+        self._proc = proc
+        self._grace_s = grace_s
+        self._stdout: list[str] = []
+        self._tail: deque[str] = deque(maxlen=tail_lines)
+        self._interrupts = 0
+        prefix = f"[shard {job.index}/{job.count}] "
+        self._threads = [
+            threading.Thread(target=self._drain_stdout, daemon=True, name=f"shard{job.index}-out"),
+            threading.Thread(
+                target=self._drain_stderr,
+                args=(relay, relay_lock, prefix),
+                daemon=True,
+                name=f"shard{job.index}-err",
+            ),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _drain_stdout(self) -> None:
+        assert self._proc.stdout is not None
+        for chunk in self._proc.stdout:
+            self._stdout.append(chunk)
+
+    def _drain_stderr(self, relay: IO[str] | None, lock: threading.Lock, prefix: str) -> None:
+        assert self._proc.stderr is not None
+        for line in self._proc.stderr:
+            self._tail.append(line)
+            if relay is not None:
+                with lock:
+                    try:
+                        relay.write(prefix + line if line.endswith("\n") else prefix + line + "\n")
+                        relay.flush()
+                    except (OSError, ValueError):
+                        relay = None  # the parent's stderr went away; keep draining
+
+    def _status(self, rc: int) -> ShardStatus:
+        for t in self._threads:
+            t.join(timeout=5.0)  # EOF follows exit unless a grandchild keeps the pipe open
+        return ShardStatus(
+            index=self.job.index,
+            exit_code=rc if rc >= 0 else None,
+            signal=-rc if rc < 0 else None,
+            stdout="".join(self._stdout),
+            stderr_tail="".join(self._tail),
+        )
+
+    def poll(self) -> ShardStatus | None:
+        rc = self._proc.poll()
+        return None if rc is None else self._status(rc)
+
+    def wait(self, timeout: float | None = None) -> ShardStatus:
+        try:
+            rc = self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"shard {self.job.index} still running after {timeout}s") from None
+        return self._status(rc)
+
+    def interrupt(self) -> None:
+        """One SIGINT to the child, by pid (the first stops it gracefully, the second at once)."""
+        if self._proc.poll() is None:
+            self._interrupts += 1
+            try:
+                self._proc.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+    def cancel(self) -> ShardStatus:
+        """SIGINT (unless already sent), up to ``grace_s`` to finish, then SIGKILL."""
+        if not self._interrupts:
+            self.interrupt()
+        try:
+            rc = self._proc.wait(self._grace_s)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            rc = self._proc.wait()
+        return self._status(rc)
+
+
+class LocalExecutor:
+    """Starts each shard as ``<python> -m pyattacker <argv>`` on this machine.
+
+    ``python``: the interpreter (default: this one); ``grace_s``: how long ``cancel`` waits
+    after SIGINT before SIGKILL; ``relay_stderr``: copy each child's stderr lines to ours,
+    prefixed ``[shard i/N]``; ``tail_lines``: how much stderr a status keeps.
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        *,
+        python: str | None = None,
+        grace_s: float = 15.0,
+        relay_stderr: bool = True,
+        tail_lines: int = 40,
+    ) -> None:
+        self.python = python or sys.executable
+        self.grace_s = grace_s
+        self.relay: IO[str] | None = sys.stderr if relay_stderr else None
+        self.tail_lines = tail_lines
+        self._lock = threading.Lock()
+
+    def submit(self, job: ShardJob) -> LocalHandle:
+        env = dict(os.environ)
+        env.update(job.env)
+        env[PARENT_PID_ENV] = str(os.getpid())
+        proc = subprocess.Popen(
+            [self.python, "-m", "pyattacker", *job.argv],
+            env=env,
+            cwd=job.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            start_new_session=True,
+        )
+        return LocalHandle(
+            job,
+            proc,
+            grace_s=self.grace_s,
+            tail_lines=self.tail_lines,
+            relay=self.relay,
+            relay_lock=self._lock,
+        )
+
+    def __repr__(self) -> str:
+        return f"LocalExecutor(python={self.python!r})"
+
+
+@hookimpl
+def pyattacker_shard_executors(register: Register) -> None:
+    register("local", LocalExecutor)

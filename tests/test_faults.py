@@ -1,0 +1,72 @@
+"""CI mode of the fault-injection harness: a representative matrix of crashes, stops and drift.
+
+Each scenario crashes or stops a real child process against a real store (sqlite / jsonl,
+inline / file artifacts), resumes it, and judges the promises with evidence read outside the
+library (see ``tests/faults``). A breached criterion fails the test; an undetermined one is
+reported with ``warnings.warn`` (shown in pytest's warnings summary), never counted as a pass.
+The long randomized soak is ``python -m tests.faults --soak N`` (see docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+from tests.faults import criteria as C
+from tests.faults.harness import Scenario, ci_matrix, run_scenario
+
+
+class UndeterminedCriterion(UserWarning):
+    """A criterion that examined nothing (shown in the summary, not a failure)."""
+
+
+@pytest.mark.parametrize("scenario", ci_matrix(), ids=lambda sc: sc.name)
+def test_fault_scenario(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # a shared parent directory lets calibration runs be reused across scenarios
+    root = tmp_path_factory.getbasetemp() / "faults"
+    outcome = run_scenario(
+        scenario, root / scenario.name.replace("/", "_").replace(":", "_").replace("@", "_")
+    )
+    for verdict in outcome.undetermined:
+        warnings.warn(f"{scenario.name}: {verdict.describe()}", UndeterminedCriterion, stacklevel=1)
+    assert outcome.verdicts, "the scenario produced no verdict at all"
+    assert not outcome.breaches, outcome.render()
+
+
+def test_fault_fires_in_every_crash_kind(tmp_path: Path) -> None:
+    """The crash matrix really crashed: a harness whose faults never fire proves nothing."""
+    outcome = run_scenario(
+        Scenario("crash", "sqlite", "inline", kind="checkpoint", occurrence=3, pipelines=40), tmp_path / "s"
+    )
+    fired = [v for v in outcome.verdicts if v.name == "fault_fired"]
+    assert fired and fired[0].status == C.PASSED, outcome.render()
+    assert outcome.crashes == 1 and outcome.resumes == 1
+
+
+def test_verdict_requires_evidence() -> None:
+    with pytest.raises(ValueError):
+        C.Verdict("x", C.PASSED, "  ")
+    with pytest.raises(ValueError):
+        C.Verdict("x", "green", "because")
+
+
+def test_criteria_catch_what_they_guard() -> None:
+    """Each criterion breaches on a fabricated violation and is undetermined on empty input."""
+    assert C.committed_prefix_preserved("h", b"a\n", b"b\nc\n").status == C.BREACHED
+    assert C.committed_prefix_preserved("h", b"", b"x").status == C.UNDETERMINED
+    assert C.committed_prefix_preserved("h", b"a\n", b"a\nb\n").status == C.PASSED
+    assert C.rows_preserved("r", {1: ("a",)}, {1: ("b",)}, "attempt").status == C.BREACHED
+    assert C.rows_preserved("r", {1: ("a",)}, {}, "attempt").status == C.BREACHED
+    assert C.rows_preserved("r", {}, {1: ("a",)}, "attempt").status == C.UNDETERMINED
+    assert C.artifacts_preserved("a", {"p:0": ("d", "d")}, {"p:0": ("e", "e")}).status == C.BREACHED
+    assert C.no_replay("n", {("p", 0)}, [("p", 0, 1)], 10).status == C.BREACHED
+    assert C.no_replay("n", {("p", 0)}, [("p", 1, 1)], 10).status == C.PASSED
+    assert C.no_replay("n", set(), [("p", 1, 1)], 10).status == C.UNDETERMINED
+    assert C.all_terminal("t", {"p": "running"}, 1).status == C.BREACHED
+    assert C.all_terminal("t", {"p": "failed"}, 2).status == C.BREACHED
+    assert C.no_lease_held("l", 1, 0).status == C.BREACHED
+    assert C.no_lease_held("l", None, None).status == C.UNDETERMINED
+    assert C.at_most_one_lost("o", {"p": 2}).status == C.BREACHED
+    assert C.equals("e", "signal", "signal", "x").status == C.PASSED
+    assert C.equals("e", None, "signal", "x").status == C.UNDETERMINED

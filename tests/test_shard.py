@@ -1,0 +1,776 @@
+"""Sharding: the shard function, store naming, capacity sharing, the executor loop, and the
+``--shard`` / ``--shards`` CLI through real child processes (merged report, SIGINT + resume,
+failing shards, report/export over shard stores)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyattacker.config import build, load_config
+from pyattacker.errors import ConfigError
+from pyattacker.merge import merge_stores
+from pyattacker.shard import (
+    capacity_share,
+    in_shard,
+    parse_shard,
+    shard_index,
+    shard_specs,
+    shard_store_path,
+    split_capacity,
+)
+from pyattacker.shard_cli import _exit_code, _outcome, capacity_plan, child_argv
+from pyattacker.shard_exec import ShardJob, ShardStatus, get_executor, run_shards
+from pyattacker_plugins.executor_local import LocalHandle
+
+AUDIT = """
+import asyncio, os, signal
+from pyattacker.task import task
+
+def _note(value, name):
+    with open(os.environ["AUDIT_LOG"], "a") as fh:
+        fh.write(f"{value['i']} {name} {os.environ.get('PYATACKER_SHARD', '-')}\\n")
+
+@task(name="first")
+async def first(value):
+    await asyncio.sleep(0.005)
+    _note(value, "first")
+    return value
+
+@task(name="record")
+async def record(value):
+    await asyncio.sleep(0.01)
+    _note(value, "second")
+    return {"i": value["i"], "done": True}
+
+@task(name="slow")
+async def slow(value):
+    await asyncio.sleep(0.03)
+    _note(value, "slow")
+    return {"i": value["i"]}
+
+@task(name="fail_in_shard_1")
+def fail_in_shard_1(value):
+    if os.environ.get("PYATACKER_SHARD") == "1/2":
+        raise ValueError(f"bad row {value['i']}")
+    return value
+
+@task(name="die_in_shard_1")
+def die_in_shard_1(value):
+    if os.environ.get("PYATACKER_SHARD") == "1/2":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return value
+"""
+
+CONFIG = """
+run: {store: runs/s.db, concurrency: 4, grace_s: 5}
+pools:
+  api:
+    resources:
+      - {id: api-1, capacity: 8}
+      - {id: api-2, capacity: 3}
+pipeline:
+  name: sharded
+  tasks:
+    - {use: "audit_mod:first"}
+    - {use: "audit_mod:record", resource: api}
+source: {kind: range, n: N}
+"""
+
+
+@pytest.fixture
+def env(tmp_path: Path, _isolated_home: Path) -> dict[str, str]:
+    (tmp_path / "audit_mod.py").write_text(AUDIT)
+    out = dict(os.environ)
+    out.update(
+        PYATTACKER_HOME=str(_isolated_home),
+        PYTHONPATH=str(tmp_path) + os.pathsep + out.get("PYTHONPATH", ""),
+        AUDIT_LOG=str(tmp_path / "audit.log"),
+        PYATTACKER_ONLY_PLUGINS="pyattacker",
+    )
+    out.pop("PYATACKER_SHARD", None)
+    return out
+
+
+def cli(args: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pyattacker", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+
+
+def _config(tmp_path: Path, n: int, body: str = CONFIG, name: str = "c.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(body.replace("n: N}", f"n: {n}}}"))
+    return path
+
+
+def _audit(tmp_path: Path) -> list[str]:
+    log = tmp_path / "audit.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+# -- the shard function -------------------------------------------------------------------------
+def test_shard_index_is_blake2b_of_the_key() -> None:
+    for key in ["a", "pipeline-1", "ünïcode", "x" * 300]:
+        want = int(hashlib.blake2b(key.encode(), digest_size=16).hexdigest()[:16], 16)
+        for n in (1, 2, 3, 7, 64):
+            assert shard_index(key, n) == want % n
+            assert in_shard(key, shard_index(key, n), n)
+    assert all(in_shard(k, 0, 1) for k in ["a", "b"])  # one shard holds everything
+    with pytest.raises(ConfigError):
+        shard_index("a", 0)
+
+
+def test_shard_of_every_key_is_the_same_in_another_process(tmp_path: Path) -> None:
+    """Never Python's salted ``hash``: other processes (other hash seeds) agree on every key."""
+    from pyattacker.pipeline import pipeline
+    from pyattacker.task import task
+
+    @task(name="noop")
+    def noop(value: Any) -> Any:
+        return value
+
+    template = pipeline("keys", noop)
+    keys = [spec.pipeline_id for spec in template.map({"i": i} for i in range(300))] + ["k1", "k2"]
+    (tmp_path / "keys.json").write_text(json.dumps(keys))
+    here = [shard_index(k, n) for k in keys for n in (2, 3, 5)]
+    code = (
+        "import json, sys\n"
+        "from pyattacker.shard import shard_index\n"
+        "keys = json.load(open(sys.argv[1]))\n"
+        "print(json.dumps([shard_index(k, n) for k in keys for n in (2, 3, 5)]))\n"
+    )
+    for seed in ("1", "12345"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path / "keys.json")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert json.loads(out.stdout) == here
+    assert 100 < sum(1 for k in keys[:300] if shard_index(k, 2) == 0) < 200  # both shards get work
+
+
+def test_shard_specs_is_lazy_and_partitions() -> None:
+    class Spec:
+        def __init__(self, i: int) -> None:
+            self.pipeline_id = f"key-{i}"
+
+    endless = (Spec(i) for i in itertools.count())  # never materialised
+    first = list(itertools.islice(shard_specs(endless, 1, 3), 5))
+    assert len(first) == 5 and all(shard_index(s.pipeline_id, 3) == 1 for s in first)
+    specs = [Spec(i) for i in range(200)]
+    parts = [[s.pipeline_id for s in shard_specs(specs, i, 3)] for i in range(3)]
+    assert sorted(itertools.chain(*parts)) == sorted(s.pipeline_id for s in specs)
+    assert len(set(parts[0]) & set(parts[1])) == 0
+    assert [s.pipeline_id for s in shard_specs(specs, 0, 1)] == [s.pipeline_id for s in specs]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("0/1", (0, 1)), ("0/2", (0, 2)), ("3/4", (3, 4)), (" 1/2 ", (1, 2)), ("9/10", (9, 10))],
+)
+def test_parse_shard_accepts(text: str, expected: tuple[int, int]) -> None:
+    assert parse_shard(text) == expected
+
+
+@pytest.mark.parametrize("text", ["1", "", "a/b", "1/x", "2/2", "3/2", "-1/2", "0/0", "1/-1", "1.0/2", "/2"])
+def test_parse_shard_rejects_naming_the_flag(text: str) -> None:
+    with pytest.raises(ConfigError, match="--shard"):
+        parse_shard(text)
+
+
+@pytest.mark.parametrize(
+    ("base", "i", "n", "expected"),
+    [
+        ("runs/qa.db", 0, 4, "runs/qa.shard0of4.db"),
+        ("runs/qa.db", 3, 4, "runs/qa.shard3of4.db"),
+        ("runs/qa", 1, 2, "runs/qa.shard1of2.db"),  # no suffix: .db
+        ("/abs/dir.v2/qa.sqlite", 1, 2, "/abs/dir.v2/qa.shard1of2.sqlite"),
+        ("runs/qa.jsonl", 0, 2, "runs/qa.shard0of2.jsonl"),
+        ("runs/qa.db", 0, 1, "runs/qa.db"),  # one shard: unchanged
+        (":memory:", 0, 2, ":memory:"),  # memory: unchanged (the CLI refuses it)
+    ],
+)
+def test_shard_store_path(base: str, i: int, n: int, expected: str) -> None:
+    assert shard_store_path(base, i, n) == expected
+
+
+# -- capacity sharing ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("capacity", "slots", "shares"),
+    [
+        (8, 2, [4, 4]),
+        (8, 3, [3, 3, 2]),
+        (7, 4, [2, 2, 2, 1]),
+        (4, 4, [1, 1, 1, 1]),
+        (5, 1, [5]),
+        (1, 2, [1, 1]),  # below the slot count: still 1 each (the sum exceeds the capacity)
+        (2, 3, [1, 1, 1]),
+    ],
+)
+def test_split_capacity(capacity: int, slots: int, shares: list[int]) -> None:
+    assert split_capacity(capacity, slots) == shares
+    assert [capacity_share(capacity, s, slots) for s in range(slots)] == shares
+    if capacity >= slots:
+        assert sum(shares) == capacity
+    else:
+        assert sum(shares) == slots > capacity
+
+
+def _pools_config(tmp_path: Path) -> Path:
+    """The CLI config's pools with a built-in task (importable in this process)."""
+    body = CONFIG.replace('"audit_mod:first"', "echo").replace('"audit_mod:record"', "echo")
+    return _config(tmp_path, 10, body, name="pools.yaml")
+
+
+def test_capacity_plan_lines_and_oversubscription(tmp_path: Path, env: dict[str, str]) -> None:
+    checked = build(load_config(_pools_config(tmp_path))).checked
+    plans = capacity_plan(checked.pools, 2)
+    assert [p.describe() for p in plans] == [
+        "capacity of api-1 (8) split across 2 concurrent shards: 4+4",
+        "capacity of api-2 (3) split across 2 concurrent shards: 2+1",
+    ]
+    assert not any(p.oversubscribed for p in plans)
+    over = capacity_plan(checked.pools, 4)[1]
+    assert over.shares == [1, 1, 1, 1] and over.oversubscribed
+    assert "more than the capacity" in over.describe()
+    full = capacity_plan(checked.pools, 2, full=True)
+    assert all(p.shares == [] for p in full) and "not split" in full[0].describe()
+
+
+def test_build_applies_the_capacity_share(tmp_path: Path, env: dict[str, str]) -> None:
+    loaded = load_config(_pools_config(tmp_path))
+
+    def capacities(share: tuple[int, int] | None) -> list[int]:
+        pool = build(loaded, capacity_share=share).pools[0]
+        return [r.capacity for r in pool.resources()]
+
+    assert capacities(None) == [8, 3]
+    assert capacities((0, 2)) == [4, 2]
+    assert capacities((1, 2)) == [4, 1]
+    assert capacities((2, 3)) == [2, 1]
+
+
+def test_child_argv_forwards_every_run_flag() -> None:
+    flags: dict[str, Any] = {
+        "limit": 50,
+        "concurrency": 3,
+        "max_admitted": 9,
+        "journal": "summary",
+        "label": "lbl",
+        "stop_after_failures": 2,
+        "artifact_backend": "null",
+        "resume": True,
+        "retry_succeeded": True,
+        "fresh_restart": True,
+        "strict_leases": True,
+        "no_write_behind": True,
+        "no_signals": True,
+        "strict_env": True,
+    }
+    argv = child_argv(flags, command="run", config="/c.yaml", index=1, count=4, store="/s.db", share=(0, 2))
+    assert argv[:9] == [
+        "run",
+        "-c",
+        "/c.yaml",
+        "--shard",
+        "1/4",
+        "--store",
+        "/s.db",
+        "--summary-format",
+        "json",
+    ]
+    for pair in (
+        ["--limit", "50"],
+        ["--concurrency", "3"],
+        ["--max-admitted", "9"],
+        ["--journal", "summary"],
+        ["--label", "lbl"],
+        ["--stop-after-failures", "2"],
+        ["--artifact-backend", "null"],
+        ["--capacity-share", "0/2"],
+    ):
+        i = argv.index(pair[0])
+        assert argv[i : i + 2] == pair
+    for switch in (
+        "--resume",
+        "--retry-succeeded",
+        "--fresh-restart",
+        "--strict-leases",
+        "--no-write-behind",
+        "--no-signals",
+        "--strict-env",
+    ):
+        assert switch in argv
+    bare = child_argv(
+        dict.fromkeys(flags), command="resume", config="c", index=0, count=2, store="s", share=None
+    )
+    assert bare == ["resume", "-c", "c", "--shard", "0/2", "--store", "s", "--summary-format", "json"]
+
+
+# -- the executor loop --------------------------------------------------------------------------
+class FakeHandle:
+    def __init__(self, owner: FakeExecutor, job: ShardJob) -> None:
+        self.owner, self.job, self.ticks = owner, job, 0
+        self.interrupts = 0
+        self.cancelled = False
+
+    def poll(self) -> ShardStatus | None:
+        self.ticks += 1
+        if self.cancelled or self.ticks >= 3 + self.job.index % 3:
+            return self._done()
+        return None
+
+    def _done(self) -> ShardStatus:
+        self.owner.running.discard(self.job.index)
+        code = 130 if self.interrupts else 0
+        return ShardStatus(index=self.job.index, exit_code=code, stdout="{}")
+
+    def wait(self, timeout: float | None = None) -> ShardStatus:
+        return self._done()
+
+    def interrupt(self) -> None:
+        self.interrupts += 1
+
+    def cancel(self) -> ShardStatus:
+        self.cancelled = True
+        return self._done()
+
+
+class FakeExecutor:
+    """In-process stand-in for a cluster: records which slots run at the same time."""
+
+    def __init__(self) -> None:
+        self.running: set[int] = set()
+        self.slots_seen: list[set[tuple[int, int]]] = []
+        self.handles: list[FakeHandle] = []
+        self.max_parallel = 0
+
+    def submit(self, job: ShardJob) -> FakeHandle:
+        self.running.add(job.index)
+        self.max_parallel = max(self.max_parallel, len(self.running))
+        handle = FakeHandle(self, job)
+        self.handles.append(handle)
+        return handle
+
+
+def test_run_shards_bounds_parallelism_and_never_shares_a_slot() -> None:
+    ex = FakeExecutor()
+    live: dict[int, int] = {}
+    clashes: list[tuple[int, int]] = []
+
+    def make_job(index: int, slot: int) -> ShardJob:
+        if slot in live.values():
+            clashes.append((index, slot))
+        return ShardJob(index=index, count=7, argv=["run", "--capacity-share", f"{slot}/3"])
+
+    def started(index: int, slot: int) -> None:
+        live[index] = slot
+
+    def finished(status: ShardStatus) -> None:
+        live.pop(status.index)
+
+    run = run_shards(
+        ex, 7, 3, make_job, on_start=started, on_finish=finished, forward_signals=False, poll_interval=0
+    )
+    assert sorted(run.statuses) == list(range(7)) and not run.not_started
+    assert ex.max_parallel == 3 and not clashes
+    assert set(run.slots.values()) == {0, 1, 2}
+
+
+def test_run_shards_cancels_running_shards_when_the_parent_fails() -> None:
+    ex = FakeExecutor()
+
+    def make_job(index: int, slot: int) -> ShardJob:
+        if index == 3:
+            raise RuntimeError("parent broke")
+        return ShardJob(index=index, count=5, argv=[])
+
+    with pytest.raises(RuntimeError, match="parent broke"):
+        run_shards(ex, 5, 3, make_job, forward_signals=False, poll_interval=0)
+    leftover = [h for h in ex.handles if not h.cancelled and h.job.index in ex.running]
+    assert not leftover and not ex.running
+
+
+def test_run_shards_forwards_sigint_and_starts_nothing_more() -> None:
+    ex = FakeExecutor()
+
+    def make_job(index: int, slot: int) -> ShardJob:
+        if index == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the first two shards start
+        return ShardJob(index=index, count=6, argv=[])
+
+    run = run_shards(ex, 6, 2, make_job, poll_interval=0)
+    assert run.interrupts == 1
+    assert sorted(run.slots) == [0, 1] and run.not_started == [2, 3, 4, 5]
+    assert all(h.interrupts == 1 for h in ex.handles)
+    assert {s.exit_code for s in run.statuses.values()} == {130}
+
+
+def test_exit_code_rules() -> None:
+    def status(code: int | None, sig: int | None = None, out: str = '{"counters": {}}') -> ShardStatus:
+        return ShardStatus(index=0, exit_code=code, signal=sig, stdout=out, stderr_tail="Error: boom\n")
+
+    def codes(*statuses: ShardStatus | None) -> int:
+        return _exit_code([_outcome(i, 3, "s", 0 if s else None, s) for i, s in enumerate(statuses)])
+
+    assert codes(status(0), status(0)) == 0
+    assert codes(status(0), status(1)) == 1
+    assert codes(status(1), status(2, out="")) == 2
+    assert codes(status(2, out=""), status(130)) == 130  # an interrupted shard wins
+    assert codes(status(0), None) == 130  # never started because of the interrupt
+    killed = _outcome(1, 2, "s", 0, status(None, signal.SIGKILL, out=""))
+    assert killed.code == 2 and "SIGKILL" in (killed.problem or "")
+    garbled = _outcome(1, 2, "s", 0, status(0, out="not json"))
+    assert garbled.code == 2 and "JSON" in (garbled.problem or "")
+    config_error = _outcome(1, 2, "s", 0, status(2, out=""))
+    assert config_error.code == 2 and config_error.problem == "Error: boom"
+
+
+def test_unknown_executor_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"no shard executor named 'ray'.*local"):
+        get_executor("ray")
+
+
+def test_local_executor_runs_a_job_and_cancels_by_pid(tmp_path: Path, env: dict[str, str]) -> None:
+    executor = get_executor("local", relay_stderr=False, grace_s=30.0)
+    ok = executor.submit(ShardJob(index=0, count=1, argv=["--version"], cwd=str(tmp_path)))
+    status = ok.wait(timeout=60)
+    assert status.exit_code == 0 and status.signal is None and "pyattacker" in status.stdout
+    body = 'run: {store: spin.db, concurrency: 2}\npipeline: {tasks: [{use: "audit_mod:slow"}]}\n'
+    cfg = _config(tmp_path, 2000, body + "source: {kind: range, n: N}\n")
+    keep = ("PYTHONPATH", "AUDIT_LOG", "PYATTACKER_HOME", "PYATTACKER_ONLY_PLUGINS")
+    job = ShardJob(
+        index=0,
+        count=1,
+        argv=["run", "-c", str(cfg), "--summary-format", "json"],
+        env={k: env[k] for k in keep},
+        cwd=str(tmp_path),
+    )
+    handle = executor.submit(job)
+    assert isinstance(handle, LocalHandle)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _succeeded(tmp_path / "spin.db") < 2:
+            time.sleep(0.05)
+        assert handle.poll() is None, "the job ended on its own"
+        ended = handle.cancel()  # SIGINT by pid: the run stops gracefully, resumable
+    finally:
+        if handle.poll() is None:
+            os.kill(handle.pid, signal.SIGKILL)
+            handle.wait(timeout=30)
+    assert ended.exit_code == 130 and ended.signal is None
+    assert json.loads(ended.stdout)["status"] == "interrupted"
+    assert "SIGINT received" in ended.stderr_tail
+
+
+# -- the CLI ------------------------------------------------------------------------------------
+def _report_json(env: dict[str, str], *stores: str) -> dict[str, Any]:
+    result = cli(["report", *stores, "--json", "--run-id", "all"], env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _comparable(doc: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "total": doc["pipelines"]["total"],
+        "by_state": doc["pipelines"]["by_state"],
+        "tasks": doc["tasks"],
+        "attempts_total": doc["attempts_total"],
+        "duplicates": doc["duplicates"],
+    }
+
+
+def test_sharded_run_equals_a_single_process_run(env: dict[str, str], tmp_path: Path) -> None:
+    n = 200
+    cfg = _config(tmp_path, n)
+    single = cli(["run", "-c", str(cfg), "--store", "one.db", "--summary-format", "json"], env, cwd=tmp_path)
+    assert single.returncode == 0, single.stderr
+    sharded = cli(
+        [
+            "run",
+            "-c",
+            str(cfg),
+            "--shards",
+            "2",
+            "--jobs",
+            "2",
+            "--store",
+            "many.db",
+            "--summary-format",
+            "json",
+        ],
+        env,
+        cwd=tmp_path,
+    )
+    assert sharded.returncode == 0, sharded.stderr
+    doc = json.loads(sharded.stdout)  # exactly one JSON object
+    stores = [str(tmp_path / f"many.shard{i}of2.db") for i in range(2)]
+    assert doc["stores"] == stores and all(Path(s).exists() for s in stores)
+    assert [s["code"] for s in doc["shards"]] == [0, 0]
+    done = [s["summary"]["counters"]["pipelines_succeeded"] for s in doc["shards"]]
+    assert sum(done) == n and all(d > 0 for d in done)
+    assert doc["merged"]["pipelines"]["by_state"] == {"succeeded": n}
+    assert [p["line"] for p in doc["capacity"]] == [
+        "capacity of api-1 (8) split across 2 concurrent shards: 4+4",
+        "capacity of api-2 (3) split across 2 concurrent shards: 2+1",
+    ]
+    # the merged view (report over a glob) equals the single-process store
+    one = _report_json(env, str(tmp_path / "one.db"))
+    many = _report_json(env, str(tmp_path / "many.shard*of2.db"))
+    assert _comparable(many) == _comparable(one)
+    a = merge_stores([str(tmp_path / "one.db")], "all")
+    b = merge_stores(stores, "all")
+    assert {k: r.state for k, r in a.rows.items()} == {k: r.state for k, r in b.rows.items()}
+    assert {k: r.attempts_total for k, r in a.rows.items()} == {
+        k: r.attempts_total for k, r in b.rows.items()
+    }
+    for i, store in enumerate(stores):  # every pipeline sits in the shard its key names
+        assert all(shard_index(pid, 2) == i for pid in merge_stores([store], "all").rows)
+    # export over the shard stores gives one merged row per pipeline
+    out = tmp_path / "all.jsonl"
+    exported = cli(["export", str(tmp_path / "many.shard*of2.db"), str(out)], env)
+    assert exported.returncode == 0, exported.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["pipeline_id"] for r in rows) == sorted(a.rows)
+    # each shard saw its own PYATACKER_SHARD and recorded it in the run's meta
+    shards_seen = {line.split()[2] for line in _audit(tmp_path)}
+    assert shards_seen == {"-", "0/2", "1/2"}
+    for i, store in enumerate(stores):
+        con = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+        try:
+            meta = json.loads(con.execute("select config_json from runs").fetchone()[0])["meta"]
+        finally:
+            con.close()
+        assert meta["shard"] == f"{i}/2" and meta["capacity_share"] in ("0/2", "1/2")
+
+
+def test_text_summary_lines_and_full_capacity_option(env: dict[str, str], tmp_path: Path) -> None:
+    cfg = _config(tmp_path, 30)
+    result = cli(["run", "-c", str(cfg), "--shards", "2", "--jobs", "1"], env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("shard 0/2: exit 0  succeeded ") and lines[1].startswith("shard 1/2: exit 0")
+    assert "capacity of api-1 (8) split across 1 concurrent shard: 8" in result.stdout
+    assert "pipelines: total=30 succeeded=30" in result.stdout
+    assert lines[-1] == "exit code: 0"
+    full = cli(
+        ["run", "-c", str(cfg), "--shards", "3", "--full-capacity-per-shard", "--store", "f.db"],
+        env,
+        cwd=tmp_path,
+    )
+    assert full.returncode == 0, full.stderr
+    assert "capacity of api-1 (8) not split" in full.stdout
+    assert "--capacity-share" not in full.stderr
+    low = _config(tmp_path, 10, CONFIG.replace("capacity: 3", "capacity: 1"), name="low.yaml")
+    warned = cli(
+        ["run", "-c", str(low), "--shards", "2", "--jobs", "2", "--store", "w.db"], env, cwd=tmp_path
+    )
+    assert warned.returncode == 0, warned.stderr
+    assert "api-2 allows 1 lease(s) but 2 shards run at once" in warned.stderr
+    assert "capacity of api-2 (1) split across 2 concurrent shards: 1+1" in warned.stdout
+
+
+def test_single_shard_mode_store_naming_and_env(env: dict[str, str], tmp_path: Path) -> None:
+    cfg = _config(tmp_path, 40)
+    auto = cli(["run", "-c", str(cfg), "--shard", "1/2", "--summary-format", "json"], env)
+    assert auto.returncode == 0, auto.stderr
+    data = json.loads(auto.stdout)
+    assert data["store"] == str(tmp_path / "runs" / "s.shard1of2.db")  # run.store, suffixed
+    got = {line.split()[0] for line in _audit(tmp_path)}
+    keys = merge_stores([data["store"]], "all").rows
+    assert len(got) == len(keys) == data["counters"]["pipelines_succeeded"] > 0
+    assert all(shard_index(k, 2) == 1 for k in keys)
+    assert {line.split()[2] for line in _audit(tmp_path)} == {"1/2"}
+    explicit = cli(
+        ["run", "-c", str(cfg), "--shard", "0/2", "--store", "mine.db", "--summary-format", "json"],
+        env,
+        cwd=tmp_path,
+    )
+    assert explicit.returncode == 0, explicit.stderr
+    assert json.loads(explicit.stdout)["store"] == str(tmp_path / "mine.db")  # verbatim
+    both = merge_stores([str(tmp_path / "mine.db"), data["store"]], "all")
+    assert both.stats()["pipelines"]["total"] == 40 and both.duplicates == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--shard", "0/2", "--shards", "2"], "mutually exclusive"),
+        (["--shards", "1"], "--shards"),
+        (["--shards", "2", "--jobs", "3"], "--jobs"),
+        (["--jobs", "2"], "--jobs"),
+        (["--executor", "local"], "--executor"),
+        (["--full-capacity-per-shard"], "--full-capacity-per-shard"),
+        (["--shard", "2/2"], "--shard"),
+        (["--shard", "x"], "--shard"),
+        (["--shard", "0/2", "--store", ":memory:"], "in memory"),
+        (["--shards", "2", "--store", ":memory:"], "in memory"),
+        (["--shards", "2", "--executor", "nope"], "no shard executor named 'nope'"),
+    ],
+)
+def test_bad_shard_flags_exit_2(env: dict[str, str], tmp_path: Path, args: list[str], needle: str) -> None:
+    cfg = _config(tmp_path, 5)
+    result = cli(["run", "-c", str(cfg), *args], env, cwd=tmp_path)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert needle in result.stderr and "Traceback" not in result.stderr
+    assert not _audit(tmp_path)
+
+
+def test_a_failing_shard_decides_the_exit_code(env: dict[str, str], tmp_path: Path) -> None:
+    body = CONFIG.replace('- {use: "audit_mod:first"}', '- {use: "audit_mod:fail_in_shard_1"}')
+    cfg = _config(tmp_path, 40, body)
+    result = cli(["run", "-c", str(cfg), "--shards", "2", "--summary-format", "json"], env, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    doc = json.loads(result.stdout)
+    assert [s["code"] for s in doc["shards"]] == [0, 1] and doc["exit_code"] == 1
+    assert doc["merged"]["failed_total"] == doc["shards"][1]["summary"]["counters"]["pipelines_failed"] > 0
+
+    body = CONFIG.replace('- {use: "audit_mod:first"}', '- {use: "audit_mod:die_in_shard_1"}')
+    cfg = _config(tmp_path, 40, body, name="die.yaml")
+    crashed = cli(["run", "-c", str(cfg), "--shards", "2", "--store", "d.db"], env, cwd=tmp_path)
+    assert crashed.returncode == 2, crashed.stderr
+    assert "shard 0/2: exit 0" in crashed.stdout
+    assert "shard 1/2: exit 2 (killed by SIGKILL; counts as exit 2)" in crashed.stdout
+    assert "shard 1/2 failed: killed by SIGKILL" in crashed.stderr
+
+
+def _succeeded(store: Path) -> int:
+    if not store.exists():
+        return 0
+    try:
+        con = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=1)
+        try:
+            return int(con.execute("select count(*) from pipelines where state='succeeded'").fetchone()[0])
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+def test_sigint_to_the_parent_then_resume_finishes_every_shard(env: dict[str, str], tmp_path: Path) -> None:
+    n = 300
+    cfg = _config(tmp_path, n)
+    stores = [tmp_path / "runs" / f"s.shard{i}of2.db" for i in range(2)]
+    args = ["-c", str(cfg), "--shards", "2", "--concurrency", "2"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyattacker", "run", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not all(_succeeded(s) >= 3 for s in stores):
+            time.sleep(0.05)
+        assert all(_succeeded(s) >= 3 for s in stores), "the shards made no progress"
+        proc.send_signal(signal.SIGINT)  # by pid, to the parent only
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "resumable" in err
+    assert "shard 0/2: exit 130" in out and "shard 1/2: exit 130" in out
+    first = _audit(tmp_path)
+    assert len(first) < 2 * n  # it really stopped early
+    resumed = cli(["resume", *args, "--summary-format", "json"], env)
+    assert resumed.returncode == 0, resumed.stderr
+    doc = json.loads(resumed.stdout)
+    assert [s["code"] for s in doc["shards"]] == [0, 0]
+    assert sum(s["summary"]["counters"]["skipped"] for s in doc["shards"]) >= 6
+    assert doc["merged"]["pipelines"]["by_state"] == {"succeeded": n}
+    lines = _audit(tmp_path)
+    tasks = sorted(" ".join(line.split()[:2]) for line in lines)
+    assert tasks == sorted(f"{i} {t}" for i in range(n) for t in ("first", "second"))  # each once
+    for line in lines:  # ... and always in the shard its key belongs to
+        assert line.split()[2] in ("0/2", "1/2")
+
+
+def test_executor_plugin_is_listed_as_active(env: dict[str, str]) -> None:
+    result = cli(["plugins", "--json"], env)
+    assert result.returncode == 0, result.stderr
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    row = rows["executor-local"]
+    assert row["status"] == "active" and row["builtin"]
+    assert row["provides"] == {"shard_executors": ["local"]}
+
+
+def _runs(store: Path) -> list[tuple[str, int]]:
+    if not store.exists():
+        return []
+    try:
+        con = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=1)
+        try:
+            return [(str(r[0]), int(r[1])) for r in con.execute("select status, pid from runs")]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_no_shard_outlives_a_killed_parent(env: dict[str, str], tmp_path: Path) -> None:
+    """SIGKILL leaves the parent no chance to cancel: the shards notice and stop themselves."""
+    cfg = _config(tmp_path, 2000)
+    stores = [tmp_path / "runs" / f"s.shard{i}of2.db" for i in range(2)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyattacker", "run", "-c", str(cfg), "--shards", "2", "--concurrency", "1"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not all(_succeeded(s) >= 1 for s in stores):
+            time.sleep(0.05)
+        assert all(_succeeded(s) >= 1 for s in stores), "the shards made no progress"
+        pids = [pid for s in stores for _status, pid in _runs(s)]
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in pids), "a shard outlived its parent"
+        assert [status for s in stores for status, _pid in _runs(s)] == ["interrupted", "interrupted"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
