@@ -43,6 +43,15 @@ def boom(value):
 async def spin(value):
     while True:
         await asyncio.sleep(0.05)
+
+
+@task(name="busy")
+def busy(value):
+    import os
+    if os.environ.get("BUSY_FOREVER"):
+        while True:
+            pass
+    return value
 """
 
 
@@ -240,6 +249,34 @@ def test_a_looping_task_is_stoppable(env: dict[str, str], tmp_path: Path) -> Non
             proc.kill()
             proc.wait()
     assert proc.returncode == 130
+
+
+def test_a_blocking_sync_task_cannot_make_the_run_ignore_sigint(env: dict[str, str], tmp_path: Path) -> None:
+    """A sync body that never returns holds the event loop; the second Ctrl-C still stops the run,
+    and the next resume finishes everything."""
+    cfg = _config(
+        tmp_path,
+        'run: {store: s.db}\npipeline: {tasks: [{use: "audit_tasks:busy"}]}\nsource: {kind: range, n: 3}\n',
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyattacker", "run", "-c", str(cfg)],
+        env={**env, "BUSY_FOREVER": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    resumed = cli(["resume", "-c", str(cfg)], env)
+    assert resumed.returncode == 0, resumed.stderr
 
 
 def test_missing_dataset_is_exit_2_before_starting(env: dict[str, str], tmp_path: Path) -> None:

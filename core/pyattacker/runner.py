@@ -350,6 +350,7 @@ class Runner:
         self._producer_done = False
         self._grace_timer = None
         self._trace = False
+        self._in_sync = False
 
     def _wake_all(self) -> None:
         for ev in (self._capacity, self._pump_wake):
@@ -485,8 +486,8 @@ class Runner:
                 timer.cancel()
             if self._grace_timer is not None:
                 self._grace_timer.cancel()
-            for sig in signals:
-                loop.remove_signal_handler(sig)
+            for sig, previous in signals:
+                signal.signal(sig, previous)
             self._detach_pools(listeners)
         report = self._finish(run_row)
         if outer_cancel:
@@ -558,15 +559,27 @@ class Runner:
                 pass
             pool.trace_leases = True
 
-    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[tuple[int, Any]]:
+        """Python-level handlers (not ``loop.add_signal_handler``): they also run while a *sync*
+        task blocks the loop, so no task can make a run ignore Ctrl-C."""
         if threading.current_thread() is not threading.main_thread():
             return []
-        installed: list[int] = []
+        installed: list[tuple[int, Any]] = []
+
+        signalled = [0]
+
+        def handler(sig: int, frame: Any) -> None:
+            signalled[0] += 1
+            if signalled[0] > 1 and self._in_sync:
+                # a sync task holds the loop: interrupt it now; every finished task is durable
+                # and the rows it leaves running are claimed by the next resume
+                raise KeyboardInterrupt
+            loop.call_soon_threadsafe(self._on_signal, sig)
+
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                loop.add_signal_handler(sig, self._on_signal, sig)
-                installed.append(sig)
-            except (NotImplementedError, RuntimeError, ValueError):
+                installed.append((sig, signal.signal(sig, handler)))
+            except (ValueError, OSError):
                 pass
         return installed
 
@@ -1145,7 +1158,14 @@ class Runner:
         error: BaseException | None = None
         value: Any = None
         try:
-            value = spec.fn(state.value, ctx) if spec.takes_ctx else spec.fn(state.value)
+            if spec.is_async:
+                value = spec.fn(state.value, ctx) if spec.takes_ctx else spec.fn(state.value)
+            else:
+                self._in_sync = True  # lets a second Ctrl-C interrupt a blocking sync body
+                try:
+                    value = spec.fn(state.value, ctx) if spec.takes_ctx else spec.fn(state.value)
+                finally:
+                    self._in_sync = False
             if spec.is_async or asyncio.iscoroutine(value):
                 if spec.timeout_s:
                     async with asyncio.timeout(spec.timeout_s):
