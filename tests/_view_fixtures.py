@@ -35,7 +35,12 @@ async def judge(x: int, ctx: Any) -> dict[str, Any]:
 
 
 def build_store(
-    path: str | os.PathLike[str], n: int = 20, *, concurrency: int = 4, start: int = 0, events: str = "standard"
+    path: str | os.PathLike[str],
+    n: int = 20,
+    *,
+    concurrency: int = 4,
+    start: int = 0,
+    events: str = "standard",
 ) -> str:
     """Run ``n`` two-task pipelines (some retry, every 7th fails with a markup message)."""
     pools = [Pool("api", [Resource("llm", id="r1", capacity=2)])]

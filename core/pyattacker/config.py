@@ -242,7 +242,7 @@ def _check_pipeline(data: Any, pools: dict[str, PoolDef], errors: list[str]) -> 
         spec, origin = resolve_task_entry(entry, path, registry, errors, default_resource=default_resource)
         if spec is None:
             continue
-        declared: Any = spec.resource  # type: ignore[attr-defined]
+        declared: Any = spec.resource
         if declared is not None and declared not in pools and declared != own_resource:
             errors.append(f"{origin}: no pool named {declared!r}{_pool_hint(declared, pools)}")
         specs.append(spec)

@@ -121,7 +121,7 @@ def _instantiate(
 
 
 def _resource_of(spec: TaskSpec) -> str | None:
-    resource: str | None = spec.resource  # type: ignore[attr-defined]
+    resource: str | None = spec.resource
     return resource
 
 

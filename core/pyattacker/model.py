@@ -217,8 +217,9 @@ class Batch:
 
     Upserts: runs, pipelines (``created_at`` of an existing row is kept), tasks, artifacts,
     metrics, resources. Progress: after the pipeline upserts, set ``cursor`` and
-    ``attempts_total`` of an existing pipeline row (an unknown id is ignored). Appends: attempts, events, metric points (a point whose ``op_id``
-    exists is ignored). A checkpoint is a batch; so is a flush of buffered history.
+    ``attempts_total`` of an existing pipeline row (an unknown id is ignored). Appends:
+    attempts, events, metric points (a point whose ``op_id`` exists is ignored). A checkpoint
+    is a batch; so is a flush of buffered history.
     """
 
     __slots__ = (

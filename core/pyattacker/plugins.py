@@ -381,21 +381,19 @@ class Plugins:
         for ep in eps:
             if ep.name in self.rows:
                 continue
-            row_kwargs = dict(dist=ep.dist, version=ep.version, module=ep.value, builtin=ep.builtin)
+            row_kwargs: dict[str, Any] = dict(dist=ep.dist, version=ep.version, module=ep.value, builtin=ep.builtin)
             selected = (not only) or ep.builtin or ep.name in only or (ep.dist in only)
             if ep.name in block or (ep.dist in block and not ep.builtin) or not selected:
-                self.rows[ep.name] = PluginRow(name=ep.name, status="blocked", **row_kwargs)  # type: ignore[arg-type]
+                self.rows[ep.name] = PluginRow(name=ep.name, status="blocked", **row_kwargs)
                 continue
             try:
                 obj = ep.load()
             except BaseException as exc:  # an import may raise anything, even SystemExit
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                self.rows[ep.name] = PluginRow(
-                    name=ep.name, status="failed", error=_describe(exc), **row_kwargs
-                )  # type: ignore[arg-type]
+                self.rows[ep.name] = PluginRow(name=ep.name, status="failed", error=_describe(exc), **row_kwargs)
                 continue
-            self.add_plugin(obj, ep.name, **row_kwargs)  # type: ignore[arg-type]
+            self.add_plugin(obj, ep.name, **row_kwargs)
 
     def check_builtins(self, expected: Iterable[str] = BUILTIN_PLUGINS) -> None:
         """A declared built-in that discovery did not find is a visible failure, not a silent gap."""

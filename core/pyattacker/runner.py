@@ -76,6 +76,7 @@ class _Pipeline:
         "metric_steps",
         "n",
         "record",
+        "row_written",
         "seq",
         "spec",
         "task_started",
@@ -83,7 +84,6 @@ class _Pipeline:
         "tasks",
         "value",
         "write_seed",
-        "row_written",
     )
 
     def __init__(self, spec: PipelineSpec, record: PipelineRecord, seq: int, value: Any) -> None:
@@ -659,9 +659,7 @@ class Runner:
         if not self._hard:
             for _ in workers:
                 await self._put(queue, None)
-            _, pending = await asyncio.wait(
-                workers, timeout=self.config.grace_s if self._stopping else None
-            )
+            _, pending = await asyncio.wait(workers, timeout=self.config.grace_s if self._stopping else None)
         else:
             pending = {w for w in workers if not w.done()}
         for w in pending:

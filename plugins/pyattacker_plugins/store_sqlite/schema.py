@@ -44,7 +44,12 @@ def _column_type(column: str) -> str:
 
 
 def _table(
-    columns: tuple[str, ...], table: str, constraint: str, rowid_key: str | None = None, *, clustered: bool = False
+    columns: tuple[str, ...],
+    table: str,
+    constraint: str,
+    rowid_key: str | None = None,
+    *,
+    clustered: bool = False,
 ) -> str:
     """DDL for a table; ``rowid_key`` names an INTEGER PRIMARY KEY (an alias of the rowid).
 

@@ -234,7 +234,9 @@ class SqliteStore:
                     if rows:
                         conn.executemany(sql, map(codec.encode, rows))
                     if attr == "pipelines" and batch.progress:
-                        conn.executemany(_PROGRESS, [(p.cursor, p.attempts_total, p.pipeline_id) for p in batch.progress])
+                        conn.executemany(
+                            _PROGRESS, [(p.cursor, p.attempts_total, p.pipeline_id) for p in batch.progress]
+                        )
                 conn.execute("COMMIT")
             except BaseException as exc:
                 self._rollback(conn)
@@ -304,7 +306,8 @@ class SqliteStore:
 
     def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
         rows = self._query(
-            f"SELECT {ARTIFACTS.select_list} FROM artifacts WHERE pipeline_id = ? AND seq = ?", (pipeline_id, seq)
+            f"SELECT {ARTIFACTS.select_list} FROM artifacts WHERE pipeline_id = ? AND seq = ?",
+            (pipeline_id, seq),
         )
         return ARTIFACTS.decode(rows[0]) if rows else None
 
