@@ -171,7 +171,7 @@ def test_run_default_store_and_text_summary(
 def test_stop_after_failures_exits_1(env: dict[str, str], tmp_path: Path) -> None:
     cfg = _config(
         tmp_path,
-        'run: {store: s.db, concurrency: 1}\n'
+        "run: {store: s.db, concurrency: 1}\n"
         'pipeline: {tasks: [{use: "audit_tasks:boom"}]}\nsource: {kind: range, n: 50}\n',
     )
     result = cli(["run", "-c", str(cfg), "--stop-after-failures", "3", "--summary-format", "json"], env)
@@ -231,7 +231,7 @@ def _succeeded(store: Path) -> int:
 def test_a_looping_task_is_stoppable(env: dict[str, str], tmp_path: Path) -> None:
     cfg = _config(
         tmp_path,
-        'run: {store: s.db, grace_s: 0.5}\n'
+        "run: {store: s.db, grace_s: 0.5}\n"
         'pipeline: {tasks: [{use: "audit_tasks:spin"}]}\nsource: {kind: range, n: 3}\n',
     )
     proc = subprocess.Popen(

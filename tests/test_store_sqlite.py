@@ -80,8 +80,7 @@ def test_query_plans_use_indexes(tmp_path: Path) -> None:
         plan = " ".join(
             str(r[-1])
             for r in conn.execute(
-                "EXPLAIN QUERY PLAN SELECT * FROM tasks WHERE pipeline_id = ?"
-                " ORDER BY pipeline_id, seq",
+                "EXPLAIN QUERY PLAN SELECT * FROM tasks WHERE pipeline_id = ? ORDER BY pipeline_id, seq",
                 ("p",),
             )
         )

@@ -381,7 +381,9 @@ class Plugins:
         for ep in eps:
             if ep.name in self.rows:
                 continue
-            row_kwargs: dict[str, Any] = dict(dist=ep.dist, version=ep.version, module=ep.value, builtin=ep.builtin)
+            row_kwargs: dict[str, Any] = dict(
+                dist=ep.dist, version=ep.version, module=ep.value, builtin=ep.builtin
+            )
             selected = (not only) or ep.builtin or ep.name in only or (ep.dist in only)
             if ep.name in block or (ep.dist in block and not ep.builtin) or not selected:
                 self.rows[ep.name] = PluginRow(name=ep.name, status="blocked", **row_kwargs)
@@ -391,7 +393,9 @@ class Plugins:
             except BaseException as exc:  # an import may raise anything, even SystemExit
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                self.rows[ep.name] = PluginRow(name=ep.name, status="failed", error=_describe(exc), **row_kwargs)
+                self.rows[ep.name] = PluginRow(
+                    name=ep.name, status="failed", error=_describe(exc), **row_kwargs
+                )
                 continue
             self.add_plugin(obj, ep.name, **row_kwargs)
 
