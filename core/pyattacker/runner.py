@@ -351,6 +351,7 @@ class Runner:
         self._grace_timer = None
         self._trace = False
         self._in_sync = False
+        self._skipped_quietly = 0
 
     def _wake_all(self) -> None:
         for ev in (self._capacity, self._pump_wake):
@@ -687,6 +688,8 @@ class Runner:
         status = "interrupted" if self._stopping else "completed"
         ended = self.clock.wall()
         duration_ms = round((ended - run_row.started_at) * 1000, 3)
+        if self._skipped_quietly:
+            self._event("run.skipped", "run", data={"count": self._skipped_quietly, "reason": "succeeded"})
         self._event(
             "run.finished",
             "run",
@@ -865,8 +868,14 @@ class Runner:
             self._check_complete()
 
     def _skip(self, spec: PipelineSpec, reason: str) -> None:
+        """Count a skipped pipeline. Its stored row is unchanged; with ``events="all"`` each skip is
+        also an event, otherwise one ``run.skipped`` event per reason closes the run (a resume of
+        a finished million-pipeline store should not write a million rows)."""
         self.counters["skipped"] += 1
-        self._event("pipeline.skipped", "pipeline", pipeline_id=spec.key, data={"reason": reason})
+        if reason != "succeeded" or self._trace:
+            self._event("pipeline.skipped", "pipeline", pipeline_id=spec.key, data={"reason": reason})
+        else:
+            self._skipped_quietly += 1
 
     def _open(self, spec: PipelineSpec, row: PipelineRecord | None) -> _Pipeline | None:
         """Decide what to do with one admitted spec: skip, repair, resume or start."""
