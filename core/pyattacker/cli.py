@@ -41,17 +41,6 @@ PANELS = {
     "Look at results": ["report", "watch", "export", "serve"],
     "Check the setup": ["validate", "init", "plugins"],
 }
-SHORT_HELP = {
-    "run": "Run a declarative config file.",
-    "resume": "Run again, skipping finished pipelines (= run --resume).",
-    "demo": "Run simulated pipelines with no config (checks an install).",
-    "validate": "Check a config file without running it.",
-    "init": "Write a commented starter config.",
-    "report": "Counts, failures and errors of one or more stores.",
-    "export": "Write pipelines, tasks, attempts, events or artifacts to a file.",
-    "watch": "Live panel of a running (or finished) store.",
-    "plugins": "List installed plugins and what they provide.",
-}
 
 
 class LazyGroup(click.RichGroup):
@@ -73,21 +62,14 @@ class LazyGroup(click.RichGroup):
         target = CORE_COMMANDS.get(name)
         if target is None:
             return self._plugin_commands().get(name)
-        # --help listings only need the short help: avoid importing the module
-        listing = ctx.resilient_parsing or "--help" in sys.argv[1:2] or len(sys.argv) <= 1
-        if listing and name not in sys.argv[1:]:
-            return click.Command(name, help=SHORT_HELP.get(name, ""), short_help=SHORT_HELP.get(name))
         module, _, attr = target.partition(":")
         return getattr(importlib.import_module(module), attr)
 
 
-def _panels() -> list[Any]:
-    return [click.RichCommandPanel(title, commands=cmds) for title, cmds in PANELS.items()] + [
-        click.RichCommandPanel("Plugin commands", commands=[])
-    ]
-
-
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.command_panel("Run pipelines", commands=PANELS["Run pipelines"])
+@click.command_panel("Look at results", commands=PANELS["Look at results"])
+@click.command_panel("Check the setup", commands=PANELS["Check the setup"])
 @click.version_option(__version__, "--version", prog_name="pyattacker")
 def cli() -> None:
     """**pyattacker** runs tens of thousands of resumable pipelines, observably and politely.

@@ -104,9 +104,12 @@ class CodecRegistry:
 
     def encode(self, value: Any) -> tuple[str, str, bytes]:
         """``(codec name, type name, bytes)`` for a value."""
-        if is_record_type(type(value)):
-            self._types.setdefault(type(value).__name__, type(value))
-        codec = self._choose(value)
+        cls = type(value)
+        codec = self._cache.get(cls)
+        if codec is None:
+            if is_record_type(cls):
+                self._types.setdefault(cls.__name__, cls)
+            codec = self._choose(value)
         try:
             data = codec.encode(value)
         except ArtifactCodecError:

@@ -130,8 +130,8 @@ def pyattacker_commands(register: Register) -> None:
 @hookspec
 def pyattacker_shard_executors(register: Register) -> None:
     """Register shard executors by name: ``register(name, factory)``; ``factory(**options)``
-    returns an object with ``submit(job) -> handle`` whose handle has ``poll()``, ``wait()``
-    and ``cancel()`` (see docs/sharding.md).
+    returns an object with ``submit(job) -> handle`` whose handle has ``poll()``, ``wait()``,
+    ``interrupt()`` (optional: one Ctrl-C) and ``cancel()`` (see docs/sharding.md).
 
     Example::
 

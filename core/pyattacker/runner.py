@@ -711,6 +711,8 @@ class Runner:
             except StoreUnavailable as exc:
                 self._fatal = self._fatal or exc
         self._recorder.close_sinks()
+        # the final flush delivered the last events to the sinks: count what they raised there too
+        self.counters["sink_errors"] = self._recorder.sink_errors
         self._recorder = None  # later report_metric() calls write through directly
         return RunReport(
             run_id=run_row.run_id,

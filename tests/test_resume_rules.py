@@ -1,0 +1,190 @@
+"""Resume rules on real stores: torn terminal states, summary journal, null backend, codecs."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from pyattacker.model import Batch
+from pyattacker.pipeline import pipeline
+from pyattacker.store import iter_rows, open_store
+from pyattacker.task import task
+from tests.runner_helpers import seeds, vrunner
+
+CALLS: dict[str, int] = {}
+
+
+@task
+def first(x: Any) -> Any:
+    CALLS["first"] = CALLS.get("first", 0) + 1
+    return {"v": x["i"] * 2}
+
+
+@task
+def second(x: Any) -> Any:
+    CALLS["second"] = CALLS.get("second", 0) + 1
+    return {"v": x["v"] + 1}
+
+
+TEMPLATE = pipeline("p", first, second)
+
+
+def _events(path: str, kind: str) -> list[Any]:
+    store = open_store(path, read_only=True)
+    try:
+        return [e for e in iter_rows(store, "events") if e.kind == kind]
+    finally:
+        store.close()
+
+
+def _tear(path: str, pipeline_id: str) -> None:
+    """Rewrite a succeeded row as a writer that died between its two writes would leave it."""
+    store = open_store(path)
+    try:
+        row = store.lookup_pipelines([pipeline_id])[pipeline_id]
+        row.state, row.error_type, row.error_message = "failed", "Crash", "died before settling"
+        batch = Batch()
+        batch.pipelines.append(row)
+        store.commit(batch)
+    finally:
+        store.close()
+
+
+@pytest.fixture(autouse=True)
+def _reset_calls() -> None:
+    CALLS.clear()
+
+
+def test_torn_terminal_state_is_repaired_without_rerunning(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    with vrunner(store=path) as r:
+        r.run(TEMPLATE.map(seeds(3)))
+    key = TEMPLATE.bind({"i": 1}).key
+    _tear(path, key)
+    CALLS.clear()
+    with vrunner(store=path) as r:
+        rep = r.run(TEMPLATE.map(seeds(3)))
+    assert CALLS == {} and rep.succeeded == 1 and rep.skipped == 2 and rep.exit_code == 0
+    (repaired,) = _events(path, "pipeline.terminal_repaired")
+    assert repaired.pipeline_id == key and repaired.data["previous_state"] == "failed"
+    store = open_store(path, read_only=True)
+    assert store.lookup_pipelines([key])[key].state == "succeeded"
+    store.close()
+
+
+def test_failed_repair_keeps_the_original_failure_and_exits_1(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    with vrunner(store=path) as r:
+        r.run(TEMPLATE.map(seeds(2)))
+    key = TEMPLATE.bind({"i": 0}).key
+    _tear(path, key)
+    with vrunner(store=path) as r:
+        real_commit = r.store.commit
+
+        def failing(batch: Batch) -> None:
+            if any(p.pipeline_id == key and p.state == "succeeded" for p in batch.pipelines):
+                raise OSError("disk trouble")
+            real_commit(batch)
+
+        r.store.commit = failing  # type: ignore[method-assign]
+        rep = r.run(TEMPLATE.map(seeds(2)))
+    assert rep.repair_failures == 1 and rep.exit_code == 1 and CALLS == {"first": 2, "second": 2}
+    store = open_store(path, read_only=True)
+    row = store.lookup_pipelines([key])[key]
+    store.close()
+    assert (row.state, row.error_type) == ("failed", "Crash")
+    (failed,) = _events(path, "pipeline.terminal_repair_failed")
+    assert failed.data["phase"] == "settle" and "disk trouble" in failed.data["error"]
+
+
+@pytest.mark.parametrize("setting", [{"journal": "summary"}, {"artifact_backend": "null"}])
+def test_no_payloads_means_restart_with_checkpoint_missing(tmp_path: Path, setting: dict[str, Any]) -> None:
+    path = str(tmp_path / "s.db")
+    fail = {"on": True}
+
+    @task
+    def flaky(x: Any) -> Any:
+        if fail["on"]:
+            raise ValueError("later")
+        return x
+
+    tpl = pipeline("p", first, flaky)
+    with vrunner(store=path, **setting) as r:
+        rep = r.run(tpl.map(seeds(2)))
+    assert rep.failed == 2 and CALLS["first"] == 2
+    fail["on"] = False
+    with vrunner(store=path, **setting) as r:
+        rep = r.run(tpl.map(seeds(2)))
+    assert rep.succeeded == 2 and CALLS["first"] == 4  # no payload: the first task ran again
+    assert len(_events(path, "pipeline.checkpoint_missing")) == 2
+
+
+def test_file_backend_checkpoints_are_reused(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    backend = {"kind": "file", "root": str(tmp_path / "blobs"), "min_bytes": 0}
+    fail = {"on": True}
+
+    @task
+    def flaky(x: Any) -> Any:
+        if fail["on"]:
+            raise ValueError("later")
+        return x
+
+    tpl = pipeline("p", first, flaky)
+    with vrunner(store=path, artifact_backend=backend) as r:
+        r.run(tpl.map(seeds(2)))
+    assert any((tmp_path / "blobs").rglob("*"))
+    fail["on"] = False
+    with vrunner(store=path, artifact_backend=backend) as r:
+        rep = r.run(tpl.map(seeds(2)))
+    assert rep.succeeded == 2 and CALLS["first"] == 2
+
+
+@dataclasses.dataclass
+class Answer:
+    text: str
+    score: float
+
+
+class Verdict(msgspec.Struct):
+    ok: bool
+    reasons: list[str]
+
+
+def test_dataclasses_and_structs_round_trip_to_their_type(tmp_path: Path) -> None:
+    @task
+    def answer(x: Any) -> Answer:
+        return Answer(text=f"a{x['i']}", score=0.5)
+
+    @task
+    def verdict(a: Answer) -> Verdict:
+        assert isinstance(a, Answer)
+        return Verdict(ok=a.score > 0.1, reasons=[a.text])
+
+    path = str(tmp_path / "s.db")
+    with vrunner(store=path) as r:
+        r.run(pipeline("p", answer, verdict).map(seeds(2)))
+        arts = [a for a in iter_rows(r.store, "artifacts") if a.seq >= 0]
+        values = [r.codecs.decode(a.codec, a.type_name, a.payload) for a in arts]
+    assert {type(v) for v in values} == {Answer, Verdict}
+    assert Verdict(ok=True, reasons=["a0"]) in values
+
+
+def test_help_imports_no_optional_dependency() -> None:
+    code = (
+        "import sys\n"
+        "from pyattacker.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('yaml', 'boto3', 'ray', 'tenacity', 'pytest') if m in sys.modules]\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "COLUMNS": "80"})
+    assert out.stdout.splitlines()[-1] == "", out.stdout
