@@ -11,12 +11,12 @@ from typing import Any
 
 import msgspec
 import pytest
+from tests.runner_helpers import seeds, vrunner
 
 from pyattacker.model import Batch
 from pyattacker.pipeline import pipeline
 from pyattacker.store import iter_rows, open_store
 from pyattacker.task import task
-from tests.runner_helpers import seeds, vrunner
 
 CALLS: dict[str, int] = {}
 
@@ -185,6 +185,11 @@ def test_help_imports_no_optional_dependency() -> None:
         "heavy = [m for m in ('yaml', 'boto3', 'ray', 'tenacity', 'pytest') if m in sys.modules]\n"
         "print(','.join(heavy))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "COLUMNS": "80"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "COLUMNS": "80"},
+    )
     assert out.stdout.splitlines()[-1] == "", out.stdout

@@ -55,6 +55,7 @@ def test_new_file_has_marker_version_and_tables(tmp_path: Path) -> None:
         # tasks and artifacts are clustered by (pipeline_id, seq): no extra index to maintain
         ddl = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type='table'").fetchall())
         assert "WITHOUT ROWID" in ddl["tasks"] and "WITHOUT ROWID" in ddl["artifacts"]
+        assert "pipeline_keys" in ddl  # per-pipeline rows cluster by a sequential key
     finally:
         conn.close()
     # reopening an existing store does not migrate or rewrite it
@@ -77,14 +78,19 @@ def test_query_plans_use_indexes(tmp_path: Path) -> None:
             )
         )
         assert "pipelines_by_created" in plan and "TEMP B-TREE" not in plan
-        plan = " ".join(
-            str(r[-1])
-            for r in conn.execute(
-                "EXPLAIN QUERY PLAN SELECT * FROM tasks WHERE pipeline_id = ? ORDER BY pipeline_id, seq",
-                ("p",),
-            )
-        )
-        assert "PRIMARY KEY" in plan and "TEMP B-TREE" not in plan
+        from pyattacker_plugins.store_sqlite import store as sqlite_store
+
+        # tasks/artifacts page in (pipeline_id, seq) order through the key table's index
+        for kind in ("tasks", "artifacts"):
+            for filters, keyset in (((), False), ((), True), (("pipeline_id",), True)):
+                sql = sqlite_store._page_sql(kind, filters, keyset)
+                plan = " ".join(
+                    str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql, [1] * sql.count("?"))
+                )
+                assert "PRIMARY KEY (pk=?)" in plan and "TEMP B-TREE" not in plan and "SCAN t" not in plan
+        sql = sqlite_store._lookup_sql(2)
+        plan = " ".join(str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql, ["a", "b"]))
+        assert "pipeline_keys" in plan and "SCAN p" not in plan
     finally:
         conn.close()
 

@@ -12,7 +12,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -69,10 +69,37 @@ def _insert_sql(codec: RowCodec[Any], suffix: str = "") -> str:
     return f'INSERT INTO "{codec.table}" ({cols}) VALUES ({marks}){suffix}'
 
 
+#: the sequential number of a pipeline id (see the schema: per-pipeline tables cluster by it)
+_PK = "(SELECT pk FROM pipeline_keys WHERE pipeline_id = ?)"
+_REGISTER_KEY = "INSERT OR IGNORE INTO pipeline_keys (pipeline_id) VALUES (?)"
+
+
+def _clustered_upsert_sql(codec: RowCodec[Any], key: tuple[str, ...], keep: tuple[str, ...] = ()) -> str:
+    """Upsert whose first parameter is the pipeline id, turned into the clustering key ``pk``."""
+    cols = ", ".join(f'"{c}"' for c in codec.columns)
+    marks = ", ".join("?" for _ in codec.columns)
+    updates = ", ".join(f'"{c}" = excluded."{c}"' for c in codec.columns if c not in keep)
+    conflict = ", ".join(f'"{c}"' for c in key)
+    return (
+        f'INSERT INTO "{codec.table}" (pk, {cols}) VALUES ({_PK}, {marks})'
+        f" ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
+    )
+
+
+def _with_pk(codec: RowCodec[Any]) -> Callable[[Any], tuple[Any, ...]]:
+    """Parameters of a clustered upsert: the pipeline id (for ``pk``), then the row."""
+    encode = codec.encode
+
+    def params(rec: Any) -> tuple[Any, ...]:
+        return (rec.pipeline_id, *encode(rec))
+
+    return params
+
+
 _UPSERT_RUN = _upsert_sql(RUNS, ("run_id",))
-_UPSERT_PIPELINE = _upsert_sql(PIPELINES, ("pipeline_id",), keep=("created_at",))
-_UPSERT_TASK = _upsert_sql(TASKS, ("pipeline_id", "seq"))
-_UPSERT_ARTIFACT = _upsert_sql(ARTIFACTS, ("pipeline_id", "seq"))
+_UPSERT_PIPELINE = _clustered_upsert_sql(PIPELINES, ("pk",), keep=("created_at", "pipeline_id"))
+_UPSERT_TASK = _clustered_upsert_sql(TASKS, ("pk", "seq"), keep=("pipeline_id", "seq"))
+_UPSERT_ARTIFACT = _clustered_upsert_sql(ARTIFACTS, ("pk", "seq"), keep=("pipeline_id", "seq"))
 _UPSERT_METRIC = _upsert_sql(METRICS, ("run_id", "pipeline_id", "name"))
 _UPSERT_RESOURCE = _upsert_sql(RESOURCES, ("run_id", "pool", "resource_id"))
 _INSERT_ATTEMPT = _insert_sql(ATTEMPTS)
@@ -81,7 +108,7 @@ _INSERT_POINT = _insert_sql(METRIC_POINTS, " ON CONFLICT (op_id) DO NOTHING")
 
 #: (table attribute of Batch, SQL, codec) in the order rows are applied
 #: a cursor advance: two columns of an existing row, no index touched
-_PROGRESS = "UPDATE pipelines SET cursor = ?, attempts_total = ? WHERE pipeline_id = ?"
+_PROGRESS = f"UPDATE pipelines SET cursor = ?, attempts_total = ? WHERE pk = {_PK}"
 _WRITES: tuple[tuple[str, str, RowCodec[Any]], ...] = (
     ("runs", _UPSERT_RUN, RUNS),
     ("pipelines", _UPSERT_PIPELINE, PIPELINES),
@@ -93,6 +120,7 @@ _WRITES: tuple[tuple[str, str, RowCodec[Any]], ...] = (
     ("metric_points", _INSERT_POINT, METRIC_POINTS),
     ("resources", _UPSERT_RESOURCE, RESOURCES),
 )
+_KEYED = ("pipelines", "tasks", "artifacts")
 
 _PAGE_CODECS: dict[str, RowCodec[Any]] = {
     "pipelines": PIPELINES,
@@ -115,7 +143,9 @@ _PAGE_FILTERS: dict[str, tuple[str, ...]] = {
 def _page_sql(kind: str, filters: tuple[str, ...], keyset: bool) -> str:
     codec = _PAGE_CODECS[kind]
     keys = PAGE_KINDS[kind]
-    where = [f'"{f}" = ?' for f in filters]
+    if kind in ("tasks", "artifacts"):
+        return _clustered_page_sql(codec, filters, keyset)
+    where = [f'"pk" = {_PK}' if f == "pipeline_id" and kind == "pipelines" else f'"{f}" = ?' for f in filters]
     if keyset:
         cols = ", ".join(f'"{k}"' for k in keys)
         marks = ", ".join("?" for _ in keys)
@@ -125,10 +155,27 @@ def _page_sql(kind: str, filters: tuple[str, ...], keyset: bool) -> str:
     return f'SELECT {codec.select_list} FROM "{kind}"{clause} ORDER BY {order} LIMIT ?'
 
 
+def _clustered_page_sql(codec: RowCodec[Any], filters: tuple[str, ...], keyset: bool) -> str:
+    """(pipeline_id, seq) order through the key table's ordered index, then each pipeline's rows."""
+    cols = ", ".join(f't."{c}"' for c in codec.columns)
+    where = ['k."pipeline_id" = ?' if f == "pipeline_id" else f't."{f}" = ?' for f in filters]
+    if keyset:
+        where.append('(k."pipeline_id", t."seq") > (?, ?)')
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    return (
+        f'SELECT {cols} FROM pipeline_keys AS k JOIN "{codec.table}" AS t ON t.pk = k.pk{clause}'
+        ' ORDER BY k."pipeline_id", t."seq" LIMIT ?'
+    )
+
+
 @lru_cache(maxsize=64)
 def _lookup_sql(n: int) -> str:
     marks = ", ".join("?" for _ in range(n))
-    return f"SELECT {PIPELINES.select_list} FROM pipelines WHERE pipeline_id IN ({marks})"
+    cols = ", ".join(f'p."{c}"' for c in PIPELINES.columns)
+    return (
+        f"SELECT {cols} FROM pipeline_keys AS k JOIN pipelines AS p ON p.pk = k.pk"
+        f" WHERE k.pipeline_id IN ({marks})"
+    )
 
 
 def synchronous_mode(query: dict[str, str]) -> str:
@@ -229,10 +276,14 @@ class SqliteStore:
                 event.event_id = i
             try:
                 conn.execute("BEGIN IMMEDIATE")
+                keys = {r.pipeline_id for attr in _KEYED for r in getattr(batch, attr)}
+                if keys:
+                    conn.executemany(_REGISTER_KEY, [(k,) for k in keys])
                 for attr, sql, codec in _WRITES:
                     rows = getattr(batch, attr)
                     if rows:
-                        conn.executemany(sql, map(codec.encode, rows))
+                        encode = _with_pk(codec) if attr in _KEYED else codec.encode
+                        conn.executemany(sql, map(encode, rows))
                     if attr == "pipelines" and batch.progress:
                         conn.executemany(
                             _PROGRESS, [(p.cursor, p.attempts_total, p.pipeline_id) for p in batch.progress]
@@ -306,7 +357,7 @@ class SqliteStore:
 
     def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
         rows = self._query(
-            f"SELECT {ARTIFACTS.select_list} FROM artifacts WHERE pipeline_id = ? AND seq = ?",
+            f"SELECT {ARTIFACTS.select_list} FROM artifacts WHERE pk = {_PK} AND seq = ?",
             (pipeline_id, seq),
         )
         return ARTIFACTS.decode(rows[0]) if rows else None
