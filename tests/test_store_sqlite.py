@@ -51,7 +51,7 @@ def test_new_file_has_marker_version_and_tables(tmp_path: Path) -> None:
         assert {"metric_points", "resources", "store_meta"} <= tables
         indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
         assert {"pipelines_by_run_state", "pipelines_by_created"} <= indexes
-        assert {"attempts_by_run", "events_by_pipeline"} <= indexes
+        assert {"attempts_by_run", "attempts_by_pipeline", "events_by_run", "events_by_pipeline"} <= indexes
         # tasks and artifacts are clustered by (pipeline_id, seq): no extra index to maintain
         ddl = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type='table'").fetchall())
         assert "WITHOUT ROWID" in ddl["tasks"] and "WITHOUT ROWID" in ddl["artifacts"]

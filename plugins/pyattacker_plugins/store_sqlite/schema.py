@@ -59,6 +59,8 @@ def _table(
     defs = [f'"{rowid_key}" INTEGER PRIMARY KEY'] if rowid_key else []
     if clustered or table == "pipelines":
         defs.append('"pk" INTEGER NOT NULL')
+    elif table in ("attempts", "events"):
+        defs.append('"pk" INTEGER')  # the pipeline's key (NULL for run/resource events)
     defs += [f'"{c}" {_column_type(c)}' for c in columns if c != rowid_key]
     suffix = " WITHOUT ROWID" if clustered else ""
     return f'CREATE TABLE "{table}" ({", ".join(defs)}, {constraint}){suffix}'
@@ -82,9 +84,9 @@ _V1 = (
     "CREATE INDEX pipelines_by_run_state ON pipelines (run_id, state)",
     "CREATE INDEX pipelines_by_created ON pipelines (created_at, pipeline_id)",
     "CREATE INDEX attempts_by_run ON attempts (run_id)",
-    "CREATE INDEX attempts_by_pipeline ON attempts (pipeline_id)",
+    "CREATE INDEX attempts_by_pipeline ON attempts (pk)",
     "CREATE INDEX events_by_run ON events (run_id)",
-    "CREATE INDEX events_by_pipeline ON events (pipeline_id)",
+    "CREATE INDEX events_by_pipeline ON events (pk)",
     "CREATE INDEX metric_points_by_series ON metric_points (run_id, pipeline_id, step)",
 )
 

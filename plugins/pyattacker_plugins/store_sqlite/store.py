@@ -102,8 +102,17 @@ _UPSERT_TASK = _clustered_upsert_sql(TASKS, ("pk", "seq"), keep=("pipeline_id", 
 _UPSERT_ARTIFACT = _clustered_upsert_sql(ARTIFACTS, ("pk", "seq"), keep=("pipeline_id", "seq"))
 _UPSERT_METRIC = _upsert_sql(METRICS, ("run_id", "pipeline_id", "name"))
 _UPSERT_RESOURCE = _upsert_sql(RESOURCES, ("run_id", "pool", "resource_id"))
-_INSERT_ATTEMPT = _insert_sql(ATTEMPTS)
-_INSERT_EVENT = _insert_sql(EVENTS)
+
+
+def _clustered_insert_sql(codec: RowCodec[Any]) -> str:
+    """Append whose first parameter is the pipeline id: the per-pipeline index is on ``pk``."""
+    cols = ", ".join(f'"{c}"' for c in codec.columns)
+    marks = ", ".join("?" for _ in codec.columns)
+    return f'INSERT INTO "{codec.table}" (pk, {cols}) VALUES ({_PK}, {marks})'
+
+
+_INSERT_ATTEMPT = _clustered_insert_sql(ATTEMPTS)
+_INSERT_EVENT = _clustered_insert_sql(EVENTS)
 _INSERT_POINT = _insert_sql(METRIC_POINTS, " ON CONFLICT (op_id) DO NOTHING")
 
 #: (table attribute of Batch, SQL, codec) in the order rows are applied
@@ -120,7 +129,8 @@ _WRITES: tuple[tuple[str, str, RowCodec[Any]], ...] = (
     ("metric_points", _INSERT_POINT, METRIC_POINTS),
     ("resources", _UPSERT_RESOURCE, RESOURCES),
 )
-_KEYED = ("pipelines", "tasks", "artifacts")
+#: batch attributes whose rows carry the pipeline's clustering key
+_KEYED = ("pipelines", "tasks", "artifacts", "attempts", "events")
 
 _PAGE_CODECS: dict[str, RowCodec[Any]] = {
     "pipelines": PIPELINES,
@@ -145,7 +155,7 @@ def _page_sql(kind: str, filters: tuple[str, ...], keyset: bool) -> str:
     keys = PAGE_KINDS[kind]
     if kind in ("tasks", "artifacts"):
         return _clustered_page_sql(codec, filters, keyset)
-    where = [f'"pk" = {_PK}' if f == "pipeline_id" and kind == "pipelines" else f'"{f}" = ?' for f in filters]
+    where = [f'"pk" = {_PK}' if f == "pipeline_id" else f'"{f}" = ?' for f in filters]
     if keyset:
         cols = ", ".join(f'"{k}"' for k in keys)
         marks = ", ".join("?" for _ in keys)
@@ -276,7 +286,7 @@ class SqliteStore:
                 event.event_id = i
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                keys = {r.pipeline_id for attr in _KEYED for r in getattr(batch, attr)}
+                keys = {r.pipeline_id for attr in _KEYED for r in getattr(batch, attr) if r.pipeline_id}
                 if keys:
                     conn.executemany(_REGISTER_KEY, [(k,) for k in keys])
                 for attr, sql, codec in _WRITES:
