@@ -370,3 +370,25 @@ def test_limit_and_total(tmp_path: Path) -> None:
     built = build(load_config(path), limit=7)
     assert built.total == 7 and len(list(built.specs())) == 7
     assert build(load_config(path)).total == 30
+
+
+def test_event_sinks_and_events_in_the_run_block(tmp_path: Path) -> None:
+    from pyattacker.config import build, check_config, load_config
+    from pyattacker.errors import ConfigError
+
+    good = tmp_path / "good.toml"
+    good.write_text(
+        'pipeline = {tasks = [{use = "echo"}]}\nsource = {kind = "range", n = 2}\n'
+        '[run]\nevents = "all"\nevent_sinks = ["console", {name = "jsonl", path = "ev.jsonl"}]\n'
+    )
+    built = build(check_config(load_config(good)))
+    assert built.config.events == "all" and built.config.event_sinks[0] == "console"
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'pipeline = {tasks = [{use = "echo"}]}\nsource = {kind = "range", n = 2}\n'
+        '[run]\nevents = "some"\nevent_sinks = ["consol"]\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        check_config(load_config(bad))
+    text = str(info.value)
+    assert "run.events" in text and "run.event_sinks[0]" in text and "console" in text

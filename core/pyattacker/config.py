@@ -162,7 +162,23 @@ def _check_run(data: Any, base: Path, errors: list[str]) -> dict[str, Any]:
         errors.extend(problems)
         if not problems:
             values["artifact_backend"] = _resolve_backend_paths(values["artifact_backend"], base)
+    errors.extend(_check_sinks(values.get("event_sinks") or []))
     return values
+
+
+def _check_sinks(items: list[Any]) -> list[str]:
+    """Every sink names a registered event-sink plugin (checked without building it)."""
+    import difflib
+
+    known = _plugins().event_sinks.names()
+    problems = []
+    for i, item in enumerate(items):
+        name = item if isinstance(item, str) else item.get("name")
+        if not isinstance(name, str) or name not in known:
+            hint = difflib.get_close_matches(str(name), known, n=1)
+            extra = f" (did you mean {hint[0]!r}?)" if hint else f" (known: {', '.join(known) or 'none'})"
+            problems.append(f"run.event_sinks[{i}]: unknown event sink {name!r}{extra}")
+    return problems
 
 
 def _check_pools(data: Any, errors: list[str]) -> dict[str, PoolDef]:

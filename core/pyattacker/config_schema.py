@@ -59,6 +59,9 @@ class RunSection(msgspec.Struct, kw_only=True):
     write_batch: PositiveInt = 512
     flush_interval: NonNegativeFloat = 1.0
     artifact_backend: Any = None
+    events: Literal["standard", "all"] = "standard"
+    event_sinks: list[str | dict[str, Any]] = []
+    strict_metrics: bool = False
     meta: dict[str, Any] = {}
 
 
