@@ -121,7 +121,7 @@ def _summary_table(report: RunReport, health: _HealthLog, pools: list[Any]) -> A
     c = report.counters
     table = Table(title=f"run {report.run_id}", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")  # paths are copied from here: never cut them
     status = report.status + (f" ({report.stop_reason})" if report.stop_reason else "")
     table.add_row("status", status)
     table.add_row(
