@@ -58,13 +58,14 @@ class PipelineSpec:
         key: str,
         repeat: int,
         seed_key: str | None,
+        seed_digest: str | None = None,
     ) -> None:
         self.template = template
         self.seed = seed
         self.seed_codec = seed_codec
         self.seed_type = seed_type
         self.seed_bytes = seed_bytes
-        self.seed_digest = digest_bytes(seed_bytes)
+        self.seed_digest = seed_digest or digest_bytes(seed_bytes)
         self.key = key
         self.repeat = repeat
         self.seed_key = seed_key
@@ -110,11 +111,12 @@ class PipelineTemplate:
         self, seed: Any, key: str | None = None, repeat: int = 0, seed_key: str | None = None
     ) -> PipelineSpec:
         codec, type_name, data = self.codecs.encode(seed)
+        seed_digest = digest_bytes(data)
         if key is None:
-            key = digest_bytes(f"{self.spec_digest}|{digest_bytes(data)}|{repeat}".encode())
+            key = digest_bytes(f"{self.spec_digest}|{seed_digest}|{repeat}".encode())
         elif not isinstance(key, str) or not key:
             raise ConfigError(f"pipeline key must be a non-empty string, got {key!r}")
-        return PipelineSpec(self, seed, codec, type_name, data, key, repeat, seed_key)
+        return PipelineSpec(self, seed, codec, type_name, data, key, repeat, seed_key, seed_digest)
 
     def map(
         self,
