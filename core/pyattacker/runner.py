@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from . import __version__
 from .clock import Clock, RealClock
 from .codecs import CodecRegistry
@@ -100,10 +102,6 @@ class _Pipeline:
         self.write_seed = False
         #: this run already wrote the full pipeline row (later checkpoints only advance the cursor)
         self.row_written = False
-
-
-class _Stop(Exception):
-    """Internal: the pipeline must stop here (it is already recorded)."""
 
 
 def _process_start_time() -> float | None:
@@ -659,7 +657,7 @@ class Runner:
             producer.cancel()
         if not self._hard:
             for _ in workers:
-                await self._put(queue, None)
+                await queue.put(None)
             _, pending = await asyncio.wait(workers, timeout=self.config.grace_s if self._stopping else None)
         else:
             pending = {w for w in workers if not w.done()}
@@ -822,9 +820,6 @@ class Runner:
             log.warning("pyattacker: event sink %s failed (the run goes on): %s", type(sink).__name__, exc)
 
     # -- admission ------------------------------------------------------------------------------
-    async def _put(self, queue: asyncio.Queue[_Pipeline | None], item: _Pipeline | None) -> None:
-        await queue.put(item)
-
     async def _produce(self, specs: Iterable[PipelineSpec], queue: asyncio.Queue[_Pipeline | None]) -> None:
         assert self._capacity is not None
         limit = self.config.admitted_limit
@@ -1518,8 +1513,7 @@ class Runner:
 
 
 def msgspec_copy(record: PipelineRecord) -> PipelineRecord:
-    import msgspec
-
+    """A snapshot of the row for the batch: the live record keeps changing after this commit."""
     return msgspec.structs.replace(record)
 
 
@@ -1531,8 +1525,6 @@ def _pool_stats(pool: Any) -> dict[str, Any]:
     if isinstance(stats, Mapping):
         return dict(stats)
     try:
-        import msgspec
-
         return msgspec.structs.asdict(stats)
     except TypeError:
         return dict(vars(stats))
