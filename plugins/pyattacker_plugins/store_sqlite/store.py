@@ -72,6 +72,7 @@ def _insert_sql(codec: RowCodec[Any], suffix: str = "") -> str:
 #: the sequential number of a pipeline id (see the schema: per-pipeline tables cluster by it)
 _PK = "(SELECT pk FROM pipeline_keys WHERE pipeline_id = ?)"
 _REGISTER_KEY = "INSERT OR IGNORE INTO pipeline_keys (pipeline_id) VALUES (?)"
+_REGISTERED_MAX = 4096
 
 
 def _clustered_upsert_sql(codec: RowCodec[Any], key: tuple[str, ...], keep: tuple[str, ...] = ()) -> str:
@@ -218,6 +219,9 @@ class SqliteStore:
         self._mutex = threading.RLock()
         self._next_attempt_id = self._next_id("attempts", "attempt_id")
         self._next_event_id = self._next_id("events", "event_id")
+        #: ids whose key row is committed: pipelines in flight checkpoint many times, and each
+        #: registration would be a statement (bounded: only in-flight pipelines need to be here)
+        self._registered: set[str] = set()
 
     # -- opening ----------------------------------------------------------------------------
     @classmethod
@@ -287,6 +291,7 @@ class SqliteStore:
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 keys = {r.pipeline_id for attr in _KEYED for r in getattr(batch, attr) if r.pipeline_id}
+                keys -= self._registered
                 if keys:
                     conn.executemany(_REGISTER_KEY, [(k,) for k in keys])
                 for attr, sql, codec in _WRITES:
@@ -312,6 +317,9 @@ class SqliteStore:
                 raise
             self._next_attempt_id += len(batch.attempts)
             self._next_event_id += len(batch.events)
+            if len(self._registered) > _REGISTERED_MAX:
+                self._registered.clear()
+            self._registered |= keys  # only now: a rolled-back batch registered nothing
 
     @staticmethod
     def _rollback(conn: sqlite3.Connection) -> None:
