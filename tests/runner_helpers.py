@@ -32,3 +32,21 @@ def states(store: Any) -> dict[str, str]:
 
 def seeds(n: int) -> Iterable[dict[str, int]]:
     return ({"i": i} for i in range(n))
+
+
+def count_succeeded(store: Any) -> int:
+    """Succeeded pipelines in a SQLite store file, read-only (0 while it does not exist yet)."""
+    import sqlite3
+    from pathlib import Path
+
+    path = Path(store)
+    if not path.exists():
+        return 0
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
+        try:
+            return int(con.execute("select count(*) from pipelines where state='succeeded'").fetchone()[0])
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.runner_helpers import count_succeeded
 
 AUDIT = """
 import asyncio, os
@@ -194,9 +195,9 @@ def test_sigint_then_resume_never_reruns_finished_tasks(env: dict[str, str], tmp
     )
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and _succeeded(store) < 3:
+        while time.monotonic() < deadline and count_succeeded(store) < 3:
             time.sleep(0.05)
-        assert _succeeded(store) >= 3, "the run made no progress"
+        assert count_succeeded(store) >= 3, "the run made no progress"
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=60)
     finally:
@@ -211,21 +212,6 @@ def test_sigint_then_resume_never_reruns_finished_tasks(env: dict[str, str], tmp
     assert resumed.returncode == 0, resumed.stderr
     lines = (tmp_path / "audit.log").read_text().splitlines()
     assert sorted(lines) == sorted(f"{i} {t}" for i in range(n) for t in ("first", "second"))  # once each
-
-
-def _succeeded(store: Path) -> int:
-    if not store.exists():
-        return 0
-    import sqlite3
-
-    try:
-        con = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=1)
-        try:
-            return int(con.execute("select count(*) from pipelines where state='succeeded'").fetchone()[0])
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return 0
 
 
 def test_a_looping_task_is_stoppable(env: dict[str, str], tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.runner_helpers import count_succeeded
 
 from pyattacker.config import build, load_config
 from pyattacker.errors import ConfigError
@@ -471,7 +472,7 @@ def test_local_executor_runs_a_job_and_cancels_by_pid(tmp_path: Path, env: dict[
     assert isinstance(handle, LocalHandle)
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and _succeeded(tmp_path / "spin.db") < 2:
+        while time.monotonic() < deadline and count_succeeded(tmp_path / "spin.db") < 2:
             time.sleep(0.05)
         assert handle.poll() is None, "the job ended on its own"
         ended = handle.cancel()  # SIGINT by pid: the run stops gracefully, resumable
@@ -655,19 +656,6 @@ def test_a_failing_shard_decides_the_exit_code(env: dict[str, str], tmp_path: Pa
     assert "shard 1/2 failed: killed by SIGKILL" in crashed.stderr
 
 
-def _succeeded(store: Path) -> int:
-    if not store.exists():
-        return 0
-    try:
-        con = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=1)
-        try:
-            return int(con.execute("select count(*) from pipelines where state='succeeded'").fetchone()[0])
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return 0
-
-
 def test_sigint_to_the_parent_then_resume_finishes_every_shard(env: dict[str, str], tmp_path: Path) -> None:
     n = 300
     cfg = _config(tmp_path, n)
@@ -682,9 +670,9 @@ def test_sigint_to_the_parent_then_resume_finishes_every_shard(env: dict[str, st
     )
     try:
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not all(_succeeded(s) >= 3 for s in stores):
+        while time.monotonic() < deadline and not all(count_succeeded(s) >= 3 for s in stores):
             time.sleep(0.05)
-        assert all(_succeeded(s) >= 3 for s in stores), "the shards made no progress"
+        assert all(count_succeeded(s) >= 3 for s in stores), "the shards made no progress"
         proc.send_signal(signal.SIGINT)  # by pid, to the parent only
         out, err = proc.communicate(timeout=90)
     finally:
@@ -755,9 +743,9 @@ def test_no_shard_outlives_a_killed_parent(env: dict[str, str], tmp_path: Path) 
     pids: list[int] = []
     try:
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not all(_succeeded(s) >= 1 for s in stores):
+        while time.monotonic() < deadline and not all(count_succeeded(s) >= 1 for s in stores):
             time.sleep(0.05)
-        assert all(_succeeded(s) >= 1 for s in stores), "the shards made no progress"
+        assert all(count_succeeded(s) >= 1 for s in stores), "the shards made no progress"
         pids = [pid for s in stores for _status, pid in _runs(s)]
         assert len(pids) == 2 and all(_alive(p) for p in pids)
         proc.kill()
