@@ -71,7 +71,9 @@ class Recorder:
 
     def _maybe_flush(self) -> None:
         if not self.write_behind:
-            self._schedule()
+            # --no-write-behind: every attempt and event is committed before the call returns
+            # (rows are always appended complete, so this never splits a checkpoint)
+            self.flush()
             return
         n = len(self._pending.attempts) + len(self._pending.events)
         if n >= self.batch_size or self._now() - self._last_flush >= self.flush_interval:
