@@ -193,3 +193,22 @@ def test_help_imports_no_optional_dependency() -> None:
         env={**os.environ, "COLUMNS": "80"},
     )
     assert out.stdout.splitlines()[-1] == "", out.stdout
+
+
+def test_narrow_lookup_still_refuses_a_changed_chain(tmp_path: Path) -> None:
+    """SQLite answers the skip decision from four columns; identity is still checked there."""
+    from pyattacker.errors import PipelineIdentityConflict
+
+    path = str(tmp_path / "s.db")
+    keyed = {"key_of": lambda s: f"k{s['i']}"}
+    with vrunner(store=path) as r:
+        assert hasattr(r.store, "lookup_states")
+        r.run(TEMPLATE.map(seeds(3), **keyed))
+        assert r.store.lookup_states(["k0", "nope"]) == {
+            "k0": ("succeeded", TEMPLATE.spec_digest, TEMPLATE.bind({"i": 0}).seed_digest, r.run_id)
+        }
+    with vrunner(store=path) as r, pytest.raises(PipelineIdentityConflict):
+        r.run(pipeline("p", second, first).map(seeds(3), **keyed))
+    with vrunner(store=path) as r:
+        rep = r.run(TEMPLATE.map(seeds(3), **keyed))
+    assert rep.skipped == 3 and rep.exit_code == 0

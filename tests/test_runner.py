@@ -237,7 +237,7 @@ def test_admission_budget_bounds_what_is_pulled_from_the_source() -> None:
             await asyncio.sleep(0)
         # every admitted pipeline is parked; the producer waits for budget
         assert r.stats()["admitted_pipelines"] <= 8
-        assert pulled["n"] <= 8 + 256  # at most one lookup chunk ahead
+        assert pulled["n"] <= 8 + 512  # at most one lookup chunk ahead
         r.stop("user")
         await task_
 

@@ -110,13 +110,23 @@ class PipelineTemplate:
     def bind(
         self, seed: Any, key: str | None = None, repeat: int = 0, seed_key: str | None = None
     ) -> PipelineSpec:
-        codec, type_name, data = self.codecs.encode(seed)
-        seed_digest = digest_bytes(data)
-        if key is None:
-            key = digest_bytes(f"{self.spec_digest}|{seed_digest}|{repeat}".encode())
-        elif not isinstance(key, str) or not key:
-            raise ConfigError(f"pipeline key must be a non-empty string, got {key!r}")
-        return PipelineSpec(self, seed, codec, type_name, data, key, repeat, seed_key, seed_digest)
+        return self._binder()(seed, key, repeat, seed_key)
+
+    def _binder(self) -> Callable[[Any, str | None, int, str | None], PipelineSpec]:
+        """``bind`` with everything per-template looked up once (``map`` binds millions of seeds)."""
+        encode = self.codecs.encode
+        prefix = f"{self.spec_digest}|"
+
+        def bind(seed: Any, key: str | None, repeat: int, seed_key: str | None) -> PipelineSpec:
+            codec, type_name, data = encode(seed)
+            seed_digest = digest_bytes(data)
+            if key is None:
+                key = digest_bytes(f"{prefix}{seed_digest}|{repeat}".encode())
+            elif not isinstance(key, str) or not key:
+                raise ConfigError(f"pipeline key must be a non-empty string, got {key!r}")
+            return PipelineSpec(self, seed, codec, type_name, data, key, repeat, seed_key, seed_digest)
+
+        return bind
 
     def map(
         self,
@@ -127,11 +137,12 @@ class PipelineTemplate:
         """Bind every seed lazily (the iterable is consumed once, never materialised)."""
         if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
             raise ConfigError(f"repeats must be an integer >= 1, got {repeats!r}")
+        bind = self._binder()
         for seed in seeds:
             base = None if key_of is None else str(key_of(seed))
             for r in range(repeats):
                 key = base if base is None or repeats == 1 else f"{base}#{r}"
-                yield self.bind(seed, key=key, repeat=r, seed_key=base)
+                yield bind(seed, key, r, base)
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -129,25 +129,33 @@ def _split_env(name: str) -> set[str]:
 
 def installed_entry_points(group: str) -> list[EntryPointInfo]:
     """Entry points of ``group`` in the installed metadata, sorted and de-duplicated."""
+    return _scan((group,))[group]
+
+
+def _scan(groups: tuple[str, ...]) -> dict[str, list[EntryPointInfo]]:
+    """Every wanted group from ONE pass over the installed distributions (each pass reads the
+    metadata of every installed package, so one pass per group would multiply start-up time)."""
     from importlib_metadata import entry_points
 
-    seen: set[tuple[str, str]] = set()
-    found: list[EntryPointInfo] = []
-    for ep in entry_points(group=group):
+    found: dict[str, list[EntryPointInfo]] = {g: [] for g in groups}
+    seen: set[tuple[str, str, str]] = set()
+    for ep in entry_points():
+        if ep.group not in found or (ep.group, ep.name, ep.value) in seen:
+            continue  # another group, or the same distribution twice on sys.path (editable + site)
+        seen.add((ep.group, ep.name, ep.value))
         dist = getattr(ep, "dist", None)
-        info = EntryPointInfo(
-            name=ep.name,
-            value=ep.value,
-            group=group,
-            dist=getattr(dist, "name", None),
-            version=getattr(dist, "version", None),
+        found[ep.group].append(
+            EntryPointInfo(
+                name=ep.name,
+                value=ep.value,
+                group=ep.group,
+                dist=getattr(dist, "name", None),
+                version=getattr(dist, "version", None),
+            )
         )
-        if (info.name, info.value) in seen:
-            continue  # the same distribution seen twice on sys.path (editable + site)
-        seen.add((info.name, info.value))
-        found.append(info)
-    # built-ins first so that a third party can never shadow one; then by name
-    found.sort(key=lambda e: (not e.builtin, e.name, e.value))
+    for infos in found.values():
+        # built-ins first so that a third party can never shadow one; then by name
+        infos.sort(key=lambda e: (not e.builtin, e.name, e.value))
     return found
 
 
@@ -427,10 +435,9 @@ def discover(
 ) -> Plugins:
     """Build a fresh ``Plugins`` from the installed entry points (or the ones given)."""
     plugins = Plugins()
-    eps = list(entry_points) if entry_points is not None else installed_entry_points(GROUP)
-    plugins.typed_entry_points = (
-        typed if typed is not None else {g: installed_entry_points(g) for g in TYPED_GROUPS}
-    )
+    scanned = _scan((GROUP, *TYPED_GROUPS)) if entry_points is None or typed is None else {}
+    eps = list(entry_points) if entry_points is not None else scanned[GROUP]
+    plugins.typed_entry_points = typed if typed is not None else {g: scanned[g] for g in TYPED_GROUPS}
     plugins.load_entry_points(
         eps,
         block=_split_env("PYATTACKER_BLOCK_PLUGINS") if block is None else block,

@@ -62,7 +62,7 @@ from .store import Store, open_store
 __all__ = ["RunConfig", "RunReport", "Runner"]
 
 log = logging.getLogger("pyattacker")
-_LOOKUP_CHUNK = 256
+_LOOKUP_CHUNK = 512
 #: the decision recorded with every successful attempt (shared: never mutated)
 _OK_DECISION: dict[str, Any] = {"retry": False, "reason": "ok", "delay_s": 0.0}
 #: per-lease events, stored as events only with ``events="all"`` (attempt rows always carry them)
@@ -834,7 +834,7 @@ class Runner:
                         raise ConfigError(
                             f"run() takes PipelineSpecs (template.map(...)), got {type(spec).__name__}"
                         )
-                rows = self.store.lookup_pipelines([s.key for s in chunk])
+                rows = self._lookup([s.key for s in chunk])
                 seen: set[str] = set()
                 for spec in chunk:
                     if self._stopping:
@@ -864,6 +864,23 @@ class Runner:
             self._producer_done = True
             self._check_complete()
 
+    def _lookup(self, keys: list[str]) -> dict[str, PipelineRecord]:
+        """Stored rows for ``keys``. A store offering ``lookup_states`` answers the common case
+        (already succeeded: skip) from four narrow columns; only other rows are read in full."""
+        narrow = getattr(self.store, "lookup_states", None)
+        if narrow is None or self.config.retry_succeeded or self.config.fresh_restart:
+            return self.store.lookup_pipelines(keys)
+        states = narrow(keys)
+        rest = [k for k, st in states.items() if st[0] != "succeeded"]
+        rows = self.store.lookup_pipelines(rest) if rest else {}
+        for key, (state, spec_digest, seed_digest, run_id) in states.items():
+            if state == "succeeded":  # only read to be skipped (never written back)
+                rows[key] = PipelineRecord(
+                    pipeline_id=key, run_id=run_id, name="", key=key, state=state,
+                    spec_digest=spec_digest, seed_digest=seed_digest,
+                )  # fmt: skip
+        return rows
+
     def _skip(self, spec: PipelineSpec, reason: str) -> None:
         """Count a skipped pipeline. Its stored row is unchanged; with ``events="all"`` each skip is
         also an event, otherwise one ``run.skipped`` event per reason closes the run (a resume of
@@ -878,8 +895,6 @@ class Runner:
         """Decide what to do with one admitted spec: skip, repair, resume or start."""
         cfg = self.config
         template = spec.template
-        n = len(template.tasks)
-        now = self.clock.wall()
         if row is not None and (
             row.spec_digest != template.spec_digest or row.seed_digest != spec.seed_digest
         ):
@@ -896,6 +911,8 @@ class Runner:
             if row.run_id != self.run_id:
                 self._skip(spec, "succeeded")
             return None
+        n = len(template.tasks)
+        now = self.clock.wall()
         record = (
             row
             if row is not None

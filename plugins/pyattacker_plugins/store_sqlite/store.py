@@ -47,7 +47,7 @@ from .rows import (
 __all__ = ["LOOKUP_CHUNK", "SqliteStore"]
 
 #: ids per ``IN (...)`` query in ``lookup_pipelines`` (well under SQLite's variable limit)
-LOOKUP_CHUNK = 500
+LOOKUP_CHUNK = 512
 BUSY_TIMEOUT_MS = 10_000
 SYNCHRONOUS_MODES = ("normal", "full")
 
@@ -176,6 +176,15 @@ def _clustered_page_sql(codec: RowCodec[Any], filters: tuple[str, ...], keyset: 
     return (
         f'SELECT {cols} FROM pipeline_keys AS k JOIN "{codec.table}" AS t ON t.pk = k.pk{clause}'
         ' ORDER BY k."pipeline_id", t."seq" LIMIT ?'
+    )
+
+
+@lru_cache(maxsize=64)
+def _states_sql(n: int) -> str:
+    marks = ", ".join("?" for _ in range(n))
+    return (
+        "SELECT k.pipeline_id, p.state, p.spec_digest, p.seed_digest, p.run_id"
+        f" FROM pipeline_keys AS k JOIN pipelines AS p ON p.pk = k.pk WHERE k.pipeline_id IN ({marks})"
     )
 
 
@@ -371,6 +380,17 @@ class SqliteStore:
             chunk = unique[start : start + LOOKUP_CHUNK]
             for row in self._query(_lookup_sql(len(chunk)), chunk):
                 found[row[0]] = decode(row)
+        return found
+
+    def lookup_states(self, ids: Sequence[str]) -> dict[str, tuple[str, str, str, str]]:
+        """``(state, spec_digest, seed_digest, run_id)`` per stored id: what a resume needs to
+        skip a finished pipeline, without reading and decoding its whole row (optional method)."""
+        unique = list(dict.fromkeys(ids))
+        found: dict[str, tuple[str, str, str, str]] = {}
+        for start in range(0, len(unique), LOOKUP_CHUNK):
+            chunk = unique[start : start + LOOKUP_CHUNK]
+            for pid, *rest in self._query(_states_sql(len(chunk)), chunk):
+                found[pid] = tuple(rest)
         return found
 
     def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
