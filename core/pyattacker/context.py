@@ -68,6 +68,7 @@ class TaskContext:
         "metric_failures",
         "seq",
         "task",
+        "task_run_id",
     )
 
     def __init__(self, runner: Runner, state: _Pipeline, seq: int, attempt: int) -> None:
@@ -76,6 +77,8 @@ class TaskContext:
         self.seq = seq
         self.attempt = attempt
         self.task = state.tasks[seq]
+        #: ``pipeline_id:seq``, the id of this task slot in the store (read several times per attempt)
+        self.task_run_id = f"{state.spec.key}:{seq}"
         self.meta: dict[str, Any] = {}
         self.held_leases: list[Lease] = []
         self.lease_records: list[dict[str, Any]] = []
@@ -103,10 +106,6 @@ class TaskContext:
     @property
     def task_name(self) -> str:
         return self.task.name
-
-    @property
-    def task_run_id(self) -> str:
-        return f"{self._state.spec.key}:{self.seq}"
 
     @property
     def clock(self) -> Any:
