@@ -135,6 +135,9 @@ APP_JS = r"""
     });
     node.appendChild(s);
   }
+  function compact(n) {  // bucket labels that fit under narrow bars: 1k, 30k, 300k
+    return n >= 1000 ? String(n / 1000) + "k" : String(n);
+  }
   function barChart(node, bars, w, h) {
     clear(node);
     const s = frame(w, h);
@@ -213,7 +216,7 @@ APP_JS = r"""
         [{ name: "attempts/s",
            points: st.throughput_series.map(function (p) { return [p.t, p.per_s]; }) }], 420, 160);
       barChart(document.getElementById("latency"), st.latency_histogram.map(function (b) {
-        return [b.le_ms === null ? "inf" : String(b.le_ms), b.count]; }), 420, 160);
+        return [b.le_ms === null ? "\u221e" : compact(b.le_ms), b.count]; }), 420, 160);
       table(document.getElementById("events"), [["id", function (e) { return e.event_id; }],
         ["kind", function (e) { return e.kind; }], ["pipeline", function (e) { return e.pipeline_id; }],
         ["pool", function (e) { return e.pool; }], ["data", function (e) { return short(e.data, 160); }]],
