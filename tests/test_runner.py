@@ -429,3 +429,21 @@ def test_sync_run_inside_a_running_loop_uses_a_thread() -> None:
         return r.run(pipeline("p", ok).map(seeds(3))).succeeded
 
     assert asyncio.run(main()) == 3
+
+
+def test_concurrency_bounds_attempts_in_flight_not_workers() -> None:
+    """Workers waiting for their checkpoint's commit hold no attempt slot, and at most
+    `concurrency` task bodies ever run at once."""
+    running = {"now": 0, "max": 0}
+
+    @task
+    async def body(x: Any) -> Any:
+        running["now"] += 1
+        running["max"] = max(running["max"], running["now"])
+        await asyncio.sleep(1)
+        running["now"] -= 1
+        return x
+
+    with vrunner(concurrency=3) as r:
+        rep = r.run(pipeline("p", body, body.with_overrides(name="again")).map(seeds(20)))
+    assert rep.succeeded == 20 and running["max"] == 3
