@@ -148,3 +148,24 @@ def test_no_lease_outlives_its_task_and_every_pipeline_terminates(
     assert rep.counters["pipelines_done"] == rep.counters["pipelines_admitted"]
     if stop_at is None:
         assert set(st_.values()) <= {"succeeded", "failed"} and len(st_) == len(plan)
+
+
+def test_events_setting_decides_per_lease_and_per_success_events() -> None:
+    """standard: each lease and success is a fact on its attempt row only; all: also events."""
+
+    @task(resource="apis")
+    async def call(x: Any, ctx: Any) -> Any:
+        async with ctx.acquire():
+            return x
+
+    kinds: dict[str, set[str]] = {}
+    for mode in ("standard", "all"):
+        clock = VirtualClock()
+        with vrunner(pools=[_pool(clock)], clock=clock, events=mode) as r:
+            r.run(pipeline("p", call).map(seeds(2)))
+            r.run(pipeline("p", call).map(seeds(2)))  # everything skipped
+            kinds[mode] = {e.kind for e in events(r.store)}
+            assert all(a.leases for a in rows(r.store, "attempts"))
+    lease_and_success = {"resource.leased", "resource.released", "task.succeeded", "pipeline.skipped"}
+    assert not lease_and_success & kinds["standard"] and "run.skipped" in kinds["standard"]
+    assert lease_and_success <= kinds["all"] and "run.skipped" not in kinds["all"]

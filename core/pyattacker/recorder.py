@@ -51,7 +51,6 @@ class Recorder:
         self._scheduled = False
         self._last_flush = now()
         self._failed: BaseException | None = None
-        self.flushes = 0
         self.sink_errors = 0
         self.on_sink_error: Callable[[Any, BaseException], None] | None = None
 
@@ -126,7 +125,6 @@ class Recorder:
                 fut.set_exception(StoreUnavailable(f"store commit failed: {type(exc).__name__}: {exc}"))
                 fut.exception()  # mark retrieved: every waiter re-raises it anyway
             raise StoreUnavailable(f"store commit failed: {type(exc).__name__}: {exc}") from exc
-        self.flushes += 1
         self._last_flush = self._now()
         if fut is not None and not fut.done():
             fut.set_result(None)

@@ -16,15 +16,12 @@ from typing import Any, Protocol, runtime_checkable
 from .errors import ConfigError
 from .model import (
     ArtifactRecord,
-    AttemptRecord,
     Batch,
-    EventRecord,
     MetricPoint,
     MetricRecord,
     PipelineRecord,
     ResourceRecord,
     RunRecord,
-    TaskRecord,
 )
 
 __all__ = ["PAGE_KINDS", "Store", "StoreOpener", "iter_rows", "open_store", "resolve_opener"]
@@ -183,17 +180,3 @@ def default_store_path() -> Path:
 
         base = Path(platformdirs.user_data_dir("pyattacker", appauthor=False))
     return base / "runs" / "default.db"
-
-
-# Re-exported for store authors: the record types a store reads and writes.
-RECORD_TYPES = (
-    RunRecord,
-    PipelineRecord,
-    TaskRecord,
-    ArtifactRecord,
-    AttemptRecord,
-    EventRecord,
-    MetricRecord,
-    MetricPoint,
-    ResourceRecord,
-)

@@ -6,7 +6,6 @@ copies so a failing batch leaves nothing behind, exactly like a rolled-back tran
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -204,10 +203,6 @@ class MemoryStore:
 
     def close(self) -> None:
         self.closed = True
-
-    def snapshot(self) -> MemoryStore:
-        """A deep copy (tests compare history before and after)."""
-        return copy.deepcopy(self)
 
 
 class MemoryStoreOpener:
