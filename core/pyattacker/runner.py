@@ -65,8 +65,6 @@ log = logging.getLogger("pyattacker")
 _LOOKUP_CHUNK = 512
 #: the decision recorded with every successful attempt (shared: never mutated)
 _OK_DECISION: dict[str, Any] = {"retry": False, "reason": "ok", "delay_s": 0.0}
-#: per-lease events, stored as events only with ``events="all"`` (attempt rows always carry them)
-_LEASE_KINDS = frozenset({"resource.leased", "resource.released"})
 _MAX_ERROR = 2000
 
 
@@ -544,7 +542,7 @@ class Runner:
         for pool in self.pools.values():
             listener = self._pool_event
             pool.listeners.append(listener)
-            pool.trace_leases = self._trace
+            pool.trace_leases = self._trace  # per-lease events only with events="all" (attempts carry leases)
             if getattr(pool, "clock_is_default", False):
                 pool.clock = self.clock
             attached.append((pool, listener))
@@ -809,8 +807,6 @@ class Runner:
         )
 
     def _pool_event(self, ev: Any) -> None:
-        if ev.kind in _LEASE_KINDS and not self._trace:
-            return  # each lease is already a fact on its attempt row (``leases``); see RunConfig.events
         self._event(ev.kind, "resource", pool=ev.pool, resource_id=ev.resource_id, data=dict(ev.data))
 
     def _sink_failed(self, sink: Any, exc: BaseException) -> None:
