@@ -43,6 +43,7 @@ from .rows import (
     TASKS,
     RowCodec,
 )
+from .statements import Statement
 
 __all__ = ["LOOKUP_CHUNK", "SqliteStore"]
 
@@ -52,83 +53,76 @@ BUSY_TIMEOUT_MS = 10_000
 SYNCHRONOUS_MODES = ("normal", "full")
 
 
-def _upsert_sql(codec: RowCodec[Any], key: tuple[str, ...], keep: tuple[str, ...] = ()) -> str:
+def _upsert(codec: RowCodec[Any], key: tuple[str, ...], keep: tuple[str, ...] = ()) -> Statement:
     cols = ", ".join(f'"{c}"' for c in codec.columns)
-    marks = ", ".join("?" for _ in codec.columns)
     updates = ", ".join(f'"{c}" = excluded."{c}"' for c in codec.columns if c not in key and c not in keep)
     conflict = ", ".join(f'"{c}"' for c in key)
-    return (
-        f'INSERT INTO "{codec.table}" ({cols}) VALUES ({marks})'
-        f" ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
-    )
+
+    def render(marks: tuple[str, ...]) -> str:
+        return (
+            f'INSERT INTO "{codec.table}" ({cols}) VALUES ({", ".join(marks)})'
+            f" ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
+        )
+
+    return Statement(render, len(codec.columns), codec.nullable)
 
 
-def _insert_sql(codec: RowCodec[Any], suffix: str = "") -> str:
+def _insert(codec: RowCodec[Any], suffix: str = "") -> Statement:
     cols = ", ".join(f'"{c}"' for c in codec.columns)
-    marks = ", ".join("?" for _ in codec.columns)
-    return f'INSERT INTO "{codec.table}" ({cols}) VALUES ({marks}){suffix}'
+
+    def render(marks: tuple[str, ...]) -> str:
+        return f'INSERT INTO "{codec.table}" ({cols}) VALUES ({", ".join(marks)}){suffix}'
+
+    return Statement(render, len(codec.columns), codec.nullable)
 
 
 #: the sequential number of a pipeline id (see the schema: per-pipeline tables cluster by it)
 _PK = "(SELECT pk FROM pipeline_keys WHERE pipeline_id = ?)"
-_REGISTER_KEY = "INSERT OR IGNORE INTO pipeline_keys (pipeline_id) VALUES (?)"
-_REGISTERED_MAX = 4096
+_REGISTER_KEY = "INSERT INTO pipeline_keys (pk, pipeline_id) VALUES (?, ?)"
+#: pipeline id -> pk entries kept between commits (pipelines in flight checkpoint many times)
+_KNOWN_MAX = 4096
 
 
-def _clustered_upsert_sql(codec: RowCodec[Any], key: tuple[str, ...], keep: tuple[str, ...] = ()) -> str:
-    """Upsert whose first parameter is the pipeline id, turned into the clustering key ``pk``."""
+def _clustered(codec: RowCodec[Any], key: tuple[str, ...] | None, keep: tuple[str, ...] = ()) -> Statement:
+    """Insert (``key`` None) or upsert whose first parameter is the clustering key ``pk``.
+
+    ``pk`` is NULL for rows that belong to no pipeline (run and resource events).
+    """
     cols = ", ".join(f'"{c}"' for c in codec.columns)
-    marks = ", ".join("?" for _ in codec.columns)
+    conflict = "" if key is None else ", ".join(f'"{c}"' for c in key)
     updates = ", ".join(f'"{c}" = excluded."{c}"' for c in codec.columns if c not in keep)
-    conflict = ", ".join(f'"{c}"' for c in key)
-    return (
-        f'INSERT INTO "{codec.table}" (pk, {cols}) VALUES ({_PK}, {marks})'
-        f" ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
-    )
+
+    def render(marks: tuple[str, ...]) -> str:
+        sql = f'INSERT INTO "{codec.table}" (pk, {cols}) VALUES ({", ".join(marks)})'
+        return sql if key is None else f"{sql} ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
+
+    return Statement(render, 1 + len(codec.columns), (0, *(1 + i for i in codec.nullable)))
 
 
-def _with_pk(codec: RowCodec[Any]) -> Callable[[Any], tuple[Any, ...]]:
-    """Parameters of a clustered upsert: the pipeline id (for ``pk``), then the row."""
+def _with_pk(codec: RowCodec[Any], pks: dict[str, int]) -> Callable[[Any], tuple[Any, ...]]:
+    """Parameters of a clustered row: the pipeline's ``pk`` (resolved in Python), then the row."""
     encode = codec.encode
+    get = pks.get
 
     def params(rec: Any) -> tuple[Any, ...]:
-        return (rec.pipeline_id, *encode(rec))
+        return (get(rec.pipeline_id), *encode(rec))
 
     return params
 
 
-_UPSERT_RUN = _upsert_sql(RUNS, ("run_id",))
-_UPSERT_PIPELINE = _clustered_upsert_sql(PIPELINES, ("pk",), keep=("created_at", "pipeline_id"))
-_UPSERT_TASK = _clustered_upsert_sql(TASKS, ("pk", "seq"), keep=("pipeline_id", "seq"))
-_UPSERT_ARTIFACT = _clustered_upsert_sql(ARTIFACTS, ("pk", "seq"), keep=("pipeline_id", "seq"))
-_UPSERT_METRIC = _upsert_sql(METRICS, ("run_id", "pipeline_id", "name"))
-_UPSERT_RESOURCE = _upsert_sql(RESOURCES, ("run_id", "pool", "resource_id"))
-
-
-def _clustered_insert_sql(codec: RowCodec[Any]) -> str:
-    """Append whose first parameter is the pipeline id: the per-pipeline index is on ``pk``."""
-    cols = ", ".join(f'"{c}"' for c in codec.columns)
-    marks = ", ".join("?" for _ in codec.columns)
-    return f'INSERT INTO "{codec.table}" (pk, {cols}) VALUES ({_PK}, {marks})'
-
-
-_INSERT_ATTEMPT = _clustered_insert_sql(ATTEMPTS)
-_INSERT_EVENT = _clustered_insert_sql(EVENTS)
-_INSERT_POINT = _insert_sql(METRIC_POINTS, " ON CONFLICT (op_id) DO NOTHING")
-
-#: (table attribute of Batch, SQL, codec) in the order rows are applied
 #: a cursor advance: two columns of an existing row, no index touched
-_PROGRESS = f"UPDATE pipelines SET cursor = ?, attempts_total = ? WHERE pk = {_PK}"
-_WRITES: tuple[tuple[str, str, RowCodec[Any]], ...] = (
-    ("runs", _UPSERT_RUN, RUNS),
-    ("pipelines", _UPSERT_PIPELINE, PIPELINES),
-    ("tasks", _UPSERT_TASK, TASKS),
-    ("artifacts", _UPSERT_ARTIFACT, ARTIFACTS),
-    ("attempts", _INSERT_ATTEMPT, ATTEMPTS),
-    ("events", _INSERT_EVENT, EVENTS),
-    ("metrics", _UPSERT_METRIC, METRICS),
-    ("metric_points", _INSERT_POINT, METRIC_POINTS),
-    ("resources", _UPSERT_RESOURCE, RESOURCES),
+_PROGRESS = "UPDATE pipelines SET cursor = ?, attempts_total = ? WHERE pk = ?"
+#: (table attribute of Batch, statement, codec) in the order rows are applied
+_WRITES: tuple[tuple[str, Statement, RowCodec[Any]], ...] = (
+    ("runs", _upsert(RUNS, ("run_id",)), RUNS),
+    ("pipelines", _clustered(PIPELINES, ("pk",), keep=("created_at", "pipeline_id")), PIPELINES),
+    ("tasks", _clustered(TASKS, ("pk", "seq"), keep=("pipeline_id", "seq")), TASKS),
+    ("artifacts", _clustered(ARTIFACTS, ("pk", "seq"), keep=("pipeline_id", "seq")), ARTIFACTS),
+    ("attempts", _clustered(ATTEMPTS, None), ATTEMPTS),
+    ("events", _clustered(EVENTS, None), EVENTS),
+    ("metrics", _upsert(METRICS, ("run_id", "pipeline_id", "name")), METRICS),
+    ("metric_points", _insert(METRIC_POINTS, " ON CONFLICT (op_id) DO NOTHING"), METRIC_POINTS),
+    ("resources", _upsert(RESOURCES, ("run_id", "pool", "resource_id")), RESOURCES),
 )
 #: batch attributes whose rows carry the pipeline's clustering key
 _KEYED = ("pipelines", "tasks", "artifacts", "attempts", "events")
@@ -180,6 +174,12 @@ def _clustered_page_sql(codec: RowCodec[Any], filters: tuple[str, ...], keyset: 
 
 
 @lru_cache(maxsize=64)
+def _keys_sql(n: int) -> str:
+    marks = ", ".join("?" for _ in range(n))
+    return f"SELECT pipeline_id, pk FROM pipeline_keys WHERE pipeline_id IN ({marks})"
+
+
+@lru_cache(maxsize=64)
 def _states_sql(n: int) -> str:
     marks = ", ".join("?" for _ in range(n))
     return (
@@ -228,9 +228,10 @@ class SqliteStore:
         self._mutex = threading.RLock()
         self._next_attempt_id = self._next_id("attempts", "attempt_id")
         self._next_event_id = self._next_id("events", "event_id")
-        #: ids whose key row is committed: pipelines in flight checkpoint many times, and each
-        #: registration would be a statement (bounded: only in-flight pipelines need to be here)
-        self._registered: set[str] = set()
+        #: pipeline id -> pk of committed key rows. Rows carry the pk itself (resolved here, not
+        #: by a sub-select per row); bounded, since only pipelines in flight need to be here.
+        self._known: dict[str, int] = {}
+        self._next_pk = self._next_id("pipeline_keys", "pk")
 
     # -- opening ----------------------------------------------------------------------------
     @classmethod
@@ -299,18 +300,20 @@ class SqliteStore:
                 event.event_id = i
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                keys = {r.pipeline_id for attr in _KEYED for r in getattr(batch, attr) if r.pipeline_id}
-                keys -= self._registered
-                if keys:
-                    conn.executemany(_REGISTER_KEY, [(k,) for k in keys])
-                for attr, sql, codec in _WRITES:
+                pks, fresh = self._resolve_keys(conn, batch)
+                for attr, statement, codec in _WRITES:
                     rows = getattr(batch, attr)
                     if rows:
-                        encode = _with_pk(codec) if attr in _KEYED else codec.encode
-                        conn.executemany(sql, map(encode, rows))
+                        encode = _with_pk(codec, pks) if attr in _KEYED else codec.encode
+                        statement.run(conn, map(encode, rows))
                     if attr == "pipelines" and batch.progress:
                         conn.executemany(
-                            _PROGRESS, [(p.cursor, p.attempts_total, p.pipeline_id) for p in batch.progress]
+                            _PROGRESS,
+                            [
+                                (p.cursor, p.attempts_total, pks[p.pipeline_id])
+                                for p in batch.progress
+                                if p.pipeline_id in pks  # an unknown id is ignored
+                            ],
                         )
                 conn.execute("COMMIT")
             except BaseException as exc:
@@ -326,9 +329,59 @@ class SqliteStore:
                 raise
             self._next_attempt_id += len(batch.attempts)
             self._next_event_id += len(batch.events)
-            if len(self._registered) > _REGISTERED_MAX:
-                self._registered.clear()
-            self._registered |= keys  # only now: a rolled-back batch registered nothing
+            # only now: a rolled-back batch registered nothing and allocated no key
+            self._next_pk += fresh
+            if len(self._known) + len(pks) > _KNOWN_MAX:
+                self._known.clear()
+            self._known.update(pks)
+
+    def _resolve_keys(self, conn: sqlite3.Connection, batch: Batch) -> tuple[dict[str, int], int]:
+        """pk of every pipeline the batch touches; ids never seen get the next numbers.
+
+        Returns the map (known entries included) and how many keys were allocated. Progress rows
+        only look keys up: a cursor advance of an unknown pipeline is ignored, never registered.
+        """
+        known = self._known
+        pks: dict[str, int] = {}
+        missing: list[str] = []
+        for attr in _KEYED:
+            for rec in getattr(batch, attr):
+                pid = rec.pipeline_id
+                if pid and pid not in pks:
+                    pk = known.get(pid)
+                    if pk is None:
+                        missing.append(pid)
+                        pks[pid] = -1
+                    else:
+                        pks[pid] = pk
+        absent = [p.pipeline_id for p in batch.progress if p.pipeline_id not in pks]
+        if absent:
+            missing.extend(dict.fromkeys(p for p in absent if p not in known))
+            pks.update({p: known[p] for p in absent if p in known})
+        if not missing:
+            return pks, 0
+        stored = self._stored_keys(conn, missing)
+        fresh: list[tuple[int, str]] = []
+        registering = set(pks)
+        for pid in missing:
+            pk = stored.get(pid)
+            if pk is not None:
+                pks[pid] = pk
+            elif pid in registering:
+                pk = self._next_pk + len(fresh)
+                fresh.append((pk, pid))
+                pks[pid] = pk
+        if fresh:
+            conn.executemany(_REGISTER_KEY, fresh)
+        return pks, len(fresh)
+
+    @staticmethod
+    def _stored_keys(conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for start in range(0, len(ids), LOOKUP_CHUNK):
+            chunk = ids[start : start + LOOKUP_CHUNK]
+            found.update(conn.execute(_keys_sql(len(chunk)), chunk).fetchall())
+        return found
 
     @staticmethod
     def _rollback(conn: sqlite3.Connection) -> None:
