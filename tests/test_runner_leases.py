@@ -169,3 +169,45 @@ def test_events_setting_decides_per_lease_and_per_success_events() -> None:
     lease_and_success = {"resource.leased", "resource.released", "task.succeeded", "pipeline.skipped"}
     assert not lease_and_success & kinds["standard"] and "run.skipped" in kinds["standard"]
     assert lease_and_success <= kinds["all"] and "run.skipped" not in kinds["all"]
+
+
+def test_synchronous_first_try_is_used_when_it_leases_and_skipped_when_it_cannot() -> None:
+    """``try_now`` (optional on an algorithm) serves a free slot without the coroutine path;
+    None falls through to ``acquire``; an algorithm without it always goes through ``acquire``."""
+    calls: dict[str, int] = {"try_now": 0, "acquire": 0}
+
+    class Counting:
+        name = "counting"
+
+        def __init__(self, fast: bool) -> None:
+            self.fast = fast
+
+        def try_now(self, pool: Pool, *, ctx: Any, where: Any, selector: Any) -> Any:
+            calls["try_now"] += 1
+            return pool.try_acquire(ctx, where=where, **selector) if self.fast else None
+
+        async def acquire(self, pool: Pool, *, ctx: Any, where: Any, timeout: Any, selector: Any) -> Any:
+            calls["acquire"] += 1
+            return pool.try_acquire(ctx, where=where, **selector)
+
+        def fingerprint(self) -> dict[str, Any]:
+            return {"name": self.name, "fast": self.fast}
+
+    for fast, expected in ((True, {"try_now": 4, "acquire": 0}), (False, {"try_now": 4, "acquire": 4})):
+        calls.update(try_now=0, acquire=0)
+        clock = VirtualClock()
+        pool = _pool(clock)
+
+        @task(resource="apis", algorithm=Counting(fast))
+        async def call(x: Any, ctx: Any) -> Any:
+            async with ctx.acquire():
+                pass
+            lease = await ctx.acquire()  # the awaitable form takes the same path
+            lease.release_now()
+            return x
+
+        with vrunner(pools=[pool], clock=clock) as r:
+            rep = r.run(pipeline("p", call).map(seeds(2)))
+            atts = rows(r.store, "attempts")
+        assert rep.succeeded == 2 and calls == expected, (fast, calls)
+        assert all(len(a.leases) == 2 for a in atts) and pool.stats().active == 0

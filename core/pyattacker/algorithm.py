@@ -37,6 +37,7 @@ __all__ = [
     "resolve_algorithm",
     "unavailable",
     "validate_algorithm_spec",
+    "try_free_slot",
     "wait_for_lease",
 ]
 
@@ -62,7 +63,13 @@ class AcquireContext(Protocol):
 
 @runtime_checkable
 class Algorithm(Protocol):
-    """An acquisition policy. ``fingerprint()`` is strict JSON: it is part of task identity."""
+    """An acquisition policy. ``fingerprint()`` is strict JSON: it is part of task identity.
+
+    An algorithm may also define ``try_now(pool, *, ctx, where, selector) -> Lease | None``: a
+    synchronous first try with exactly the semantics of the first step of ``acquire``. When it
+    returns a lease, ``acquire`` is not called; when it returns None, ``acquire`` runs as usual.
+    It saves a chain of coroutines per lease on the common path (a free slot).
+    """
 
     name: str
 
@@ -138,6 +145,14 @@ def backoff_delay(
     if jitter == "equal":
         return raw / 2 + (raw / 2) * draw
     raise ConfigError(f"jitter must be one of {', '.join(JITTERS)}, got {jitter!r}")
+
+
+def try_free_slot(pool: Pool, *, ctx: Any, where: Any, selector: Mapping[str, Any]) -> Lease | None:
+    """Lease a free matching slot now (recorded as a zero wait), or None."""
+    lease = pool.try_acquire(ctx, where=where, **selector)
+    if lease is not None:
+        pool.note_wait(0.0, selector, lease.resource.id)
+    return lease
 
 
 async def wait_for_lease(

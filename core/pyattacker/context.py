@@ -41,11 +41,20 @@ class _Acquire:
         self._lease: Lease | None = None
 
     def __await__(self) -> Any:
-        return self._ctx._lease_from(*self._args).__await__()
+        return self._get().__await__()
+
+    async def _get(self) -> Lease:
+        ctx = self._ctx
+        lease = ctx._lease_now(*self._args)
+        return lease if lease is not None else await ctx._lease_from(*self._args)
 
     async def __aenter__(self) -> Lease:
-        self._lease = await self._ctx._lease_from(*self._args)
-        return self._lease
+        ctx = self._ctx
+        lease = ctx._lease_now(*self._args)
+        if lease is None:
+            lease = await ctx._lease_from(*self._args)
+        self._lease = lease
+        return lease
 
     async def __aexit__(self, *exc: Any) -> None:
         lease = self._lease
@@ -158,16 +167,11 @@ class TaskContext:
         **selector: Any,
     ) -> Lease:
         """Escape hatch: a lease you release yourself (reclaimed as leaked if you forget)."""
-        return await self._lease_from(pool, algorithm, timeout, where, selector)
+        lease = self._lease_now(pool, algorithm, timeout, where, selector)
+        return lease if lease is not None else await self._lease_from(pool, algorithm, timeout, where, selector)
 
-    async def _lease_from(
-        self,
-        pool_name: str | None,
-        algorithm: Any,
-        timeout: float | None,
-        where: Any,
-        selector: dict[str, Any],
-    ) -> Lease:
+    def _target(self, pool_name: str | None, algorithm: Any) -> tuple[Pool, Any]:
+        """The pool and the algorithm spec a lease request goes to (a task's own by default)."""
         name = pool_name or self.task.resource
         if name is None:
             raise PoolNotFound(
@@ -182,6 +186,32 @@ class TaskContext:
             if algorithm is not None
             else (self.task.algorithm if pool_name in (None, self.task.resource) else None)
         )
+        return pool, alg
+
+    def _lease_now(
+        self,
+        pool_name: str | None,
+        algorithm: Any,
+        timeout: float | None,
+        where: Any,
+        selector: dict[str, Any],
+    ) -> Lease | None:
+        """A free slot through the algorithm's synchronous first try, or None (then wait)."""
+        pool, alg = self._target(pool_name, algorithm)
+        lease = pool.try_now(self, algorithm=alg, where=where, selector=selector)
+        if lease is not None:
+            self.held_leases.append(lease)
+        return lease
+
+    async def _lease_from(
+        self,
+        pool_name: str | None,
+        algorithm: Any,
+        timeout: float | None,
+        where: Any,
+        selector: dict[str, Any],
+    ) -> Lease:
+        pool, alg = self._target(pool_name, algorithm)
         lease = await pool.acquire(self, algorithm=alg, timeout=timeout, where=where, **selector)
         self.held_leases.append(lease)
         return lease

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pyattacker.algorithm import optional_number_param, unavailable, wait_for_lease
+from pyattacker.algorithm import optional_number_param, try_free_slot, unavailable, wait_for_lease
 from pyattacker.hookspecs import Register, hookimpl
 from pyattacker.pool import Lease, Pool
 
@@ -28,6 +28,10 @@ class Wait:
         limit = timeout if timeout is not None else self.timeout
         return await wait_for_lease(pool, ctx=ctx, where=where, selector=selector, timeout=limit)
 
+    def try_now(self, pool: Pool, *, ctx: Any, where: Any, selector: Mapping[str, Any]) -> Lease | None:
+        """The first step of ``acquire`` (a free slot needs no coroutine)."""
+        return try_free_slot(pool, ctx=ctx, where=where, selector=selector)
+
     def fingerprint(self) -> dict[str, Any]:
         return {"name": self.name, "timeout": self.timeout}
 
@@ -43,11 +47,14 @@ class Immediate:
     async def acquire(
         self, pool: Pool, *, ctx: Any, where: Any, timeout: float | None, selector: Mapping[str, Any]
     ) -> Lease:
-        lease = pool.try_acquire(ctx, where=where, **selector)
+        lease = try_free_slot(pool, ctx=ctx, where=where, selector=selector)
         if lease is None:
             raise unavailable(pool, selector, where)
-        pool.note_wait(0.0, selector, lease.resource.id)
         return lease
+
+    def try_now(self, pool: Pool, *, ctx: Any, where: Any, selector: Mapping[str, Any]) -> Lease | None:
+        """The only step of ``acquire`` when a slot is free."""
+        return try_free_slot(pool, ctx=ctx, where=where, selector=selector)
 
     def fingerprint(self) -> dict[str, Any]:
         return {"name": self.name}
