@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from .bus import Bus, Subscription
-from .clock import Clock, RealClock
+from .clock import Clock, RealClock, round3
 from .errors import ConfigError, ResourceUnavailable
 
 __all__ = [
@@ -420,8 +420,8 @@ class Lease:
         return {
             "pool": self.pool,
             "resource_id": self.resource.id,
-            "held_ms": round(self.held_ms, 3),
-            "waited_ms": round(self.waited_ms, 3),
+            "held_ms": round3(self.held_ms),
+            "waited_ms": round3(self.waited_ms),
         }
 
     async def __aenter__(self) -> Lease:

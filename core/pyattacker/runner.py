@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from . import __version__
-from .clock import Clock, RealClock
+from .clock import Clock, RealClock, ms
 from .codecs import CodecRegistry
 from .config_model import RunConfig
 from .context import TaskContext
@@ -1287,9 +1287,10 @@ class Runner:
         outcome: str,
         error: BaseException | None,
         decision: dict[str, Any],
-    ) -> None:
+    ) -> float:
+        """Record the attempt (write-behind); returns its duration in ms."""
         assert self._recorder is not None
-        duration = round((self.clock.now() - t0) * 1000, 3)
+        duration = ms(self.clock.now() - t0)
         self._recorder.attempt(
             AttemptRecord(
                 run_id=self.run_id or "",
@@ -1310,6 +1311,7 @@ class Runner:
                 metric_failures=ctx.metric_failures,
             )
         )
+        return duration
 
     async def _checkpoint(
         self, state: _Pipeline, ctx: TaskContext, value: Any, t0: float, wall0: float
@@ -1338,8 +1340,7 @@ class Runner:
         )
         if full and self._backend is not None:
             art = self._backend.put(art)
-        duration = round((self.clock.now() - t0) * 1000, 3)
-        self._record_attempt(state, ctx, t0, wall0, "succeeded", None, _OK_DECISION)
+        duration = self._record_attempt(state, ctx, t0, wall0, "succeeded", None, _OK_DECISION)
         # rows go straight into the batch the next group commit writes (no copy, no merge)
         batch = self._recorder.pending
         if state.write_seed:
@@ -1358,7 +1359,7 @@ class Runner:
                 attempts_used=ctx.attempt,
                 started_at=task_wall,
                 ended_at=now,
-                duration_ms=round((now - task_wall) * 1000, 3),
+                duration_ms=ms(now - task_wall),
                 output_artifact_id=art.artifact_id,
                 resource=spec.resource,
             )
@@ -1451,7 +1452,7 @@ class Runner:
                 attempts_used=ctx.attempt,
                 started_at=task_wall,
                 ended_at=now,
-                duration_ms=round((now - task_wall) * 1000, 3),
+                duration_ms=ms(now - task_wall),
                 error_class=cls,
                 error_type=type(error).__name__,
                 error_message=_error_text(error),
