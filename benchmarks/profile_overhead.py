@@ -74,7 +74,7 @@ class Profile:
 
 def breakdown(p: Profile) -> dict[str, float]:
     """Seconds per bucket (profiled time). 'scheduling' is the remainder, so the sum is the total."""
-    ck = ("pyattacker/runner.py", "_checkpoint")
+    ck = ("pyattacker/runner.py", "_stage_checkpoint")
     store = p.cum("store_sqlite/store.py", "commit")
     codec = p.cum("pyattacker/codecs.py", "encode", caller=ck) + p.cum(
         "pyattacker/digest.py", "digest_bytes", caller=ck
@@ -90,7 +90,8 @@ def breakdown(p: Profile) -> dict[str, float]:
     )
     leases = max(
         0.0,
-        p.cum("pyattacker/context.py", "_lease_from")
+        p.cum("pyattacker/context.py", "_lease_now")
+        + p.cum("pyattacker/context.py", "_lease_from")
         + p.cum("pyattacker/context.py", "_return")
         + p.cum("pyattacker/context.py", "reclaim_now")
         - emits,

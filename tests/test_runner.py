@@ -278,25 +278,25 @@ def test_worker_crash_outside_task_code_stops_the_run() -> None:
         return x
 
     r = vrunner()
-    original = r._checkpoint
+    original = r._stage_checkpoint
 
-    async def broken(*args: Any, **kwargs: Any) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
         raise SystemError("framework bug")
 
-    r._checkpoint = broken  # type: ignore[method-assign]
+    r._stage_checkpoint = broken  # type: ignore[method-assign]
     rep = r.run(pipeline("p", ok).map(seeds(3)))
     # an ordinary exception outside task code is an internal error: pipeline failed, run goes on
     assert rep.failed == 3
     assert events(r.store, "runner.internal_error")
-    r._checkpoint = original  # type: ignore[method-assign]
+    r._stage_checkpoint = original  # type: ignore[method-assign]
 
     class Boom(BaseException):
         pass
 
-    async def crash(*args: Any, **kwargs: Any) -> None:
+    def crash(*args: Any, **kwargs: Any) -> None:
         raise Boom("escaped")
 
-    r._checkpoint = crash  # type: ignore[method-assign]
+    r._stage_checkpoint = crash  # type: ignore[method-assign]
     with pytest.raises(WorkerCrashed, match="Boom"):
         r.run(pipeline("p2", ok).map(seeds(3)))
     assert r.store.get_run(r.run_id).status == "interrupted"

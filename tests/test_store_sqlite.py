@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from pyattacker.errors import ConfigError, StoreUnavailable
@@ -449,3 +450,4 @@ def test_keys_of_a_rolled_back_batch_are_registered_again(
         assert [t.task_run_id for t in store.page("tasks", pipeline_id="p9")] == ["p9:0"]
     finally:
         store.close()
+

@@ -168,7 +168,9 @@ class TaskContext:
     ) -> Lease:
         """Escape hatch: a lease you release yourself (reclaimed as leaked if you forget)."""
         lease = self._lease_now(pool, algorithm, timeout, where, selector)
-        return lease if lease is not None else await self._lease_from(pool, algorithm, timeout, where, selector)
+        return (
+            lease if lease is not None else await self._lease_from(pool, algorithm, timeout, where, selector)
+        )
 
     def _target(self, pool_name: str | None, algorithm: Any) -> tuple[Pool, Any]:
         """The pool and the algorithm spec a lease request goes to (a task's own by default)."""

@@ -99,15 +99,25 @@ class Recorder:
     # -- checkpoints (write-through) --------------------------------------------------------
     async def checkpoint(self, rows: Batch | None = None) -> None:
         """Commit ``rows`` (with everything pending) before returning; shares the transaction."""
+        if rows is not None:
+            if self._failed is not None:
+                raise StoreUnavailable(f"store unavailable: {self._failed}") from self._failed
+            self._pending.extend(rows)
+        await self.commit_ticket()
+
+    def commit_ticket(self) -> asyncio.Future[None]:
+        """The future of the group commit that will carry everything pending now.
+
+        Awaiting it is ``checkpoint()`` without a coroutine of its own (the per-task path):
+        it resolves once the rows are committed, or raises ``StoreUnavailable``.
+        """
         if self._failed is not None:
             raise StoreUnavailable(f"store unavailable: {self._failed}") from self._failed
-        if rows is not None:
-            self._pending.extend(rows)
         fut = self._waiters
         if fut is None:
             fut = self._waiters = asyncio.get_running_loop().create_future()
         self._schedule()
-        await fut
+        return fut
 
     def flush(self) -> None:
         """Commit everything pending now (synchronously)."""

@@ -1228,10 +1228,13 @@ class Runner:
                 )
         if error is None:
             try:
-                await self._checkpoint(state, ctx, value, t0, wall0)
+                art = self._stage_checkpoint(state, ctx, value, t0, wall0)
             except ArtifactCodecError as exc:
                 error = exc
             else:
+                assert self._recorder is not None
+                await self._recorder.commit_ticket()  # durable before the next task starts
+                self._advance(state, value, art)
                 return state.seq < state.n
         elapsed = clock.now() - (state.task_started or t0)
         decision = spec.retry.decide(error, attempt, ctx.rng, elapsed)
@@ -1313,10 +1316,14 @@ class Runner:
         )
         return duration
 
-    async def _checkpoint(
+    def _stage_checkpoint(
         self, state: _Pipeline, ctx: TaskContext, value: Any, t0: float, wall0: float
-    ) -> None:
-        """Make the task's output durable (one group-committed batch), then advance the cursor."""
+    ) -> ArtifactRecord:
+        """Put the task's output and its rows into the next group commit; returns the artifact.
+
+        The caller awaits the commit, then ``_advance``s: staging is synchronous so that a
+        checkpoint costs no coroutine of its own.
+        """
         assert self._recorder is not None
         spec = ctx.task
         seq = state.seq
@@ -1390,17 +1397,20 @@ class Runner:
                     "digest": art.digest,
                 },
             )
-        await self._recorder.checkpoint()
-        state.seq = seq + 1
+        return art
+
+    def _advance(self, state: _Pipeline, value: Any, art: ArtifactRecord) -> None:
+        """After the commit: move the cursor; the last task finishes the pipeline."""
+        state.seq += 1
         state.value = value
         state.attempt = 0
         state.task_started = state.task_started_wall = None
-        if last:
+        if state.seq == state.n:
             self._event(
                 "pipeline.succeeded",
                 "pipeline",
-                pipeline_id=key,
-                data={"tasks": state.n, "resumed_from": record.resume_of},
+                pipeline_id=state.spec.key,
+                data={"tasks": state.n, "resumed_from": state.record.resume_of},
             )
             self._finished(state, "succeeded", art)
 

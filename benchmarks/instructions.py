@@ -1,0 +1,121 @@
+"""Instructions per pipeline under callgrind: a noise-free view of the overhead scenario.
+
+Wall-clock throughput on these shared 2-core machines drifts 10-40 % between minutes, so a
+change worth 5 % cannot be seen in pipelines/s. Valgrind's callgrind counts the instructions a
+process executes, which is the same for the same program and input whatever else the machine
+does. Each runner (product, floor, peer) runs twice on the overhead workload, at ``--n`` and at
+``--base`` pipelines; the difference divided by the difference in N is the cost of one more
+pipeline, with start-up, imports and plugin discovery cancelled out.
+
+Instructions are a proxy, not the target: they leave out kernel time (the WAL writes) and treat
+an instruction of SQLite's C like one of the interpreter's. Targets stay on same-run
+pipelines/s (``python -m benchmarks``); use this to decide whether a change helped.
+
+    python -m benchmarks.instructions                      # product, floor and peer
+    python -m benchmarks.instructions --runners product --n 1500 --base 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from benchmarks.scenarios import find_baselines
+
+HERE = Path(__file__).resolve().parent
+RUNNERS = ("product", "floor", "peer")
+_REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
+
+
+def command(runner: str, n: int, tmp: Path, baselines: Path | None) -> list[str]:
+    """The overhead workload (3 tasks, each awaiting sleep(0) once, C=64) for one runner."""
+    if runner == "product":
+        return [sys.executable, str(HERE / "product_run.py"), "--n", str(n), "--store", str(tmp / "p.db")]
+    if baselines is None:
+        raise SystemExit(f"runner {runner!r} needs the baseline scripts (--baselines DIR)")
+    script = "floor_runner.py" if runner == "floor" else "baseline_peer.py"
+    out = tmp / ("f.db" if runner == "floor" else "p.jsonl")
+    return [sys.executable, str(baselines / script), "--n", str(n), "--sleep0", "--out", str(out)]
+
+
+def instructions(cmd: list[str]) -> int:
+    """Instructions executed by ``cmd`` (whole process) as counted by callgrind."""
+    with tempfile.TemporaryDirectory(prefix="pyattacker-cg-") as tmp:
+        proc = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out", *cmd],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    match = _REFS.search(proc.stderr)
+    if proc.returncode != 0 or match is None:
+        raise RuntimeError(
+            f"callgrind run failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-2000:]}"
+        )
+    return int(match.group(1).replace(",", ""))
+
+
+def measure(runner: str, n: int, base: int, baselines: Path | None) -> dict[str, Any]:
+    """Marginal instructions per pipeline and per task of ``runner`` (two runs in parallel)."""
+    with (
+        tempfile.TemporaryDirectory(prefix="pyattacker-ins-") as big,
+        tempfile.TemporaryDirectory(prefix="pyattacker-ins-") as small,
+    ):
+        cmds = [command(runner, n, Path(big), baselines), command(runner, base, Path(small), baselines)]
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            i_big, i_small = pool.map(instructions, cmds)
+    per_pipeline = (i_big - i_small) / (n - base)
+    return {
+        "runner": runner,
+        "n": n,
+        "base": base,
+        "per_pipeline": per_pipeline,
+        "per_task": per_pipeline / 3,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.instructions", description=__doc__.split("\n")[0])
+    ap.add_argument("--runners", default=",".join(RUNNERS), help="comma-separated: product, floor, peer")
+    ap.add_argument("--n", type=int, default=1500, help="pipelines in the larger run")
+    ap.add_argument("--base", type=int, default=300, help="pipelines in the smaller run")
+    ap.add_argument("--baselines", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
+    args = ap.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
+        return 2
+    if args.n <= args.base:
+        ap.error("--n must be larger than --base")
+    runners = [r.strip() for r in args.runners.split(",") if r.strip()]
+    unknown = sorted(set(runners) - set(RUNNERS))
+    if unknown:
+        ap.error(f"unknown runner(s) {', '.join(unknown)}; choose from {', '.join(RUNNERS)}")
+    baselines = find_baselines(args.baselines)
+    results = {r: measure(r, args.n, args.base, baselines) for r in runners}
+    print(f"instructions per pipeline (callgrind, N={args.n} minus N={args.base}, 3 tasks, C=64)")
+    for r in runners:
+        print(f"  {r:8} {results[r]['per_pipeline']:>12,.0f}  ({results[r]['per_task']:,.0f} per task)")
+    ratios: dict[str, float] = {}
+    if "product" in results:
+        mine = results["product"]["per_pipeline"]
+        for other in ("peer", "floor"):
+            if other in results:
+                # fewer instructions = more pipelines/s when CPU-bound: other/product ~ product/other speed
+                ratio = ratios[f"product_vs_{other}"] = results[other]["per_pipeline"] / mine
+                print(f"  {other}/product instructions (~ product/{other} speed): {ratio:.3f}")
+    if args.out is not None:
+        args.out.write_text(json.dumps({"results": results, "ratios": ratios}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
