@@ -11,7 +11,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from pyattacker.errors import ConfigError, StoreUnavailable
