@@ -90,15 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baselines", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
     args = ap.parse_args(argv)
-    if shutil.which("valgrind") is None:
-        print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
-        return 2
     if args.n <= args.base:
         ap.error("--n must be larger than --base")
     runners = [r.strip() for r in args.runners.split(",") if r.strip()]
     unknown = sorted(set(runners) - set(RUNNERS))
     if unknown:
         ap.error(f"unknown runner(s) {', '.join(unknown)}; choose from {', '.join(RUNNERS)}")
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
+        return 2
     baselines = find_baselines(args.baselines)
     results = {r: measure(r, args.n, args.base, baselines) for r in runners}
     print(f"instructions per pipeline (callgrind, N={args.n} minus N={args.base}, 3 tasks, C=64)")

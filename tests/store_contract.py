@@ -29,7 +29,6 @@ from pyattacker.store import Store
 from pyattacker_plugins import store_memory
 from pyattacker_plugins.store_jsonl import JsonlStore, JsonlStoreOpener
 from pyattacker_plugins.store_sqlite import SqliteStore, SqliteStoreOpener
-from pyattacker_plugins.store_sqlite import store as sqlite_module
 
 STORE_KINDS = ("memory", "sqlite", "jsonl")
 
@@ -75,14 +74,9 @@ class StoreFactory:
 
             monkeypatch.setattr(store_memory, "_copy", failing)
         elif self.kind == "sqlite":
-            codec = sqlite_module.TASKS
-            real_encode = codec.encode
-
-            def failing_encode(row: Any) -> tuple[Any, ...]:
-                raise RuntimeError("injected failure")
-
-            monkeypatch.setattr(codec, "encode", failing_encode)
-            del real_encode
+            # runs and pipelines are applied before tasks: a task row sqlite3 cannot bind fails
+            # the transaction half-way through
+            monkeypatch.setattr(batch.tasks[0], "attempts_used", object())
         else:
             from pyattacker_plugins.store_jsonl import store as jsonl_module
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +76,40 @@ def test_quick_suite_writes_results(tmp_path: Path) -> None:
         and rerun["pipelines_skipped"] == results["scenarios"]["resume"]["params"]["n"]
     )
     assert (docs.stat().st_mtime_ns if docs.exists() else None) == docs_before  # --out leaves the docs alone
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_instruction_counts_cancel_start_up_and_grow_with_the_work(tmp_path: Path) -> None:
+    """``benchmarks.instructions`` counts with callgrind: the marginal cost of a pipeline is
+    positive, and the JSON it writes carries it for each runner asked for."""
+    out = tmp_path / "ins.json"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.instructions", "--runners", "product", "--n", "40", "--base", "10",
+         "--out", str(out)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=580,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    product = data["results"]["product"]
+    assert (product["n"], product["base"]) == (40, 10)
+    # a pipeline runs 3 tasks, each checkpointed: thousands of instructions at the very least
+    assert product["per_pipeline"] > 10_000 and product["per_task"] == pytest.approx(
+        product["per_pipeline"] / 3
+    )
+    assert "instructions per pipeline" in proc.stdout
+
+
+def test_instruction_tool_rejects_bad_arguments() -> None:
+    from benchmarks import instructions
+
+    with pytest.raises(SystemExit) as err:
+        instructions.main(["--n", "10", "--base", "10"])
+    assert err.value.code == 2
+    with pytest.raises(SystemExit) as err:
+        instructions.main(["--runners", "product,nope"])
+    assert err.value.code == 2

@@ -422,31 +422,27 @@ def test_none_booleans_and_blobs_round_trip_through_null_pattern_statements(tmp_
         store.close()
 
 
-def test_keys_of_a_rolled_back_batch_are_registered_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_keys_of_a_rolled_back_batch_are_registered_again(tmp_path: Path) -> None:
     """The writer remembers committed pipeline keys; a failed batch must not be remembered."""
     from pyattacker.model import Batch, PipelineRecord, TaskRecord
-    from pyattacker_plugins.store_sqlite import store as sqlite_module
 
     store = OPENER.open(str(tmp_path / "k.db"))
     try:
 
-        def batch() -> Batch:
+        def batch(attempts_used: object = 0) -> Batch:
             b = Batch()
             b.pipelines.append(PipelineRecord(pipeline_id="p9", run_id="r", name="n", key="p9"))
-            b.tasks.append(TaskRecord(task_run_id="p9:0", pipeline_id="p9", run_id="r", name="t", seq=0))
+            b.tasks.append(
+                TaskRecord(
+                    task_run_id="p9:0", pipeline_id="p9", run_id="r", name="t", seq=0,
+                    attempts_used=attempts_used,  # type: ignore[arg-type]
+                )
+            )  # fmt: skip
             return b
 
-        real = sqlite_module.TASKS.encode
-        monkeypatch.setattr(
-            sqlite_module.TASKS, "encode", lambda row: (_ for _ in ()).throw(RuntimeError("x"))
-        )
         with pytest.raises(StoreUnavailable):
-            store.commit(batch())
-        monkeypatch.setattr(sqlite_module.TASKS, "encode", real)
+            store.commit(batch(attempts_used=object()))  # sqlite3 cannot bind it: rolled back
         store.commit(batch())  # would fail (no key row) if the rolled-back key had been remembered
         assert [t.task_run_id for t in store.page("tasks", pipeline_id="p9")] == ["p9:0"]
     finally:
         store.close()
-

@@ -27,6 +27,7 @@ from pyattacker.model import (
 
 __all__ = [
     "ARTIFACTS",
+    "compile_function",
     "ATTEMPTS",
     "EVENTS",
     "METRICS",
@@ -70,11 +71,15 @@ class RowCodec(Generic[R]):
         self.columns: tuple[str, ...] = plain + tuple(f"{f}_json" for f in json_fields)
         self.select_list = ", ".join(f'"{c}"' for c in self.columns)
         self._defaults = {f: getattr(cls(**_required_dummy(cls)), f) for f in json_fields}
-        self.encode: Callable[[R], tuple[Any, ...]] = _encoder_for(
-            plain, json_fields, bool_fields, blob_fields
+        #: one expression per column (see ``_expressions``), compiled into the encoders
+        self.expressions = _expressions(plain, json_fields, bool_fields, blob_fields)
+        self.encode: Callable[[R], tuple[Any, ...]] = compile_function(
+            "encode", "r", f"({', '.join(self.expressions)},)", f"{table} row encoder"
         )
         #: positions (in ``encode``'s tuple) that may be None: statements bind those as literals
         self.nullable: tuple[int, ...] = _nullable(cls, plain)
+        #: the fields behind ``nullable`` (statements test them for None)
+        self.nullable_fields: tuple[str, ...] = tuple(plain[i] for i in self.nullable)
 
     def decode(self, row: tuple[Any, ...]) -> R:
         n = len(self.plain)
@@ -86,13 +91,13 @@ class RowCodec(Generic[R]):
         return self.cls(**kw)
 
 
-def _encoder_for(
+def _expressions(
     plain: tuple[str, ...],
     json_fields: tuple[str, ...],
     bool_fields: tuple[str, ...] = (),
     blob_fields: tuple[str, ...] = (),
-) -> Callable[[Any], tuple[Any, ...]]:
-    """A row builder compiled for one record type (the per-row hot path).
+) -> tuple[str, ...]:
+    """One Python expression per column, in terms of the record ``r`` (the per-row hot path).
 
     Values are handed to ``sqlite3`` in the types it binds without its adapter lookup (exact
     ``int``, ``float``, ``str``, ``bytearray``; ``None`` is taken care of by the statement):
@@ -109,11 +114,20 @@ def _encoder_for(
         else:
             parts.append(f"r.{f}")
     parts += [f"_encode(r.{f}).decode()" for f in json_fields]
-    source = f"def encode(r):\n    return ({', '.join(parts)},)\n"
+    return tuple(parts)
+
+
+def compile_function(name: str, args: str, body: str, label: str) -> Callable[..., Any]:
+    """``def name(args): return body`` compiled once, with the JSON encoder in scope.
+
+    Used for the row encoders: generated code reads a record's fields directly, which is
+    cheaper per row than generic getters plus tuple reshaping.
+    """
     namespace: dict[str, Any] = {"_encode": _encode}
-    exec(compile(source, f"<row encoder {'/'.join(plain[:2])}>", "exec"), namespace)
-    encode: Callable[[Any], tuple[Any, ...]] = namespace["encode"]
-    return encode
+    source = f"def {name}({args}):\n    return {body}\n"
+    exec(compile(source, f"<{label}>", "exec"), namespace)
+    function: Callable[..., Any] = namespace[name]
+    return function
 
 
 def _nullable(cls: type[Any], plain: tuple[str, ...]) -> tuple[int, ...]:

@@ -12,7 +12,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -64,7 +64,7 @@ def _upsert(codec: RowCodec[Any], key: tuple[str, ...], keep: tuple[str, ...] = 
             f" ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
         )
 
-    return Statement(render, len(codec.columns), codec.nullable)
+    return Statement(render, codec)
 
 
 def _insert(codec: RowCodec[Any], suffix: str = "") -> Statement:
@@ -73,7 +73,7 @@ def _insert(codec: RowCodec[Any], suffix: str = "") -> Statement:
     def render(marks: tuple[str, ...]) -> str:
         return f'INSERT INTO "{codec.table}" ({cols}) VALUES ({", ".join(marks)}){suffix}'
 
-    return Statement(render, len(codec.columns), codec.nullable)
+    return Statement(render, codec)
 
 
 #: the sequential number of a pipeline id (see the schema: per-pipeline tables cluster by it)
@@ -96,33 +96,22 @@ def _clustered(codec: RowCodec[Any], key: tuple[str, ...] | None, keep: tuple[st
         sql = f'INSERT INTO "{codec.table}" (pk, {cols}) VALUES ({", ".join(marks)})'
         return sql if key is None else f"{sql} ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
 
-    return Statement(render, 1 + len(codec.columns), (0, *(1 + i for i in codec.nullable)))
-
-
-def _with_pk(codec: RowCodec[Any], pks: dict[str, int]) -> Callable[[Any], tuple[Any, ...]]:
-    """Parameters of a clustered row: the pipeline's ``pk`` (resolved in Python), then the row."""
-    encode = codec.encode
-    get = pks.get
-
-    def params(rec: Any) -> tuple[Any, ...]:
-        return (get(rec.pipeline_id), *encode(rec))
-
-    return params
+    return Statement(render, codec, clustered=True)
 
 
 #: a cursor advance: two columns of an existing row, no index touched
 _PROGRESS = "UPDATE pipelines SET cursor = ?, attempts_total = ? WHERE pk = ?"
-#: (table attribute of Batch, statement, codec) in the order rows are applied
-_WRITES: tuple[tuple[str, Statement, RowCodec[Any]], ...] = (
-    ("runs", _upsert(RUNS, ("run_id",)), RUNS),
-    ("pipelines", _clustered(PIPELINES, ("pk",), keep=("created_at", "pipeline_id")), PIPELINES),
-    ("tasks", _clustered(TASKS, ("pk", "seq"), keep=("pipeline_id", "seq")), TASKS),
-    ("artifacts", _clustered(ARTIFACTS, ("pk", "seq"), keep=("pipeline_id", "seq")), ARTIFACTS),
-    ("attempts", _clustered(ATTEMPTS, None), ATTEMPTS),
-    ("events", _clustered(EVENTS, None), EVENTS),
-    ("metrics", _upsert(METRICS, ("run_id", "pipeline_id", "name")), METRICS),
-    ("metric_points", _insert(METRIC_POINTS, " ON CONFLICT (op_id) DO NOTHING"), METRIC_POINTS),
-    ("resources", _upsert(RESOURCES, ("run_id", "pool", "resource_id")), RESOURCES),
+#: (table attribute of Batch, statement) in the order rows are applied
+_WRITES: tuple[tuple[str, Statement], ...] = (
+    ("runs", _upsert(RUNS, ("run_id",))),
+    ("pipelines", _clustered(PIPELINES, ("pk",), keep=("created_at", "pipeline_id"))),
+    ("tasks", _clustered(TASKS, ("pk", "seq"), keep=("pipeline_id", "seq"))),
+    ("artifacts", _clustered(ARTIFACTS, ("pk", "seq"), keep=("pipeline_id", "seq"))),
+    ("attempts", _clustered(ATTEMPTS, None)),
+    ("events", _clustered(EVENTS, None)),
+    ("metrics", _upsert(METRICS, ("run_id", "pipeline_id", "name"))),
+    ("metric_points", _insert(METRIC_POINTS, " ON CONFLICT (op_id) DO NOTHING")),
+    ("resources", _upsert(RESOURCES, ("run_id", "pool", "resource_id"))),
 )
 #: batch attributes whose rows carry the pipeline's clustering key
 _KEYED = ("pipelines", "tasks", "artifacts", "attempts", "events")
@@ -301,11 +290,10 @@ class SqliteStore:
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 pks, fresh = self._resolve_keys(conn, batch)
-                for attr, statement, codec in _WRITES:
+                for attr, statement in _WRITES:
                     rows = getattr(batch, attr)
                     if rows:
-                        encode = _with_pk(codec, pks) if attr in _KEYED else codec.encode
-                        statement.run(conn, map(encode, rows))
+                        statement.run(conn, rows, pks.get if statement.clustered else None)
                     if attr == "pipelines" and batch.progress:
                         conn.executemany(
                             _PROGRESS,
