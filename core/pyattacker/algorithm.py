@@ -149,7 +149,7 @@ def backoff_delay(
 
 def try_free_slot(pool: Pool, *, ctx: Any, where: Any, selector: Mapping[str, Any]) -> Lease | None:
     """Lease a free matching slot now (recorded as a zero wait), or None."""
-    lease = pool.try_acquire(ctx, where=where, **selector)
+    lease = pool.try_acquire(ctx, where=where, **selector) if selector else pool.try_acquire(ctx, where=where)
     if lease is not None:
         pool.note_wait(0.0, selector, lease.resource.id)
     return lease

@@ -13,6 +13,7 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from .digest import digest_bytes
@@ -28,6 +29,9 @@ __all__ = ["TaskContext"]
 
 log = logging.getLogger("pyattacker")
 _SAFE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,100}$")
+#: ``ctx.acquire()`` without arguments (marker) and the empty selector it passes on
+_NO_ARGS: Any = object()
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 class _Acquire:
@@ -35,7 +39,7 @@ class _Acquire:
 
     __slots__ = ("_args", "_ctx", "_lease")
 
-    def __init__(self, ctx: TaskContext, args: tuple[Any, ...]) -> None:
+    def __init__(self, ctx: TaskContext, args: Any) -> None:
         self._ctx = ctx
         self._args = args
         self._lease: Lease | None = None
@@ -45,14 +49,24 @@ class _Acquire:
 
     async def _get(self) -> Lease:
         ctx = self._ctx
-        lease = ctx._lease_now(*self._args)
-        return lease if lease is not None else await ctx._lease_from(*self._args)
+        args = (None, None, None, None, {}) if self._args is _NO_ARGS else self._args
+        lease = ctx._lease_now(*args)
+        return lease if lease is not None else await ctx._lease_from(*args)
 
     async def __aenter__(self) -> Lease:
         ctx = self._ctx
-        lease = ctx._lease_now(*self._args)
-        if lease is None:
-            lease = await ctx._lease_from(*self._args)
+        args = self._args
+        if args is _NO_ARGS:  # ``ctx.acquire()``: the task's pool, through a cached route
+            pool, first_try = ctx._runner.lease_route(ctx)
+            lease = None if first_try is None else first_try(pool, ctx=ctx, where=None, selector=_EMPTY)
+            if lease is not None:
+                ctx.held_leases.append(lease)
+            else:
+                lease = await ctx._lease_from(None, None, None, None, {})
+        else:
+            lease = ctx._lease_now(*args)
+            if lease is None:
+                lease = await ctx._lease_from(*args)
         self._lease = lease
         return lease
 
@@ -155,6 +169,8 @@ class TaskContext:
         **selector: Any,
     ) -> _Acquire:
         """Lease from ``pool`` (default: the task's declared resource); returned on exit."""
+        if pool is None and algorithm is None and timeout is None and where is None and not selector:
+            return _Acquire(self, _NO_ARGS)
         return _Acquire(self, (pool, algorithm, timeout, where, selector))
 
     async def acquire_lease(

@@ -165,6 +165,8 @@ class Runner:
             else open_store(location, plugins=plugins)
         )
         self.pools: dict[str, Any] = {}
+        #: task -> (pool, its algorithm's synchronous first try or None) for ``ctx.acquire()``
+        self._lease_routes: dict[Any, tuple[Any, Any]] = {}
         for pool in pools:
             self.add_pool(pool)
         self.run_id: str | None = None
@@ -193,6 +195,18 @@ class Runner:
         if pool.name in self.pools:
             raise ConfigError(f"two pools are named {pool.name!r}")
         self.pools[pool.name] = pool
+        self._lease_routes.clear()
+
+    def lease_route(self, ctx: TaskContext) -> tuple[Any, Any]:
+        """Where ``ctx.acquire()`` without arguments leases for this task: the pool and the
+        algorithm's synchronous first try (None: the algorithm has none). Resolved once per task
+        instead of once per lease; adding a pool forgets the routes."""
+        route = self._lease_routes.get(ctx.task)
+        if route is None:
+            pool, alg = ctx._target(None, None)
+            route = (pool, getattr(pool.resolve(alg), "try_now", None))
+            self._lease_routes[ctx.task] = route
+        return route
 
     def pool(self, name: str) -> Any:
         try:

@@ -28,9 +28,8 @@ class Wait:
         limit = timeout if timeout is not None else self.timeout
         return await wait_for_lease(pool, ctx=ctx, where=where, selector=selector, timeout=limit)
 
-    def try_now(self, pool: Pool, *, ctx: Any, where: Any, selector: Mapping[str, Any]) -> Lease | None:
-        """The first step of ``acquire`` (a free slot needs no coroutine)."""
-        return try_free_slot(pool, ctx=ctx, where=where, selector=selector)
+    #: the first step of ``acquire`` (a free slot needs no coroutine)
+    try_now = staticmethod(try_free_slot)
 
     def fingerprint(self) -> dict[str, Any]:
         return {"name": self.name, "timeout": self.timeout}
@@ -52,9 +51,8 @@ class Immediate:
             raise unavailable(pool, selector, where)
         return lease
 
-    def try_now(self, pool: Pool, *, ctx: Any, where: Any, selector: Mapping[str, Any]) -> Lease | None:
-        """The only step of ``acquire`` when a slot is free."""
-        return try_free_slot(pool, ctx=ctx, where=where, selector=selector)
+    #: the only step of ``acquire`` when a slot is free
+    try_now = staticmethod(try_free_slot)
 
     def fingerprint(self) -> dict[str, Any]:
         return {"name": self.name}
