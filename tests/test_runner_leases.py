@@ -211,3 +211,23 @@ def test_synchronous_first_try_is_used_when_it_leases_and_skipped_when_it_cannot
             atts = rows(r.store, "attempts")
         assert rep.succeeded == 2 and calls == expected, (fast, calls)
         assert all(len(a.leases) == 2 for a in atts) and pool.stats().active == 0
+
+
+def test_a_missing_pool_is_not_remembered_and_a_pool_added_later_is_used() -> None:
+    """``ctx.acquire()`` resolves its pool once per task; a failed resolution is not cached, and
+    adding a pool makes every task resolve again."""
+    clock = VirtualClock()
+
+    @task(resource="late", retry={"max_attempts": 1})
+    async def call(x: Any, ctx: Any) -> Any:
+        async with ctx.acquire() as lease:
+            return lease.pool
+
+    r = vrunner(pools=[_pool(clock)], clock=clock)
+    first = r.run(pipeline("p", call).map(seeds(2)))
+    assert first.failed == 2
+    assert {a.error_type for a in rows(r.store, "attempts")} == {"PoolNotFound"}
+    r.add_pool(Pool("late", [Resource.create("api", capacity=2)], clock=clock))
+    second = r.run(pipeline("p2", call).map(seeds(2)))
+    assert second.succeeded == 2
+    assert {a.leases[0]["pool"] for a in rows(r.store, "attempts") if a.outcome == "succeeded"} == {"late"}
