@@ -42,6 +42,10 @@ def build_template(n_tasks: int = 3) -> PipelineTemplate:
     return pipeline("bench", *tasks)
 
 
+#: the same three tasks for configs (``use: benchmarks.product_run:t0``), see ``cli_run.py``
+t0, t1, t2 = build_template(3).tasks
+
+
 def build_pools(capacity: int) -> list[Pool]:
     """One pool, one resource with more capacity than the concurrency: leases never wait."""
     return [Pool("apis", [Resource.create("api", id="api-1", capacity=capacity)])]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ NAMES = list(ORDER)
 
 PY = sys.executable
 PRODUCT = str(REPO / "benchmarks" / "product_run.py")
+CLI_RUN = REPO / "benchmarks" / "cli_run.py"
 SHARED_BASELINES = Path("/work/shared/baselines")
 
 
@@ -324,18 +326,29 @@ def build(
 
     if name == "shards":
         n = _n(50_000, 2_000, quick, scale)
+
+        # both through the command line, as a user runs them: `pyattacker run -c <config>` against
+        # the same command with `--shards 2` (start-up and the merged report included)
+        def cli(shards: int) -> Callable[[Path], list[Cmd]]:
+            def build(tmp: Path) -> list[Cmd]:
+                argv = [PY, str(CLI_RUN), "--n", str(n), "--store", str(tmp / f"cli{shards}.db")]
+                return [Cmd(argv + (["--shards", str(shards)] if shards > 1 else []))]
+
+            return build
+
+        # reference: the shard processes alone (two SDK runs, half the keys each, no CLI start-up
+        # and no merged report), which shows what the command adds around them
         half = n // 2
 
-        # TODO(issue 8): switch to `pyattacker run -c <config> --shards 2` once the sharding CLI exists;
-        # until then a "shard" is a product process running half of the keys into its own store.
         def two(tmp: Path) -> list[Cmd]:
-            return product(half, lo=0, store="shard0.db")(tmp) + product(
-                n - half, lo=half, store="shard1.db"
-            )(tmp)
+            first = product(half, lo=0, store="shard0.db")(tmp)
+            return first + product(n - half, lo=half, store="shard1.db")(tmp)
 
         variants = [
-            Variant("product-1proc", product(n)),
-            Variant("product-2shards", two, combine=combine_shards),
+            Variant("product-1proc", cli(1), note="pyattacker run -c <config>"),
+            Variant("product-2shards", cli(2), note="pyattacker run -c <config> --shards 2"),
+            Variant("sdk-1proc", product(n), note="one SDK process"),
+            Variant("sdk-2proc", two, combine=combine_shards, note="two SDK processes, half the keys each"),
         ]
         ratios = [
             Ratio(
@@ -346,6 +359,9 @@ def build(
                 target=1.7,
             )
         ]
+        ratios.append(
+            Ratio("SDK processes only: 2 / 1 (reference)", "sdk-2proc", "pipelines_per_s", den="sdk-1proc")
+        )
         if b is not None:
             variants += [
                 Variant("floor-1proc", lambda t: [_floor(b, n, t / "f.db", "--sleep0")]),
@@ -367,7 +383,7 @@ def build(
             )
         return Scenario(
             name,
-            f"overhead workload, N={n}: 2 processes on 2 cores (half the keys each) vs 1",
+            f"overhead workload, N={n}, through the CLI: `run --shards 2` on 2 cores vs `run`",
             {"n": n, "shards": 2},
             variants,
             ratios,

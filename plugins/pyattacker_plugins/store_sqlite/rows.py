@@ -81,14 +81,27 @@ class RowCodec(Generic[R]):
         #: the fields behind ``nullable`` (statements test them for None)
         self.nullable_fields: tuple[str, ...] = tuple(plain[i] for i in self.nullable)
 
-    def decode(self, row: tuple[Any, ...]) -> R:
+        self._decode_row: Callable[[tuple[Any, ...]], R] = self._compile_decoder()
+
+    def _compile_decoder(self) -> Callable[[tuple[Any, ...]], R]:
+        """``row -> record`` compiled for this table: readers (report, export, merge, the
+        viewer) decode every row they page through, so no dict is built per row."""
         n = len(self.plain)
-        kw = dict(zip(self.plain, row, strict=False))
-        for i, f in enumerate(self.json_fields):
-            kw[f] = _from_json(row[n + i], self._defaults[f])
-        for f in self.bool_fields:
-            kw[f] = bool(kw[f])
-        return self.cls(**kw)
+        args = [
+            f"{f}=bool(row[{i}])" if f in self.bool_fields else f"{f}=row[{i}]"
+            for i, f in enumerate(self.plain)
+        ]
+        args += [f"{f}=_from_json(row[{n + k}], _default_{k})" for k, f in enumerate(self.json_fields)]
+        namespace: dict[str, Any] = {"_cls": self.cls, "_from_json": _from_json}
+        namespace.update({f"_default_{k}": self._defaults[f] for k, f in enumerate(self.json_fields)})
+        source = f"def decode(row):\n    return _cls({', '.join(args)})\n"
+        exec(compile(source, f"<{self.table} row decoder>", "exec"), namespace)
+        decode: Callable[[tuple[Any, ...]], R] = namespace["decode"]
+        return decode
+
+    def decode(self, row: tuple[Any, ...]) -> R:
+        """A record from a full row (``select_list`` order)."""
+        return self._decode_row(row)
 
 
 def _expressions(
