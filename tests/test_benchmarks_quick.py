@@ -113,3 +113,24 @@ def test_instruction_tool_rejects_bad_arguments() -> None:
     with pytest.raises(SystemExit) as err:
         instructions.main(["--runners", "product,nope"])
     assert err.value.code == 2
+
+
+@pytest.mark.timeout(300)
+def test_cli_runner_reports_a_sharded_run_like_the_other_runners(tmp_path: Path) -> None:
+    """``benchmarks/cli_run.py`` (the shards scenario's runner) drives the real command, sharded
+    or not, and prints one JSON summary with every pipeline counted once."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))),
+    }
+    for shards in (0, 2):
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "benchmarks" / "cli_run.py"), "--n", "60", "--store",
+             str(tmp_path / f"s{shards}.db"), "--shards", str(shards)],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=280,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        data = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert (data["pipelines_run"], data["shards"], data["status"]) == (60, shards or 1, "completed")
+        assert data["pipelines_per_s"] > 0
+    assert {p.name for p in tmp_path.glob("s2.shard*of2.db")} == {"s2.shard0of2.db", "s2.shard1of2.db"}
