@@ -121,3 +121,54 @@ def test_missing_and_foreign_stores_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert not (tmp_path / "foreign.db-wal").exists()
     assert _run("report", str(tmp_path / "nothing-*.db")).returncode == 2
+
+
+def test_task_counts_in_sql_equal_counting_every_task_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The merged report counts task states with the store's ``task_counts`` when every pipeline
+    of that store won; it must agree with paging through every task row, for each run selection,
+    including pipelines whose row moved to a later run (a resume) while older task rows did not."""
+    import asyncio
+    from typing import Any
+
+    from pyattacker.pipeline import pipeline
+    from pyattacker.runner import Runner
+    from pyattacker.task import task
+    from pyattacker_plugins.store_sqlite import SqliteStore
+
+    failing = {"on": True}
+
+    @task(retry={"max_attempts": 1})
+    async def first(x: Any) -> Any:
+        await asyncio.sleep(0)
+        return x
+
+    @task(retry={"max_attempts": 1})
+    async def second(x: Any) -> Any:
+        if failing["on"] and x % 3 == 0:
+            raise ValueError("not yet")
+        return x
+
+    db = str(tmp_path / "c.db")
+    template = pipeline("p", first, second)
+    with Runner(store=db, handle_signals=False) as r:
+        r.run(template.map(range(12)))
+        first_run = r.run_id
+    failing["on"] = False
+    with Runner(store=db, handle_signals=False) as r:
+        r.run(template.map(range(12)))  # the failed third is retried in a second run
+    other = str(tmp_path / "d.db")
+    with Runner(store=other, handle_signals=False) as r:
+        r.run(template.map(range(6, 18)))  # overlaps the first store: some of its rows lose
+
+    for stores in ([db], [db, other]):
+        for selection in (None, "all", first_run):
+            if selection == first_run and len(stores) > 1:
+                continue  # a named run must exist in every store
+            fast = merge_stores(stores, selection).task_counts
+            with monkeypatch.context() as m:
+                m.setattr(SqliteStore, "task_counts", None)
+                slow = merge_stores(stores, selection).task_counts
+            assert fast == slow, (stores, selection)
+            assert fast  # something was counted

@@ -190,10 +190,20 @@ def _read_details(report: MergedReport, store: Store, index: int, choice: RunCho
     if choice.how == "empty":
         return
     mine = {pid for pid, src in report.origin.items() if src == index}
-    for t in iter_rows(store, "tasks", run_id=choice.run_id):
-        if t.pipeline_id in mine and report.origin.get(t.pipeline_id) == index:
-            states = report.task_counts.setdefault(t.name, {})
-            states[t.state] = states.get(t.state, 0) + 1
+    counts = getattr(store, "task_counts", None)
+    if counts is not None and len(mine) == report.sources[index].rows:
+        # every pipeline row read from this store won (always so for the disjoint stores of a
+        # sharded run): "its pipeline won" is "its pipeline row is in the same run selection",
+        # which the store can count in SQL instead of handing over every task row
+        for name, states in counts(choice.run_id).items():
+            into = report.task_counts.setdefault(name, {})
+            for state, n in states.items():
+                into[state] = into.get(state, 0) + n
+    else:
+        for t in iter_rows(store, "tasks", run_id=choice.run_id):
+            if t.pipeline_id in mine and report.origin.get(t.pipeline_id) == index:
+                states = report.task_counts.setdefault(t.name, {})
+                states[t.state] = states.get(t.state, 0) + 1
     failed = [pid for pid in mine if report.rows[pid].state == "failed"]
     for ev in _repair_events(store, failed):
         if ev.pipeline_id is None or ev.pipeline_id in report.repair_failures:

@@ -434,6 +434,27 @@ class SqliteStore:
                 found[pid] = tuple(rest)
         return found
 
+    def task_counts(self, run_id: str | None = None) -> dict[str, dict[str, int]]:
+        """``{task name: {state: count}}`` over the task rows of ``run_id`` whose pipeline row is
+        of ``run_id`` too (None: every task row that has a pipeline row). Optional method: a
+        merged report asks for it instead of reading every task row."""
+        if run_id is None:
+            sql = (
+                "SELECT t.name, t.state, COUNT(*) FROM tasks AS t JOIN pipelines AS p ON p.pk = t.pk"
+                " GROUP BY t.name, t.state"
+            )
+            params: tuple[Any, ...] = ()
+        else:
+            sql = (
+                "SELECT t.name, t.state, COUNT(*) FROM tasks AS t JOIN pipelines AS p ON p.pk = t.pk"
+                " WHERE t.run_id = ? AND p.run_id = ? GROUP BY t.name, t.state"
+            )
+            params = (run_id, run_id)
+        out: dict[str, dict[str, int]] = {}
+        for name, state, n in self._query(sql, params):
+            out.setdefault(name, {})[state] = int(n)
+        return out
+
     def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
         rows = self._query(
             f"SELECT {ARTIFACTS.select_list} FROM artifacts WHERE pk = {_PK} AND seq = ?",
