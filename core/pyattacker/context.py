@@ -34,6 +34,11 @@ _NO_ARGS: Any = object()
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
+def _full(args: Any) -> tuple[Any, ...]:
+    """The arguments of ``_lease_from`` for an ``_Acquire``'s ``args``."""
+    return (None, None, None, None, {}) if args is _NO_ARGS else args
+
+
 class _Acquire:
     """``await ctx.acquire()`` or ``async with ctx.acquire() as lease``: both return the lease."""
 
@@ -49,24 +54,14 @@ class _Acquire:
 
     async def _get(self) -> Lease:
         ctx = self._ctx
-        args = (None, None, None, None, {}) if self._args is _NO_ARGS else self._args
-        lease = ctx._lease_now(*args)
-        return lease if lease is not None else await ctx._lease_from(*args)
+        lease = ctx._lease_now(self._args)
+        return lease if lease is not None else await ctx._lease_from(*_full(self._args))
 
     async def __aenter__(self) -> Lease:
         ctx = self._ctx
-        args = self._args
-        if args is _NO_ARGS:  # ``ctx.acquire()``: the task's pool, through a cached route
-            pool, first_try = ctx._runner.lease_route(ctx)
-            lease = None if first_try is None else first_try(pool, ctx=ctx, where=None, selector=_EMPTY)
-            if lease is not None:
-                ctx.held_leases.append(lease)
-            else:
-                lease = await ctx._lease_from(None, None, None, None, {})
-        else:
-            lease = ctx._lease_now(*args)
-            if lease is None:
-                lease = await ctx._lease_from(*args)
+        lease = ctx._lease_now(self._args)
+        if lease is None:
+            lease = await ctx._lease_from(*_full(self._args))
         self._lease = lease
         return lease
 
@@ -183,10 +178,9 @@ class TaskContext:
         **selector: Any,
     ) -> Lease:
         """Escape hatch: a lease you release yourself (reclaimed as leaked if you forget)."""
-        lease = self._lease_now(pool, algorithm, timeout, where, selector)
-        return (
-            lease if lease is not None else await self._lease_from(pool, algorithm, timeout, where, selector)
-        )
+        args = (pool, algorithm, timeout, where, selector)
+        lease = self._lease_now(args)
+        return lease if lease is not None else await self._lease_from(*args)
 
     def _target(self, pool_name: str | None, algorithm: Any) -> tuple[Pool, Any]:
         """The pool and the algorithm spec a lease request goes to (a task's own by default)."""
@@ -206,17 +200,18 @@ class TaskContext:
         )
         return pool, alg
 
-    def _lease_now(
-        self,
-        pool_name: str | None,
-        algorithm: Any,
-        timeout: float | None,
-        where: Any,
-        selector: dict[str, Any],
-    ) -> Lease | None:
-        """A free slot through the algorithm's synchronous first try, or None (then wait)."""
-        pool, alg = self._target(pool_name, algorithm)
-        lease = pool.try_now(self, algorithm=alg, where=where, selector=selector)
+    def _lease_now(self, args: Any) -> Lease | None:
+        """A free slot through the algorithm's synchronous first try, or None (then wait).
+
+        ``args`` is ``_NO_ARGS`` (``ctx.acquire()``: the task's own pool, through the run's
+        per-task route) or ``(pool, algorithm, timeout, where, selector)``.
+        """
+        if args is _NO_ARGS:
+            pool, first_try = self._runner.lease_route(self)
+            lease = None if first_try is None else first_try(pool, ctx=self, where=None, selector=_EMPTY)
+        else:
+            pool, alg = self._target(args[0], args[1])
+            lease = pool.try_now(self, algorithm=alg, where=args[3], selector=args[4])
         if lease is not None:
             self.held_leases.append(lease)
         return lease

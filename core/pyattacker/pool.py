@@ -901,17 +901,18 @@ class Pool:
         lease: Lease = await algo.acquire(self, ctx=ctx, where=where, timeout=timeout, selector=selector)
         return lease
 
+    def first_try(self, algorithm: Any = None) -> Callable[..., Lease | None] | None:
+        """The resolved algorithm's synchronous first try (its optional ``try_now``), or None."""
+        first: Callable[..., Lease | None] | None = getattr(self.resolve(algorithm), "try_now", None)
+        return first
+
     def try_now(
         self, ctx: Any = None, *, algorithm: Any = None, where: Any = None, selector: Mapping[str, Any]
     ) -> Lease | None:
-        """The algorithm's synchronous first try (``try_now``), or None when it has none or no
-        slot is free; ``acquire`` with the same arguments is then the full path."""
-        algo = self.resolve(algorithm)
-        fast = getattr(algo, "try_now", None)
-        if fast is None:
-            return None
-        lease: Lease | None = fast(self, ctx=ctx, where=where, selector=selector)
-        return lease
+        """The algorithm's synchronous first try, or None when it has none or no slot is free;
+        ``acquire`` with the same arguments is then the full path."""
+        first = self.first_try(algorithm)
+        return None if first is None else first(self, ctx=ctx, where=where, selector=selector)
 
     def note_wait(
         self, ms: float, selector: Mapping[str, Any] | None = None, resource_id: str | None = None

@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from . import __version__
-from .clock import Clock, RealClock, ms
+from .clock import Clock, RealClock, round3
 from .codecs import CodecRegistry
 from .config_model import RunConfig
 from .context import TaskContext
@@ -209,7 +209,7 @@ class Runner:
         route = self._lease_routes.get(ctx.task)
         if route is None:
             pool, alg = ctx._target(None, None)
-            route = (pool, getattr(pool.resolve(alg), "try_now", None))
+            route = (pool, pool.first_try(alg))
             self._lease_routes[ctx.task] = route
         return route
 
@@ -1312,7 +1312,7 @@ class Runner:
     ) -> float:
         """Record the attempt (write-behind); returns its duration in ms."""
         assert self._recorder is not None
-        duration = ms(self._mono() - t0)
+        duration = round3((self._mono() - t0) * 1000.0)
         self._recorder.attempt(
             AttemptRecord(
                 run_id=self.run_id or "",
@@ -1385,7 +1385,7 @@ class Runner:
                 attempts_used=ctx.attempt,
                 started_at=task_wall,
                 ended_at=now,
-                duration_ms=ms(now - task_wall),
+                duration_ms=round3((now - task_wall) * 1000.0),
                 output_artifact_id=art.artifact_id,
                 resource=spec.resource,
             )
@@ -1481,7 +1481,7 @@ class Runner:
                 attempts_used=ctx.attempt,
                 started_at=task_wall,
                 ended_at=now,
-                duration_ms=ms(now - task_wall),
+                duration_ms=round3((now - task_wall) * 1000.0),
                 error_class=cls,
                 error_type=type(error).__name__,
                 error_message=_error_text(error),

@@ -1,9 +1,10 @@
 """Record <-> SQL row conversion: one ``RowCodec`` per table, built once at import.
 
-The hot path is ``commit``: a row becomes a plain tuple through ``operator.attrgetter`` (C code)
-plus one ``msgspec.json`` encode per dict/list field, never a JSON dump of the whole record.
-Column order is the record's field order with the JSON columns last, so reads rebuild a record
-from a row by position.
+The hot path is ``commit``: each column is one Python expression over the record (a field,
+``int()`` of a boolean, ``bytearray()`` of a blob, one ``msgspec.json`` encode per dict/list
+field), compiled by the statements into one function per table and NULL pattern; never a JSON
+dump of the whole record. Column order is the record's field order with the JSON columns last,
+so reads rebuild a record from a row by position, through a decoder compiled the same way.
 """
 
 from __future__ import annotations
@@ -71,12 +72,10 @@ class RowCodec(Generic[R]):
         self.columns: tuple[str, ...] = plain + tuple(f"{f}_json" for f in json_fields)
         self.select_list = ", ".join(f'"{c}"' for c in self.columns)
         self._defaults = {f: getattr(cls(**_required_dummy(cls)), f) for f in json_fields}
-        #: one expression per column (see ``_expressions``), compiled into the encoders
+        #: one expression per column (see ``_expressions``): statements compile them into the
+        #: encoder of each NULL pattern (``statements.py``)
         self.expressions = _expressions(plain, json_fields, bool_fields, blob_fields)
-        self.encode: Callable[[R], tuple[Any, ...]] = compile_function(
-            "encode", "r", f"({', '.join(self.expressions)},)", f"{table} row encoder"
-        )
-        #: positions (in ``encode``'s tuple) that may be None: statements bind those as literals
+        #: column positions that may be None: statements write those as literal NULLs
         self.nullable: tuple[int, ...] = _nullable(cls, plain)
         #: the fields behind ``nullable`` (statements test them for None)
         self.nullable_fields: tuple[str, ...] = tuple(plain[i] for i in self.nullable)
