@@ -68,6 +68,8 @@ class MergedReport:
         self.repair_failures: dict[str, dict[str, Any]] = {}
         self.run_metrics: dict[str, dict[str, Any]] = {}
         self.pipeline_metrics: dict[str, dict[str, Any]] = {}
+        #: ids folded from a store's summaries (five columns): failed winners are re-read whole
+        self.partial: set[str] = set()
 
     # -- folding -------------------------------------------------------------------------------
     def add(self, row: PipelineRecord, source: int) -> None:
@@ -178,9 +180,21 @@ def _read_rows(report: MergedReport, store: Store, index: int, choice: RunChoice
     info = report.sources[index]
     if choice.how == "empty":
         return
-    for row in iter_rows(store, "pipelines", run_id=choice.run_id):
-        info.rows += 1
-        report.add(_slim(row), index)
+    summaries = getattr(store, "pipeline_summaries", None)
+    if summaries is not None:
+        # folding needs five columns; whole rows are read later for the failed winners only
+        for pid, state, started, finished, attempts in summaries(choice.run_id):
+            info.rows += 1
+            row = PipelineRecord(
+                pipeline_id=pid, run_id="", name="", key="", state=state,
+                started_at=started, finished_at=finished, attempts_total=attempts,
+            )  # fmt: skip
+            report.add(row, index)
+            report.partial.add(pid)
+    else:
+        for row in iter_rows(store, "pipelines", run_id=choice.run_id):
+            info.rows += 1
+            report.add(_slim(row), index)
     info.events_total = int(store_stats(store, choice.run_id).get("events_total", 0))
     report.source_events_total += info.events_total
 
@@ -259,5 +273,20 @@ def merge_stores(locations: Sequence[str], run_id: str | None = None) -> MergedR
     for index, location in enumerate(locations):
         if index in winners:
             with read_only_store(location) as store:
+                _complete_failed(report, store, index)
                 _read_details(report, store, index, choices[index])
     return report
+
+
+def _complete_failed(report: MergedReport, store: Store, index: int) -> None:
+    """Whole rows for the failed pipelines this store won that were folded from summaries:
+    the report lists their errors; every other row only ever feeds counts."""
+    wanted = [
+        pid
+        for pid in report.partial
+        if report.origin.get(pid) == index and report.rows[pid].state == "failed"
+    ]
+    if not wanted:
+        return
+    for pid, row in store.lookup_pipelines(wanted).items():
+        report.rows[pid] = _slim(row)

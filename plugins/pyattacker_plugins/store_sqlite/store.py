@@ -12,7 +12,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -433,6 +433,28 @@ class SqliteStore:
             for pid, *rest in self._query(_states_sql(len(chunk)), chunk):
                 found[pid] = tuple(rest)
         return found
+
+    def pipeline_summaries(
+        self, run_id: str | None = None, page: int = 5000
+    ) -> Iterator[tuple[str, str, float | None, float | None, int]]:
+        """``(pipeline_id, state, started_at, finished_at, attempts_total)`` of every pipeline
+        row of ``run_id`` (None: all), in storage order and read in pages. Optional method: a
+        merged report folds stores on these five columns and reads whole rows only for the
+        failed pipelines it shows."""
+        where = "WHERE run_id = ? AND pk > ?" if run_id is not None else "WHERE pk > ?"
+        sql = (
+            "SELECT pk, pipeline_id, state, started_at, finished_at, attempts_total FROM pipelines"
+            f" {where} ORDER BY pk LIMIT ?"
+        )
+        after = 0
+        while True:
+            params = (run_id, after, page) if run_id is not None else (after, page)
+            rows = self._query(sql, params)
+            for _pk, pid, state, started, finished, attempts in rows:
+                yield pid, state, started, finished, int(attempts or 0)
+            if len(rows) < page:
+                return
+            after = rows[-1][0]
 
     def task_counts(self, run_id: str | None = None) -> dict[str, dict[str, int]]:
         """``{task name: {state: count}}`` over the task rows of ``run_id`` whose pipeline row is
