@@ -17,7 +17,7 @@ from pyattacker.errors import ConfigError, StoreUnavailable
 from pyattacker.store import resolve_opener
 from pyattacker_plugins.store_jsonl import JsonlStoreOpener
 from pyattacker_plugins.store_sqlite import APPLICATION_ID, SCHEMA_VERSION, SqliteStore, SqliteStoreOpener
-from store_contract import attempt, commit, event, pipeline, task
+from store_contract import artifact, attempt, commit, event, pipeline, task
 
 OPENER = SqliteStoreOpener()
 
@@ -337,76 +337,20 @@ def test_none_booleans_and_blobs_round_trip_through_null_pattern_statements(tmp_
     that sqlite3 would adapt (bool, bytes) are bound as int/bytearray. Reads see the originals,
     whatever mix of patterns a batch holds, and a key upserted twice in one batch keeps the last
     row even when the two rows have different NULL patterns."""
-    from pyattacker.model import ArtifactRecord, Batch, TaskRecord
+    from pyattacker.model import Batch
 
     store = OPENER.open(str(tmp_path / "n.db"))
     try:
         b = Batch()
-        b.tasks.append(
-            TaskRecord(
-                task_run_id="p:0",
-                pipeline_id="p",
-                run_id="r",
-                name="t",
-                seq=0,
-                state="failed",
-                error_class="transient",
-                error_type="E",
-                error_message="boom",
-            )
-        )
-        b.tasks.append(
-            TaskRecord(
-                task_run_id="p:0",
-                pipeline_id="p",
-                run_id="r",
-                name="t",
-                seq=0,
-                state="succeeded",
-                output_artifact_id="p:0",
-            )
-        )
-        b.tasks.append(
-            TaskRecord(
-                task_run_id="p:1",
-                pipeline_id="p",
-                run_id="r",
-                name="u",
-                seq=1,
-                state="failed",
-                error_message="only a message",
-            )
-        )
-        b.artifacts.append(
-            ArtifactRecord(
-                artifact_id="p:0",
-                pipeline_id="p",
-                task_name="t",
-                seq=0,
-                type_name="str",
-                codec="json",
-                digest="d",
-                size=3,
-                created_at=1.0,
-                payload=b'"x"',
-                is_final=True,
-            )
-        )
-        b.artifacts.append(
-            ArtifactRecord(
-                artifact_id="p:1",
-                pipeline_id="p",
-                task_name="u",
-                seq=1,
-                type_name="str",
-                codec="json",
-                digest="d",
-                size=0,
-                created_at=1.0,
-                payload=None,
-                blob_ref="file:abc",
-            )
-        )
+        b.tasks += [
+            task("p", 0, state="failed", error_class="transient", error_type="E", error_message="boom"),
+            task("p", 0, state="succeeded", output_artifact_id="p:0"),  # same slot, other NULLs
+            task("p", 1, state="failed", error_message="only a message"),
+        ]
+        b.artifacts += [
+            artifact("p", 0, payload=b'"x"', is_final=True),
+            artifact("p", 1, payload=None, blob_ref="file:abc"),
+        ]
         store.commit(b)
         tasks = {t.task_run_id: t for t in store.page("tasks", pipeline_id="p")}
         assert tasks["p:0"].state == "succeeded"
@@ -424,20 +368,15 @@ def test_none_booleans_and_blobs_round_trip_through_null_pattern_statements(tmp_
 
 def test_keys_of_a_rolled_back_batch_are_registered_again(tmp_path: Path) -> None:
     """The writer remembers committed pipeline keys; a failed batch must not be remembered."""
-    from pyattacker.model import Batch, PipelineRecord, TaskRecord
+    from pyattacker.model import Batch
 
     store = OPENER.open(str(tmp_path / "k.db"))
     try:
 
         def batch(attempts_used: object = 0) -> Batch:
             b = Batch()
-            b.pipelines.append(PipelineRecord(pipeline_id="p9", run_id="r", name="n", key="p9"))
-            b.tasks.append(
-                TaskRecord(
-                    task_run_id="p9:0", pipeline_id="p9", run_id="r", name="t", seq=0,
-                    attempts_used=attempts_used,  # type: ignore[arg-type]
-                )
-            )  # fmt: skip
+            b.pipelines.append(pipeline("p9"))
+            b.tasks.append(task("p9", 0, attempts_used=attempts_used))
             return b
 
         with pytest.raises(StoreUnavailable):
