@@ -25,6 +25,8 @@ __all__ = ["Statement"]
 #: renders the SQL for one tuple of value markers ("?" or "NULL"), one per parameter
 Render = Callable[[tuple[str, ...]], str]
 Encoder = Callable[..., tuple[Any, ...]]
+#: every compiled function takes (record, pk); tables without a pk ignore it
+_ARGS = "r, pk"
 
 
 class Statement:
@@ -34,13 +36,12 @@ class Statement:
     id to its ``pk``, which may be None for rows that belong to no pipeline.
     """
 
-    __slots__ = ("_args", "_cache", "_codec", "_key", "_nullable", "_render", "clustered", "full_sql")
+    __slots__ = ("_cache", "_codec", "_key", "_nullable", "_render", "clustered", "full_sql")
 
     def __init__(self, render: Render, codec: RowCodec[Any], *, clustered: bool = False) -> None:
         self._render = render
         self._codec = codec
         self.clustered = clustered
-        self._args = "r, pk" if clustered else "r"
         width = len(codec.columns) + clustered
         self.full_sql = render(("?",) * width)
         tests = [f"r.{f} is None" for f in codec.nullable_fields]
@@ -49,7 +50,7 @@ class Statement:
         #: parameter positions that may be None, in the order of the pattern key
         self._nullable = ((0,) if clustered else ()) + tuple(i + clustered for i in codec.nullable)
         self._key: Callable[..., tuple[bool, ...]] = compile_function(
-            "key", self._args, f"({', '.join(tests)},)" if tests else "()", f"{codec.table} null pattern"
+            "key", _ARGS, f"({', '.join(tests)},)" if tests else "()", f"{codec.table} null pattern"
         )
         self._cache: dict[tuple[bool, ...], tuple[str, Encoder]] = {}
 
@@ -60,7 +61,7 @@ class Statement:
         marks = tuple("NULL" if i in null else "?" for i in range(width))
         kept = [e for i, e in enumerate(exprs) if i not in null]
         encode = compile_function(
-            "params", self._args, f"({', '.join(kept)},)", f"{self._codec.table} row parameters"
+            "params", _ARGS, f"({', '.join(kept)},)", f"{self._codec.table} row parameters"
         )
         entry = (self._render(marks), encode)
         self._cache[key] = entry
@@ -75,28 +76,16 @@ class Statement:
         sql = ""
         encode: Encoder | None = None
         group: list[tuple[Any, ...]] = []
-        if pk_of is None:
-            for rec in records:
-                key = key_of(rec)
-                if key != current:
-                    if group:
-                        conn.executemany(sql, group)
-                        group = []
-                    current = key
-                    sql, encode = cache.get(key) or self._variant(key)
-                assert encode is not None
-                group.append(encode(rec))
-        else:
-            for rec in records:
-                pk = pk_of(rec.pipeline_id)
-                key = key_of(rec, pk)
-                if key != current:
-                    if group:
-                        conn.executemany(sql, group)
-                        group = []
-                    current = key
-                    sql, encode = cache.get(key) or self._variant(key)
-                assert encode is not None
-                group.append(encode(rec, pk))
+        for rec in records:
+            pk = None if pk_of is None else pk_of(rec.pipeline_id)
+            key = key_of(rec, pk)
+            if key != current:
+                if group:
+                    conn.executemany(sql, group)
+                    group = []
+                current = key
+                sql, encode = cache.get(key) or self._variant(key)
+            assert encode is not None
+            group.append(encode(rec, pk))
         if group:
             conn.executemany(sql, group)
