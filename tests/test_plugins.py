@@ -313,3 +313,42 @@ def test_plugins_text_cli_lists_failures_and_exits_0(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "pyattacker", "plugins"], capture_output=True, text=True)
     assert out.returncode == 0
     assert "task-echo" in out.stdout
+
+
+def test_discovery_reads_each_distributions_metadata_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A distribution's name and version are parsed from its METADATA file on every access; a
+    package with many entry points must not pay that per entry point (start-up of every
+    command and of every shard process)."""
+    import importlib_metadata
+
+    from pyattacker import plugins as plugins_mod
+
+    reads = {"n": 0}
+
+    class Dist:
+        def __init__(self, name: str) -> None:
+            self._name = name
+
+        @property
+        def name(self) -> str:
+            reads["n"] += 1
+            return self._name
+
+        @property
+        def version(self) -> str:
+            reads["n"] += 1
+            return "1.0"
+
+    one, two = Dist("one"), Dist("two")
+
+    class EP:
+        def __init__(self, name: str, dist: Dist) -> None:
+            self.name, self.value, self.group, self.dist = name, f"mod_{name}:x", plugins_mod.GROUP, dist
+
+    eps = [EP(f"a{i}", one) for i in range(5)] + [EP(f"b{i}", two) for i in range(3)]
+    monkeypatch.setattr(importlib_metadata, "entry_points", lambda: eps)
+    found = plugins_mod.installed_entry_points(plugins_mod.GROUP)
+    assert sorted((e.name, e.dist, e.version) for e in found) == sorted(
+        [(f"a{i}", "one", "1.0") for i in range(5)] + [(f"b{i}", "two", "1.0") for i in range(3)]
+    )
+    assert reads["n"] == 4  # name + version, once per distribution

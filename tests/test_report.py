@@ -127,7 +127,7 @@ def test_merged_report_from_store_summaries_equals_reading_every_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A SQLite store lets the merged report fold five columns per pipeline (``pipeline_summaries``)
-    and count task states in SQL (``task_counts``). The report must be the same as the one built
+    and count task states and events in SQL (``task_counts``, ``count_rows``). The report must be the same as the one built
     from whole rows: for each run selection, with failed pipelines (their errors need whole rows),
     pipelines whose row moved to a later run (a resume) while older task rows did not, and
     pipelines present in two stores."""
@@ -173,6 +173,7 @@ def test_merged_report_from_store_summaries_equals_reading_every_row(
             with monkeypatch.context() as m:
                 m.setattr(SqliteStore, "task_counts", None)
                 m.setattr(SqliteStore, "pipeline_summaries", None)
+                m.setattr(SqliteStore, "count_rows", None)
                 slow = merge_stores(stores, selection)
             assert fast.to_dict(100) == slow.to_dict(100), (stores, selection)
             assert fast.task_counts and fast.partial and not slow.partial

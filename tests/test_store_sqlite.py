@@ -385,3 +385,51 @@ def test_keys_of_a_rolled_back_batch_are_registered_again(tmp_path: Path) -> Non
         assert [t.task_run_id for t in store.page("tasks", pipeline_id="p9")] == ["p9:0"]
     finally:
         store.close()
+
+
+def test_count_rows_counts_what_page_returns(tmp_path: Path) -> None:
+    """``count_rows`` (the merged report's event count) agrees with paging for every kind and
+    run selection; artifacts, which carry no run, ignore the run filter exactly as ``page``
+    does; an unknown kind is refused by name."""
+    from pyattacker.store import PAGE_KINDS, iter_rows
+
+    store = OPENER.open(str(tmp_path / "c.db"))
+    try:
+        commit(
+            store,
+            pipelines=[pipeline("a"), pipeline("b", run_id="r2")],
+            tasks=[task("a", 0), task("a", 1), task("b", 0, run_id="r2")],
+            artifacts=[artifact("a", 0), artifact("b", 0)],
+            attempts=[attempt("a"), attempt("a", n=2), attempt("b", run_id="r2")],
+            events=[event(), event(pid="a"), event(run_id="r2", pid="b"), event(run_id=None)],
+        )
+        for kind in PAGE_KINDS:
+            for run in (None, "r1", "r2", "nope"):
+                expected = sum(1 for _ in iter_rows(store, kind, run_id=run))
+                assert store.count_rows(kind, run) == expected, (kind, run)
+        assert store.count_rows("events", "r1") == 2 and store.count_rows("artifacts", "r2") == 2
+        with pytest.raises(ValueError, match="'bogus'"):
+            store.count_rows("bogus")
+    finally:
+        store.close()
+
+
+def test_pipeline_summaries_of_a_run_scan_in_key_order_without_sorting(tmp_path: Path) -> None:
+    """The merged report pages a run's pipeline summaries in pk order: a range scan of the table,
+    never a per-page sort of the run's rows (checked on the statements the store really ran)."""
+    store = OPENER.open(str(tmp_path / "s.db"))
+    try:
+        commit(store, pipelines=[pipeline(f"p{i}", run_id="r1" if i % 3 else "r2") for i in range(30)])
+        ran: list[str] = []
+        store._conn.set_trace_callback(ran.append)  # type: ignore[union-attr]
+        got = list(store.pipeline_summaries("r1", page=4))
+        store._conn.set_trace_callback(None)  # type: ignore[union-attr]
+        assert [pid for pid, *_ in got] == [f"p{i}" for i in range(30) if i % 3]
+        assert [pid for pid, *_ in store.pipeline_summaries(None, page=7)] == [f"p{i}" for i in range(30)]
+        pages = [sql for sql in ran if sql.startswith("SELECT pk, pipeline_id")]
+        assert len(pages) == 6  # 20 rows, 4 per page, and the empty page that ends it
+        for sql in pages:
+            plan = " ".join(str(r[-1]) for r in store._conn.execute("EXPLAIN QUERY PLAN " + sql))  # type: ignore[union-attr]
+            assert "TEMP B-TREE" not in plan, plan
+    finally:
+        store.close()

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from .model import PipelineRecord
-from .stats import duration_summary, store_stats
+from .stats import count_rows, duration_summary
 from .store import Store, iter_rows
 from .view_common import RunChoice, choose_run, read_only_store
 
@@ -195,7 +195,7 @@ def _read_rows(report: MergedReport, store: Store, index: int, choice: RunChoice
         for row in iter_rows(store, "pipelines", run_id=choice.run_id):
             info.rows += 1
             report.add(_slim(row), index)
-    info.events_total = int(store_stats(store, choice.run_id).get("events_total", 0))
+    info.events_total = count_rows(store, "events", choice.run_id)
     report.source_events_total += info.events_total
 
 

@@ -139,19 +139,19 @@ def _scan(groups: tuple[str, ...]) -> dict[str, list[EntryPointInfo]]:
 
     found: dict[str, list[EntryPointInfo]] = {g: [] for g in groups}
     seen: set[tuple[str, str, str]] = set()
+    #: (name, version) per distribution object: each lookup parses the METADATA file (an
+    #: e-mail parse), and a package registers many entry points
+    names: dict[Any, tuple[str | None, str | None]] = {}
     for ep in entry_points():
         if ep.group not in found or (ep.group, ep.name, ep.value) in seen:
             continue  # another group, or the same distribution twice on sys.path (editable + site)
         seen.add((ep.group, ep.name, ep.value))
         dist = getattr(ep, "dist", None)
+        ident = names.get(dist)
+        if ident is None:
+            ident = names[dist] = (getattr(dist, "name", None), getattr(dist, "version", None))
         found[ep.group].append(
-            EntryPointInfo(
-                name=ep.name,
-                value=ep.value,
-                group=ep.group,
-                dist=getattr(dist, "name", None),
-                version=getattr(dist, "version", None),
-            )
+            EntryPointInfo(name=ep.name, value=ep.value, group=ep.group, dist=ident[0], version=ident[1])
         )
     for infos in found.values():
         # built-ins first so that a third party can never shadow one; then by name

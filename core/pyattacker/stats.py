@@ -12,7 +12,7 @@ from typing import Any
 
 from .store import Store, iter_rows
 
-__all__ = ["compute_stats", "duration_summary", "percentile", "store_stats"]
+__all__ = ["compute_stats", "count_rows", "duration_summary", "percentile", "store_stats"]
 
 
 def percentile(sorted_values: Sequence[float], p: float) -> float | None:
@@ -32,7 +32,12 @@ def duration_summary(sorted_ms: Sequence[float]) -> dict[str, float | None]:
     }
 
 
-def _count(store: Store, kind: str, run_id: str | None) -> int:
+def count_rows(store: Store, kind: str, run_id: str | None = None) -> int:
+    """How many rows of ``kind`` ``page`` would return for ``run_id``: the store's optional
+    ``count_rows`` when it has one (a count in the store), else by paging through them."""
+    fast = getattr(store, "count_rows", None)
+    if callable(fast):
+        return int(fast(kind, run_id))
     return sum(1 for _ in iter_rows(store, kind, run_id=run_id))
 
 
@@ -58,8 +63,8 @@ def compute_stats(store: Store, run_id: str | None = None) -> dict[str, Any]:
             "duration_ms": duration_summary(durations),
         },
         "tasks": {"by_name": {name: dict(sorted(s.items())) for name, s in sorted(by_name.items())}},
-        "attempts_total": _count(store, "attempts", run_id),
-        "events_total": _count(store, "events", run_id),
+        "attempts_total": count_rows(store, "attempts", run_id),
+        "events_total": count_rows(store, "events", run_id),
     }
 
 

@@ -441,14 +441,16 @@ class SqliteStore:
         row of ``run_id`` (None: all), in storage order and read in pages. Optional method: a
         merged report folds stores on these five columns and reads whole rows only for the
         failed pipelines it shows."""
-        where = "WHERE run_id = ? AND pk > ?" if run_id is not None else "WHERE pk > ?"
+        # a range scan of the table in pk order (``+run_id``: not through the (run_id, state)
+        # index, whose rows would have to be sorted by pk again for every page)
+        where = "WHERE pk > ? AND +run_id = ?" if run_id is not None else "WHERE pk > ?"
         sql = (
             "SELECT pk, pipeline_id, state, started_at, finished_at, attempts_total FROM pipelines"
             f" {where} ORDER BY pk LIMIT ?"
         )
         after = 0
         while True:
-            params = (run_id, after, page) if run_id is not None else (after, page)
+            params = (after, run_id, page) if run_id is not None else (after, page)
             rows = self._query(sql, params)
             for _pk, pid, state, started, finished, attempts in rows:
                 yield pid, state, started, finished, int(attempts or 0)
@@ -476,6 +478,14 @@ class SqliteStore:
         for name, state, n in self._query(sql, params):
             out.setdefault(name, {})[state] = int(n)
         return out
+
+    def count_rows(self, kind: str, run_id: str | None = None) -> int:
+        """Rows of ``kind`` that ``page(kind, run_id=run_id)`` would return, counted in SQL
+        (optional method: a merged report needs the event count, not the events)."""
+        if kind not in _PAGE_CODECS:
+            raise ValueError(f"unknown row kind {kind!r}; expected one of {', '.join(PAGE_KINDS)}")
+        where, params = _run_filter(run_id if "run_id" in _PAGE_FILTERS[kind] else None)
+        return int(self._query(f'SELECT COUNT(*) FROM "{kind}"{where}', params)[0][0])
 
     def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
         rows = self._query(
