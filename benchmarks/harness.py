@@ -516,7 +516,8 @@ def warm_bytecode() -> bool:
     import compileall
 
     ok = True
-    for folder in (REPO / "core" / "pyattacker", REPO / "plugins" / "pyattacker_plugins", REPO / "benchmarks"):
+    folders = (REPO / "core" / "pyattacker", REPO / "plugins" / "pyattacker_plugins", REPO / "benchmarks")
+    for folder in folders:
         ok = bool(compileall.compile_dir(str(folder), quiet=1)) and ok
     return ok
 

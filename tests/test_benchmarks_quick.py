@@ -50,6 +50,9 @@ def test_quick_suite_writes_results(tmp_path: Path) -> None:
     results = json.loads(out.read_text())
     assert results["schema"] == 1 and results["quick"] is True
     assert {"generated_at", "machine", "scenarios"} <= results.keys()
+    # children import compiled bytecode, as from an installed package (CI sets no-bytecode)
+    assert results["machine"]["bytecode_warmed"] is True
+    assert (REPO / "core" / "pyattacker" / "__pycache__").is_dir()
     assert set(results["scenarios"]) == {"overhead", "resume"}
     for name, scenario in results["scenarios"].items():
         assert {

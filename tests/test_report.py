@@ -127,10 +127,10 @@ def test_merged_report_from_store_summaries_equals_reading_every_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A SQLite store lets the merged report fold five columns per pipeline (``pipeline_summaries``)
-    and count task states and events in SQL (``task_counts``, ``count_rows``). The report must be the same as the one built
-    from whole rows: for each run selection, with failed pipelines (their errors need whole rows),
-    pipelines whose row moved to a later run (a resume) while older task rows did not, and
-    pipelines present in two stores."""
+    and count task states and events in SQL (``task_counts``, ``count_rows``). The report must be
+    the same as the one built from whole rows: for each run selection, with failed pipelines
+    (their errors need whole rows), pipelines whose row moved to a later run (a resume) while
+    older task rows did not, and pipelines present in two stores."""
     import asyncio
     from typing import Any
 
