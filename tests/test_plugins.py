@@ -352,3 +352,33 @@ def test_discovery_reads_each_distributions_metadata_once(monkeypatch: pytest.Mo
         [(f"a{i}", "one", "1.0") for i in range(5)] + [(f"b{i}", "two", "1.0") for i in range(3)]
     )
     assert reads["n"] == 4  # name + version, once per distribution
+
+
+def test_distribution_name_and_version_come_from_the_metadata_head() -> None:
+    """Discovery reads ``Name`` and ``Version`` from the top of METADATA instead of parsing the
+    whole file with the e-mail package: the same answer as ``dist.name`` / ``dist.version`` for
+    every installed distribution, and the full parse as the fallback when the head lacks one."""
+    import importlib_metadata
+
+    from pyattacker.plugins import _name_and_version
+
+    dists = list(importlib_metadata.distributions())
+    assert dists
+    for dist in dists:
+        assert _name_and_version(dist) == (dist.name, dist.version), dist
+
+    class Fake:
+        def __init__(self, text: str | None) -> None:
+            self.text = text
+            self.name, self.version = "parsed-name", "9.9"
+
+        def read_text(self, filename: str) -> str | None:
+            return self.text if filename == "METADATA" else None
+
+    head = "Metadata-Version: 2.1\nname: lower-case\nVERSION: 1.2.3\n\nName: in-the-body\n"
+    assert _name_and_version(Fake(head)) == ("lower-case", "1.2.3")
+    assert _name_and_version(Fake("Metadata-Version: 2.1\nName: only-name\n\nVersion: 1\n")) == (
+        "parsed-name",
+        "9.9",
+    )
+    assert _name_and_version(Fake(None)) == ("parsed-name", "9.9")

@@ -18,6 +18,7 @@ from click import exceptions as click_exceptions
 
 from . import __version__
 from .errors import ConfigError, PyAttackerError, StoreUnavailable, WorkerCrashed
+from .lazy_command import LazyCommand
 
 __all__ = ["cli", "main"]
 
@@ -61,7 +62,8 @@ class LazyGroup(click.RichGroup):
     def get_command(self, ctx: click.Context, name: str) -> Any:
         target = CORE_COMMANDS.get(name)
         if target is None:
-            return self._plugin_commands().get(name)
+            command = self._plugin_commands().get(name)
+            return command.load() if isinstance(command, LazyCommand) else command
         module, _, attr = target.partition(":")
         return getattr(importlib.import_module(module), attr)
 

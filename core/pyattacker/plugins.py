@@ -139,8 +139,7 @@ def _scan(groups: tuple[str, ...]) -> dict[str, list[EntryPointInfo]]:
 
     found: dict[str, list[EntryPointInfo]] = {g: [] for g in groups}
     seen: set[tuple[str, str, str]] = set()
-    #: (name, version) per distribution object: each lookup parses the METADATA file (an
-    #: e-mail parse), and a package registers many entry points
+    #: (name, version) per distribution object: a package registers many entry points
     names: dict[Any, tuple[str | None, str | None]] = {}
     for ep in entry_points():
         if ep.group not in found or (ep.group, ep.name, ep.value) in seen:
@@ -149,7 +148,7 @@ def _scan(groups: tuple[str, ...]) -> dict[str, list[EntryPointInfo]]:
         dist = getattr(ep, "dist", None)
         ident = names.get(dist)
         if ident is None:
-            ident = names[dist] = (getattr(dist, "name", None), getattr(dist, "version", None))
+            ident = names[dist] = _name_and_version(dist)
         found[ep.group].append(
             EntryPointInfo(name=ep.name, value=ep.value, group=ep.group, dist=ident[0], version=ident[1])
         )
@@ -157,6 +156,30 @@ def _scan(groups: tuple[str, ...]) -> dict[str, list[EntryPointInfo]]:
         # built-ins first so that a third party can never shadow one; then by name
         infos.sort(key=lambda e: (not e.builtin, e.name, e.value))
     return found
+
+
+def _name_and_version(dist: Any) -> tuple[str | None, str | None]:
+    """A distribution's ``Name`` and ``Version`` from the head of its METADATA file.
+
+    Both are required single-line fields of the core metadata, at the top of the header block.
+    ``dist.name`` / ``dist.version`` would parse the whole file with the e-mail package (imported
+    for it, in every process that discovers plugins); they remain the fallback.
+    """
+    try:
+        text = dist.read_text("METADATA") or dist.read_text("PKG-INFO")
+    except Exception:
+        text = None
+    if text:
+        found: dict[str, str] = {}
+        for line in text.splitlines():
+            if not line.strip():
+                break  # end of the header block
+            key, sep, value = line.partition(":")
+            if sep and key.strip().lower() in ("name", "version"):
+                found.setdefault(key.strip().lower(), value.strip())
+                if len(found) == 2:
+                    return found["name"], found["version"]
+    return getattr(dist, "name", None), getattr(dist, "version", None)
 
 
 class _Registrar:
