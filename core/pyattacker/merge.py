@@ -70,9 +70,14 @@ class MergedReport:
         self.pipeline_metrics: dict[str, dict[str, Any]] = {}
         #: ids folded from a store's summaries (five columns): failed winners are re-read whole
         self.partial: set[str] = set()
+        #: ids of every row added as failed: a failed winner is among them (the report lists
+        #: failures, so nothing has to walk every pipeline to find them)
+        self.failed_seen: set[str] = set()
 
     # -- folding -------------------------------------------------------------------------------
     def add(self, row: PipelineRecord, source: int) -> None:
+        if row.state == "failed":
+            self.failed_seen.add(row.pipeline_id)
         old = self.rows.get(row.pipeline_id)
         if old is None:
             self.rows[row.pipeline_id] = row
@@ -218,7 +223,7 @@ def _read_details(report: MergedReport, store: Store, index: int, choice: RunCho
             if t.pipeline_id in mine and report.origin.get(t.pipeline_id) == index:
                 states = report.task_counts.setdefault(t.name, {})
                 states[t.state] = states.get(t.state, 0) + 1
-    failed = [pid for pid in mine if report.rows[pid].state == "failed"]
+    failed = [pid for pid in report.failed_seen if pid in mine and report.rows[pid].state == "failed"]
     for ev in _repair_events(store, failed):
         if ev.pipeline_id is None or ev.pipeline_id in report.repair_failures:
             continue
@@ -283,8 +288,8 @@ def _complete_failed(report: MergedReport, store: Store, index: int) -> None:
     the report lists their errors; every other row only ever feeds counts."""
     wanted = [
         pid
-        for pid in report.partial
-        if report.origin.get(pid) == index and report.rows[pid].state == "failed"
+        for pid in report.failed_seen
+        if pid in report.partial and report.origin.get(pid) == index and report.rows[pid].state == "failed"
     ]
     if not wanted:
         return
