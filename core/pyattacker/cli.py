@@ -8,7 +8,6 @@ fix is printed as one line naming what is wrong, with the documented exit code:
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from typing import Any
@@ -25,17 +24,20 @@ __all__ = ["cli", "main"]
 click.rich_click.TEXT_MARKUP = "markdown"
 click.rich_click.SHOW_ARGUMENTS = True
 
-#: core command name -> "module:attribute" (imported on first use)
-CORE_COMMANDS: dict[str, str] = {
-    "run": "pyattacker.cli_run:run_command",
-    "resume": "pyattacker.cli_run:resume_command",
-    "demo": "pyattacker.cli_run:demo_command",
-    "validate": "pyattacker.cli_run:validate_command",
-    "init": "pyattacker.cli_run:init_command",
-    "report": "pyattacker.cli_views:report_command",
-    "export": "pyattacker.cli_views:export_command",
-    "watch": "pyattacker.cli_views:watch_command",
-    "plugins": "pyattacker.cli_plugins:plugins_command",
+#: the core commands, imported on first use (plugins register theirs the same way)
+CORE_COMMANDS: dict[str, LazyCommand] = {
+    name: LazyCommand(name, target)
+    for name, target in (
+        ("run", "pyattacker.cli_run:run_command"),
+        ("resume", "pyattacker.cli_run:resume_command"),
+        ("demo", "pyattacker.cli_run:demo_command"),
+        ("validate", "pyattacker.cli_run:validate_command"),
+        ("init", "pyattacker.cli_run:init_command"),
+        ("report", "pyattacker.cli_views:report_command"),
+        ("export", "pyattacker.cli_views:export_command"),
+        ("watch", "pyattacker.cli_views:watch_command"),
+        ("plugins", "pyattacker.cli_plugins:plugins_command"),
+    )
 }
 PANELS = {
     "Run pipelines": ["run", "resume", "demo"],
@@ -60,12 +62,8 @@ class LazyGroup(click.RichGroup):
         return sorted(names)
 
     def get_command(self, ctx: click.Context, name: str) -> Any:
-        target = CORE_COMMANDS.get(name)
-        if target is None:
-            command = self._plugin_commands().get(name)
-            return command.load() if isinstance(command, LazyCommand) else command
-        module, _, attr = target.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        command = CORE_COMMANDS.get(name) or self._plugin_commands().get(name)
+        return command.load() if isinstance(command, LazyCommand) else command
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
