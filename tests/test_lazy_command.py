@@ -73,7 +73,7 @@ def test_a_broken_target_is_a_clear_error_with_exit_code_2(
         reset_plugins(None)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "command 'broken'" in err and message.split(":")[0] in err
+    assert "plugin 'lazy-test': command 'broken'" in err and message.split(":")[0] in err
 
 
 def test_a_lazy_command_runs_the_command_it_names(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,7 +16,7 @@ import rich_click as click
 from click import exceptions as click_exceptions
 
 from . import __version__
-from .errors import ConfigError, PyAttackerError, StoreUnavailable, WorkerCrashed
+from .errors import ConfigError, PluginError, PyAttackerError, StoreUnavailable, WorkerCrashed
 from .lazy_command import LazyCommand
 
 __all__ = ["cli", "main"]
@@ -57,13 +57,29 @@ class LazyGroup(click.RichGroup):
         except Exception:  # the listing must work even when discovery itself breaks
             return {}
 
+    @staticmethod
+    def _load_plugin_command(command: LazyCommand) -> Any:
+        """A plugin's lazy command; a failure to load it also names the plugin."""
+        try:
+            return command.load()
+        except PluginError as exc:
+            from .plugins import get_plugins
+
+            provided = get_plugins().commands.provider(command.name)
+            if provided is None:
+                raise
+            raise PluginError(f"plugin {provided.plugin!r}: {exc}") from exc.__cause__
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         names = set(CORE_COMMANDS) | set(self._plugin_commands())
         return sorted(names)
 
     def get_command(self, ctx: click.Context, name: str) -> Any:
-        command = CORE_COMMANDS.get(name) or self._plugin_commands().get(name)
-        return command.load() if isinstance(command, LazyCommand) else command
+        core = CORE_COMMANDS.get(name)
+        if core is not None:
+            return core.load()
+        command = self._plugin_commands().get(name)
+        return self._load_plugin_command(command) if isinstance(command, LazyCommand) else command
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
