@@ -178,9 +178,8 @@ class TaskContext:
         **selector: Any,
     ) -> Lease:
         """Escape hatch: a lease you release yourself (reclaimed as leaked if you forget)."""
-        args = (pool, algorithm, timeout, where, selector)
-        lease = self._lease_now(args)
-        return lease if lease is not None else await self._lease_from(*args)
+        lease: Lease = await self.acquire(pool, algorithm=algorithm, timeout=timeout, where=where, **selector)
+        return lease
 
     def _target(self, pool_name: str | None, algorithm: Any) -> tuple[Pool, Any]:
         """The pool and the algorithm spec a lease request goes to (a task's own by default)."""
