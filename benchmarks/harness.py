@@ -365,6 +365,12 @@ def machine_info() -> dict[str, Any]:
     except ImportError:  # pragma: no cover
         pass
     try:
+        import uvloop
+
+        info["uvloop"] = uvloop.__version__  # the product's default loop when installed
+    except ImportError:
+        info["uvloop"] = None
+    try:
         info["git_commit"] = (
             subprocess.run(
                 ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10

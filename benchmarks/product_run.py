@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from pyattacker.event_loop import resolve_event_loop
 from pyattacker.pipeline import PipelineTemplate, pipeline
 from pyattacker.pool import Pool, Resource
 from pyattacker.runner import Runner
@@ -97,6 +98,7 @@ def run(
         store=store, pools=build_pools(capacity or max(1000, 2 * concurrency)), concurrency=concurrency
     ) as runner:
         report = runner.run(template.map(seeds(lo, lo + n)))
+        loop = resolve_event_loop(runner.config.event_loop)
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
     counters = dict(report.counters)
@@ -113,6 +115,7 @@ def run(
         "sleep0": latency_ms == 0,
         "synchronous": os.environ.get("PYATTACKER_SQLITE_SYNCHRONOUS", "normal"),
         "status": report.status,
+        "event_loop": loop,
         "pipelines_run": ran,
         "pipelines_skipped": skipped,
         "wall_s": elapsed,

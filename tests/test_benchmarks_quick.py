@@ -72,6 +72,8 @@ def test_quick_suite_writes_results(tmp_path: Path) -> None:
     product = results["scenarios"]["overhead"]["variants"]["product"]["runs"][0]
     assert {"pipelines_per_s", "wall_s", "peak_rss_mb", "store_bytes"} <= product.keys()
     assert product["pipelines_run"] == results["scenarios"]["overhead"]["params"]["n"]
+    # the loop the product ran on is recorded, and it is the one the machine info says is default
+    assert product["event_loop"] == ("uvloop" if results["machine"]["uvloop"] else "asyncio")
     rerun = results["scenarios"]["resume"]["variants"]["product-rerun"]["runs"][0]
     assert (
         rerun["pipelines_run"] == 0

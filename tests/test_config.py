@@ -228,6 +228,11 @@ BAD = [
         ["pipeline.control: handoff control flow is not supported in this version"],
     ),
     (
+        "event_loop",
+        "run: {event_loop: tokio}\n" + GOOD_TAIL,
+        ["run.event_loop", "uvloop"],
+    ),
+    (
         "empty_pool",
         "pools: {apis: {resources: []}}\n" + GOOD_TAIL,
         ["pools.apis.resources: a pool needs at least one"],
@@ -275,7 +280,7 @@ def test_syntax_errors_have_line_and_column(tmp_path: Path, name: str, text: str
 
 def test_yaml_without_the_extra_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "yaml", None)
-    with pytest.raises(ConfigError, match=r"pyattacker\[yaml\]"):
+    with pytest.raises(ConfigError, match=r"pip install pyyaml"):
         load_config(_write(tmp_path, GOOD_TAIL))
 
 

@@ -110,7 +110,7 @@ def _execute(
             async with RunProgress(runner, total):
                 return await runner.run_async(specs)
 
-        with asyncio.Runner(loop_factory=runner.clock.new_event_loop) as loop_runner:
+        with asyncio.Runner(loop_factory=runner.loop_factory()) as loop_runner:
             report = loop_runner.run(main())
     return report, health
 
@@ -182,7 +182,7 @@ def _run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             "config_path",
             required=True,
             metavar="PATH",
-            help="Config file: .toml, .json, .yaml/.yml (YAML needs `pyattacker[yaml]`).",
+            help="Config file: .toml, .json, .yaml/.yml (YAML needs PyYAML, the `yaml` extra).",
         ),
         click.option(
             "--limit", type=click.IntRange(min=1), help="Only run the first N pipelines (smoke test)."

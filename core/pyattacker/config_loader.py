@@ -71,8 +71,8 @@ def _parse_yaml(path: Path, text: str) -> Any:
         import yaml
     except ImportError:
         raise ConfigError(
-            f'{path}: YAML configs need the optional extra: pip install "pyattacker[yaml]"'
-            " (or write the config as .toml or .json)"
+            f"{path}: YAML configs need PyYAML (the `yaml` extra): pip install pyyaml"
+            ' (in a checkout: pip install -e ".[yaml]"), or write the config as .toml or .json'
         ) from None
     try:
         return yaml.safe_load(text)

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from .errors import ConfigError
+from .event_loop import EVENT_LOOPS
 
 __all__ = ["JOURNALS", "RunConfig"]
 
@@ -63,6 +64,8 @@ class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     write_behind: bool = True
     write_batch: int = 512
     flush_interval: float = 1.0
+    #: "auto": uvloop when installed, else asyncio (see pyattacker.event_loop)
+    event_loop: str = "auto"
     artifact_backend: Any = None
     event_sinks: list[Any] = []
     #: "standard": every fact once (per-lease and per-success facts live on attempt rows);
@@ -74,6 +77,10 @@ class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     def __post_init__(self) -> None:
         if self.journal not in JOURNALS:
             raise ConfigError(f"run.journal: must be one of {', '.join(JOURNALS)}, got {self.journal!r}")
+        if self.event_loop not in EVENT_LOOPS:
+            raise ConfigError(
+                f"run.event_loop: must be one of {', '.join(EVENT_LOOPS)}, got {self.event_loop!r}"
+            )
         if self.events not in ("standard", "all"):
             raise ConfigError(f"run.events: must be 'standard' or 'all', got {self.events!r}")
         _positive_int("concurrency", self.concurrency)

@@ -11,6 +11,7 @@ here and checked by ``config`` against the plugin that owns them.
 from __future__ import annotations
 
 import difflib
+import typing
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
@@ -58,6 +59,7 @@ class RunSection(msgspec.Struct, kw_only=True):
     write_behind: bool | None = None
     write_batch: PositiveInt = 512
     flush_interval: NonNegativeFloat = 1.0
+    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     artifact_backend: Any = None
     events: Literal["standard", "all"] = "standard"
     event_sinks: list[str | dict[str, Any]] = []
@@ -214,7 +216,12 @@ def check_mapping(
         try:
             out[key] = msgspec.convert(value, field.type)
         except msgspec.ValidationError as exc:
-            errors.append(_field_error(f"{path}.{key}" if path else key, value, exc))
+            where = f"{path}.{key}" if path else key
+            choices = typing.get_args(field.type) if typing.get_origin(field.type) is Literal else ()
+            if choices:  # name the accepted values, not just the rejected one
+                errors.append(f"{where}: must be one of {', '.join(map(str, choices))}, got {value!r}")
+            else:
+                errors.append(_field_error(where, value, exc))
     for name, field in fields.items():
         required = field.default is msgspec.NODEFAULT and field.default_factory is msgspec.NODEFAULT
         if required and name not in data and name not in skipped:

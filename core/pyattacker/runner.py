@@ -44,6 +44,7 @@ from .errors import (
     WorkerCrashed,
     error_class_of,
 )
+from .event_loop import loop_factory, resolve_event_loop
 from .model import (
     ArtifactRecord,
     AttemptRecord,
@@ -152,6 +153,8 @@ class Runner:
         if store is not None and isinstance(store, str | os.PathLike):
             overrides.setdefault("store", os.fspath(store))
         self.config = cfg.replace(**overrides) if overrides else cfg
+        if self.config.event_loop == "uvloop":
+            resolve_event_loop("uvloop")  # not installed: fail here, before the store is opened
         self._plugins = plugins
         self.clock = clock or RealClock()
         # the hot path reads the clock several times per task: call the C functions directly
@@ -265,7 +268,7 @@ class Runner:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            with asyncio.Runner(loop_factory=self.clock.new_event_loop) as runner:
+            with asyncio.Runner(loop_factory=self.loop_factory()) as runner:
                 return runner.run(self.run_async(specs, resume=resume, run_id=run_id))
         box: dict[str, Any] = {}
 
@@ -282,6 +285,13 @@ class Runner:
             raise box["error"]
         report: RunReport = box["report"]
         return report
+
+    def loop_factory(self) -> Callable[[], asyncio.AbstractEventLoop]:
+        """The loop a run builds for itself: a custom clock's own (the virtual clock), else the
+        one ``run.event_loop`` names (uvloop when installed, by default)."""
+        if type(self.clock).new_event_loop is not Clock.new_event_loop:
+            return self.clock.new_event_loop
+        return loop_factory(self.config.event_loop)
 
     def report_metric(self, name: str, value: Any, *, pipeline_id: str | None = None) -> bool:
         """Record a run-level (or pipeline-level) application value; latest wins."""
@@ -528,6 +538,8 @@ class Runner:
             "write_behind": cfg.write_behind,
             "write_batch": cfg.write_batch,
             "flush_interval": cfg.flush_interval,
+            # the loop actually running this run (``run_async`` may run on the caller's own loop)
+            "event_loop": type(asyncio.get_running_loop()).__module__.partition(".")[0],
             "artifact_backend": backend
             if backend is not None
             else (cfg.journal == "full" and "inline") or None,
@@ -588,7 +600,10 @@ class Runner:
             signalled[0] += 1
             if signalled[0] > 1 and self._in_sync:
                 # a sync task holds the loop: interrupt it now; every finished task is durable
-                # and the rows it leaves running are claimed by the next resume
+                # and the rows it leaves running are claimed by the next resume. Nothing may
+                # start after it: uvloop runs the rest of the ready callbacks before it lets the
+                # exception out, so another ready worker would start its own blocking body.
+                self._stopping = True
                 raise KeyboardInterrupt
             loop.call_soon_threadsafe(self._on_signal, sig)
 
