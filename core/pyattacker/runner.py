@@ -116,6 +116,13 @@ def _process_start_time() -> float | None:
         return None
 
 
+def _loop_kind(loop: asyncio.AbstractEventLoop) -> str:
+    """``asyncio`` for asyncio's loops (the virtual clock's included), else the loop's package."""
+    if isinstance(loop, asyncio.BaseEventLoop):
+        return "asyncio"
+    return type(loop).__module__.partition(".")[0]
+
+
 def _error_text(exc: BaseException) -> str:
     text = str(exc)
     return text if len(text) <= _MAX_ERROR else text[: _MAX_ERROR - 1] + "…"
@@ -539,7 +546,7 @@ class Runner:
             "write_batch": cfg.write_batch,
             "flush_interval": cfg.flush_interval,
             # the loop actually running this run (``run_async`` may run on the caller's own loop)
-            "event_loop": type(asyncio.get_running_loop()).__module__.partition(".")[0],
+            "event_loop": _loop_kind(asyncio.get_running_loop()),
             "artifact_backend": backend
             if backend is not None
             else (cfg.journal == "full" and "inline") or None,
