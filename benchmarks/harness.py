@@ -528,7 +528,8 @@ def warm_bytecode() -> bool:
     return ok
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (the docs' example commands are parsed with it by a test)."""
     from . import scenarios as catalog
 
     ap = argparse.ArgumentParser(
@@ -556,6 +557,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds before a child run is killed")
     ap.add_argument("--keep-tmp", action="store_true", help="keep the temporary stores")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import scenarios as catalog
+
+    ap = build_parser()
     args = ap.parse_args(argv)
 
     names = (

@@ -13,6 +13,8 @@ pipelines/s (``python -m benchmarks``); use this to decide whether a change help
 
     python -m benchmarks.instructions                      # product, floor and peer
     python -m benchmarks.instructions --runners product --n 1500 --base 300
+    python -m benchmarks.instructions --runners product --event-loop asyncio   # vs the default
+    python -m benchmarks.instructions --concurrency 1024 --latency-ms 10      # the latency workload
 """
 
 from __future__ import annotations
@@ -35,15 +37,39 @@ RUNNERS = ("product", "floor", "peer")
 _REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
-def command(runner: str, n: int, tmp: Path, baselines: Path | None) -> list[str]:
-    """The overhead workload (3 tasks, each awaiting sleep(0) once, C=64) for one runner."""
+class Workload:
+    """What every runner runs: 3 tasks per pipeline at ``concurrency``, each awaiting
+    ``asyncio.sleep(0)`` once (``latency_ms`` 0) or sleeping ``latency_ms``."""
+
+    def __init__(self, concurrency: int = 64, latency_ms: float = 0.0, event_loop: str = "auto") -> None:
+        self.concurrency = concurrency
+        self.latency_ms = latency_ms
+        self.event_loop = event_loop  # the product's run.event_loop (the baselines run asyncio)
+
+    def describe(self) -> str:
+        task = f"{self.latency_ms:g} ms tasks" if self.latency_ms else "sleep(0) tasks"
+        return f"3 {task}, C={self.concurrency}, product loop {self.event_loop}"
+
+    def args(self) -> list[str]:
+        return ["--concurrency", str(self.concurrency), "--latency-ms", str(self.latency_ms)]
+
+
+def command(
+    runner: str, n: int, tmp: Path, baselines: Path | None, workload: Workload | None = None
+) -> list[str]:
+    """The workload (by default the overhead scenario's) for one runner."""
+    w = workload or Workload()
     if runner == "product":
-        return [sys.executable, str(HERE / "product_run.py"), "--n", str(n), "--store", str(tmp / "p.db")]
+        return [
+            sys.executable, str(HERE / "product_run.py"), "--n", str(n), "--store", str(tmp / "p.db"),
+            *w.args(), "--event-loop", w.event_loop,
+        ]  # fmt: skip
     if baselines is None:
         raise SystemExit(f"runner {runner!r} needs the baseline scripts (--baselines DIR)")
     script = "floor_runner.py" if runner == "floor" else "baseline_peer.py"
     out = tmp / ("f.db" if runner == "floor" else "p.jsonl")
-    return [sys.executable, str(baselines / script), "--n", str(n), "--sleep0", "--out", str(out)]
+    sleep0 = ["--sleep0"] if not w.latency_ms else []
+    return [sys.executable, str(baselines / script), "--n", str(n), *sleep0, *w.args(), "--out", str(out)]
 
 
 def instructions(cmd: list[str]) -> int:
@@ -63,13 +89,18 @@ def instructions(cmd: list[str]) -> int:
     return int(match.group(1).replace(",", ""))
 
 
-def measure(runner: str, n: int, base: int, baselines: Path | None) -> dict[str, Any]:
+def measure(
+    runner: str, n: int, base: int, baselines: Path | None, workload: Workload | None = None
+) -> dict[str, Any]:
     """Marginal instructions per pipeline and per task of ``runner`` (two runs in parallel)."""
     with (
         tempfile.TemporaryDirectory(prefix="pyattacker-ins-") as big,
         tempfile.TemporaryDirectory(prefix="pyattacker-ins-") as small,
     ):
-        cmds = [command(runner, n, Path(big), baselines), command(runner, base, Path(small), baselines)]
+        cmds = [
+            command(runner, n, Path(big), baselines, workload),
+            command(runner, base, Path(small), baselines, workload),
+        ]
         with ThreadPoolExecutor(max_workers=2) as pool:
             i_big, i_small = pool.map(instructions, cmds)
     per_pipeline = (i_big - i_small) / (n - base)
@@ -82,16 +113,30 @@ def measure(runner: str, n: int, base: int, baselines: Path | None) -> dict[str,
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (the docs' example commands are parsed with it by a test)."""
     ap = argparse.ArgumentParser(prog="python -m benchmarks.instructions", description=__doc__.split("\n")[0])
     ap.add_argument("--runners", default=",".join(RUNNERS), help="comma-separated: product, floor, peer")
     ap.add_argument("--n", type=int, default=1500, help="pipelines in the larger run")
     ap.add_argument("--base", type=int, default=300, help="pipelines in the smaller run")
     ap.add_argument("--baselines", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
+    ap.add_argument("--concurrency", type=int, default=64, help="attempts at once (default 64)")
+    ap.add_argument("--latency-ms", type=float, default=0.0, help="task sleep; 0 = await sleep(0) once")
+    ap.add_argument(
+        "--event-loop", default="auto", choices=("auto", "asyncio", "uvloop"), help="the product's loop"
+    )
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     if args.n <= args.base:
         ap.error("--n must be larger than --base")
+    if args.concurrency < 1 or args.latency_ms < 0:
+        ap.error("--concurrency must be >= 1 and --latency-ms >= 0")
+    workload = Workload(args.concurrency, args.latency_ms, args.event_loop)
     runners = [r.strip() for r in args.runners.split(",") if r.strip()]
     unknown = sorted(set(runners) - set(RUNNERS))
     if unknown:
@@ -100,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
     baselines = find_baselines(args.baselines)
-    results = {r: measure(r, args.n, args.base, baselines) for r in runners}
-    print(f"instructions per pipeline (callgrind, N={args.n} minus N={args.base}, 3 tasks, C=64)")
+    results = {r: measure(r, args.n, args.base, baselines, workload) for r in runners}
+    print(f"instructions per pipeline (callgrind, N={args.n} minus N={args.base}, {workload.describe()})")
     for r in runners:
         print(f"  {r:8} {results[r]['per_pipeline']:>12,.0f}  ({results[r]['per_task']:,.0f} per task)")
     ratios: dict[str, float] = {}
@@ -113,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = ratios[f"product_vs_{other}"] = results[other]["per_pipeline"] / mine
                 print(f"  {other}/product instructions (~ product/{other} speed): {ratio:.3f}")
     if args.out is not None:
-        args.out.write_text(json.dumps({"results": results, "ratios": ratios}, indent=1) + "\n")
+        record = {"workload": vars(workload), "results": results, "ratios": ratios}
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 

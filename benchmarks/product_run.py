@@ -86,6 +86,7 @@ def run(
     concurrency: int = 64,
     latency_ms: float = 0.0,
     capacity: int | None = None,
+    event_loop: str = "auto",
 ) -> dict[str, Any]:
     """Run pipelines ``lo..lo+n`` into ``store`` and return the summary dict (not printed)."""
     global _LATENCY_S
@@ -95,7 +96,10 @@ def run(
     cpu0 = time.process_time()
     t0 = time.perf_counter()
     with Runner(
-        store=store, pools=build_pools(capacity or max(1000, 2 * concurrency)), concurrency=concurrency
+        store=store,
+        pools=build_pools(capacity or max(1000, 2 * concurrency)),
+        concurrency=concurrency,
+        event_loop=event_loop,
     ) as runner:
         report = runner.run(template.map(seeds(lo, lo + n)))
         loop = resolve_event_loop(runner.config.event_loop)
@@ -144,6 +148,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--latency-ms", type=float, default=0.0, help="0 = await asyncio.sleep(0) once per task")
     ap.add_argument("--capacity", type=int, default=None, help="pool capacity (default max(1000, 2*C))")
     ap.add_argument("--store", required=True, help="store path (may carry ?synchronous=full)")
+    ap.add_argument(
+        "--event-loop", default="auto", choices=("auto", "asyncio", "uvloop"), help="run.event_loop"
+    )
     args = ap.parse_args(argv)
     summary = run(
         args.store,
@@ -153,6 +160,7 @@ def main(argv: list[str] | None = None) -> None:
         concurrency=args.concurrency,
         latency_ms=args.latency_ms,
         capacity=args.capacity,
+        event_loop=args.event_loop,
     )
     print(json.dumps(summary))
     sys.stdout.flush()

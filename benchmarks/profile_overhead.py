@@ -176,14 +176,21 @@ def commit_stats(product_run: Any, n: int, concurrency: int, tmp: Path) -> dict[
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (the docs' example commands are parsed with it by a test)."""
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.profile_overhead", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--n", type=int, default=10_000, help="pipelines (x 3 tasks)")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--top", type=int, default=30, help="functions listed by own time")
     ap.add_argument("--json", type=Path, default=None, help="also write the breakdown here")
     ap.add_argument("--no-baseline-run", action="store_true", help="skip the unprofiled process")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     sys.path.insert(0, str(REPO))
     from benchmarks import product_run
 

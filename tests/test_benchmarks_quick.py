@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -94,11 +96,13 @@ def test_instruction_counts_cancel_start_up_and_grow_with_the_work(tmp_path: Pat
     }
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.instructions", "--runners", "product", "--n", "40", "--base", "10",
-         "--out", str(out)],
+         "--concurrency", "8", "--event-loop", "asyncio", "--out", str(out)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=580,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(out.read_text())
+    assert data["workload"] == {"concurrency": 8, "latency_ms": 0.0, "event_loop": "asyncio"}
+    assert "C=8, product loop asyncio" in proc.stdout
     product = data["results"]["product"]
     assert (product["n"], product["base"]) == (40, 10)
     # a pipeline runs 3 tasks, each checkpointed: thousands of instructions at the very least
@@ -116,6 +120,9 @@ def test_instruction_tool_rejects_bad_arguments() -> None:
     assert err.value.code == 2
     with pytest.raises(SystemExit) as err:
         instructions.main(["--runners", "product,nope"])
+    assert err.value.code == 2
+    with pytest.raises(SystemExit) as err:
+        instructions.main(["--concurrency", "0"])
     assert err.value.code == 2
 
 
@@ -138,3 +145,47 @@ def test_cli_runner_reports_a_sharded_run_like_the_other_runners(tmp_path: Path)
         assert (data["pipelines_run"], data["shards"], data["status"]) == (60, shards or 1, "completed")
         assert data["pipelines_per_s"] > 0
     assert {p.name for p in tmp_path.glob("s2.shard*of2.db")} == {"s2.shard0of2.db", "s2.shard1of2.db"}
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_product_runner_runs_on_the_loop_it_is_given(tmp_path: Path, loop: str) -> None:
+    """``product_run.py --event-loop`` reaches the product (the instruction tool relies on it)."""
+    if loop == "uvloop":
+        pytest.importorskip("uvloop")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "product_run.py"), "--n", "5", "--concurrency", "2",
+         "--store", str(tmp_path / "s.db"), "--event-loop", loop],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["event_loop"] == loop and summary["pipelines_run"] == 5
+
+
+def _documented_commands() -> list[tuple[str, list[str]]]:
+    """Every ``python -m benchmarks...`` line of docs/performance.md: (module, arguments)."""
+    text = (REPO / "docs" / "performance.md").read_text()
+    found = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:2] == ["python", "-m"] and words[2].startswith("benchmarks"):
+                found.append((words[2], words[3:]))
+    return found
+
+
+DOCUMENTED = _documented_commands()
+
+
+@pytest.mark.parametrize(("module", "args"), DOCUMENTED, ids=[" ".join([m, *a]) for m, a in DOCUMENTED])
+def test_documented_benchmark_commands_parse(module: str, args: list[str]) -> None:
+    """The commands docs/performance.md shows are accepted by the tools they name."""
+    import importlib
+
+    tool = importlib.import_module("benchmarks.harness" if module == "benchmarks" else module)
+    tool.build_parser().parse_args(args)  # an unknown flag or a bad value exits with code 2
+
+
+def test_the_docs_show_benchmark_commands() -> None:
+    tools = {"benchmarks", "benchmarks.instructions", "benchmarks.profile_overhead"}
+    assert {m for m, _ in DOCUMENTED} >= tools
