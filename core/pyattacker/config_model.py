@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from .errors import ConfigError
-from .event_loop import EVENT_LOOPS
+from .event_loop import check_event_loop
 
 __all__ = ["JOURNALS", "RunConfig"]
 
@@ -77,10 +77,7 @@ class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     def __post_init__(self) -> None:
         if self.journal not in JOURNALS:
             raise ConfigError(f"run.journal: must be one of {', '.join(JOURNALS)}, got {self.journal!r}")
-        if self.event_loop not in EVENT_LOOPS:
-            raise ConfigError(
-                f"run.event_loop: must be one of {', '.join(EVENT_LOOPS)}, got {self.event_loop!r}"
-            )
+        check_event_loop(self.event_loop)
         if self.events not in ("standard", "all"):
             raise ConfigError(f"run.events: must be 'standard' or 'all', got {self.events!r}")
         _positive_int("concurrency", self.concurrency)

@@ -17,12 +17,18 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["EVENT_LOOPS", "loop_factory", "resolve_event_loop"]
+__all__ = ["EVENT_LOOPS", "check_event_loop", "loop_factory", "resolve_event_loop"]
 
 #: accepted values of ``run.event_loop``
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 
 _INSTALL_HINT = "install it with `pip install uvloop` (or the checkout's `fast` extra)"
+
+
+def check_event_loop(name: str) -> None:
+    """``ConfigError`` naming ``run.event_loop`` unless ``name`` is one of ``EVENT_LOOPS``."""
+    if name not in EVENT_LOOPS:
+        raise ConfigError(f"run.event_loop: must be one of {', '.join(EVENT_LOOPS)}, got {name!r}")
 
 
 def resolve_event_loop(name: str) -> str:
@@ -31,8 +37,7 @@ def resolve_event_loop(name: str) -> str:
     ``uvloop`` when it is not importable is a ``ConfigError`` naming the setting; ``auto`` falls
     back to ``asyncio`` silently (and on Windows, where uvloop does not exist).
     """
-    if name not in EVENT_LOOPS:
-        raise ConfigError(f"run.event_loop: must be one of {', '.join(EVENT_LOOPS)}, got {name!r}")
+    check_event_loop(name)
     if name == "asyncio":
         return "asyncio"
     if _uvloop_module() is not None:
