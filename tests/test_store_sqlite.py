@@ -121,7 +121,7 @@ def test_newer_schema_refused_and_unchanged(tmp_path: Path) -> None:
     conn.close()
     before = digest(path)
     for read_only in (False, True):
-        with pytest.raises(ConfigError, match=r"newer pyattacker \(schema 99 > 1\); upgrade"):
+        with pytest.raises(ConfigError, match=rf"newer pyattacker \(schema 99 > {SCHEMA_VERSION}\); upgrade"):
             OPENER.open(str(path), read_only=read_only)
     assert digest(path) == before
 
@@ -433,3 +433,71 @@ def test_pipeline_summaries_of_a_run_scan_in_key_order_without_sorting(tmp_path:
             assert "TEMP B-TREE" not in plan, plan
     finally:
         store.close()
+
+
+def test_interrupt_running_reads_only_the_stale_rows(tmp_path: Path) -> None:
+    """A run start finds what dead runs left ``running`` through indexes: its cost follows the
+    stale rows and the number of runs, never the size of the store (checked on the plans of
+    the statements it actually runs)."""
+    store = OPENER.open(str(tmp_path / "runs.db"))
+    try:
+        commit(
+            store,
+            pipelines=[pipeline(f"p{i}", run_id=f"r{i % 3}", state="succeeded") for i in range(30)]
+            + [pipeline("stale", run_id="r1", state="running")],
+            tasks=[task("stale", 0, run_id="r1"), task("p0", 0, run_id="r0", state="succeeded")],
+        )
+        conn = store._writer()
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        assert store.interrupt_running("r9", 2.0) == 1
+        conn.set_trace_callback(None)
+        assert store.lookup_pipelines(["stale"])["stale"].state == "interrupted"
+        assert {t.task_run_id: t.state for t in store.page("tasks")} == {
+            "stale:0": "interrupted",
+            "p0:0": "succeeded",
+        }
+        updates = [s for s in statements if s.lstrip().upper().startswith("UPDATE") and "runs" not in s.split()[1]]
+        assert len(updates) == 2
+        for sql in updates:
+            plan = [str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql)]
+            scans = [step for step in plan if step.startswith("SCAN") and "INDEX" not in step]
+            assert not [s for s in scans if s.split()[1] in ("pipelines", "tasks")], plan
+    finally:
+        store.close()
+
+
+def _downgrade_to_v1(path: Path) -> None:
+    """What a file written before schema version 2 looks like (no ``tasks_running`` index)."""
+    conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX tasks_running")
+    conn.execute("UPDATE store_meta SET value = '1' WHERE key = 'schema_version'")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+
+
+def test_version_1_file_migrated_by_the_writer_only(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    store = OPENER.open(str(path))
+    commit(store, pipelines=[pipeline("p1", run_id="dead", state="running")], tasks=[task("p1", 0, run_id="dead")])
+    store.close()
+    _downgrade_to_v1(path)
+    before = digest(path)
+    reader = OPENER.open(str(path), read_only=True)  # readers read version 1 as it is
+    try:
+        assert reader.lookup_pipelines(["p1"])["p1"].state == "running"
+    finally:
+        reader.close()
+    assert digest(path) == before
+    writer = OPENER.open(str(path))
+    try:
+        conn = sqlite3.connect(path)
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        conn.close()
+        assert "tasks_running" in indexes
+        assert writer.interrupt_running("next", 3.0) == 1  # the rows written before the migration
+        assert [t.state for t in writer.page("tasks")] == ["interrupted"]
+    finally:
+        writer.close()

@@ -21,7 +21,7 @@ __all__ = ["APPLICATION", "APPLICATION_ID", "MIGRATIONS", "SCHEMA_VERSION", "mig
 APPLICATION = "pyattacker"
 #: "PYAT" as a big-endian 32-bit integer, stored in the file header.
 APPLICATION_ID = 0x50594154
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _REAL = {
     "started_at", "ended_at", "heartbeat_at", "pid_started_at", "created_at", "finished_at", "ts",
@@ -90,8 +90,15 @@ _V1 = (
     "CREATE INDEX metric_points_by_series ON metric_points (run_id, pipeline_id, step)",
 )
 
+_V2 = (
+    # Only task rows left ``running`` have an entry: a new run finds the rows a dead run left
+    # without scanning every task (the runner itself only ever writes finished task rows, so
+    # the hot path evaluates the condition and inserts nothing).
+    "CREATE INDEX tasks_running ON tasks (run_id) WHERE state = 'running'",
+)
+
 #: version -> statements that bring a file from ``version - 1`` to ``version`` (additive only).
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1}
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2}
 
 
 def ro_uri(path: str) -> str:

@@ -187,6 +187,23 @@ def _lookup_sql(n: int) -> str:
     )
 
 
+#: Rows a dead run left ``running``, found through ``pipelines_by_run_state`` one run at a time:
+#: the run ids come from a skip scan of that index (one seek per distinct run), so the cost
+#: follows the number of runs and stale rows, not the size of the store (a plain
+#: ``WHERE state = 'running' AND run_id != ?`` scans every pipeline at every run start).
+_INTERRUPT_PIPELINES = (
+    "UPDATE pipelines SET state = 'interrupted' WHERE state = 'running' AND run_id IN ("
+    " WITH RECURSIVE run_ids(id) AS ("
+    "  SELECT (SELECT min(run_id) FROM pipelines)"
+    "  UNION ALL"
+    "  SELECT (SELECT min(run_id) FROM pipelines WHERE run_id > run_ids.id) FROM run_ids"
+    "  WHERE run_ids.id IS NOT NULL)"
+    " SELECT id FROM run_ids WHERE id IS NOT NULL AND id != ?)"
+)  # (the statement starts with UPDATE so that ``rowcount`` counts its changes)
+#: through the partial index ``tasks_running``, which holds only the task rows left running
+_INTERRUPT_TASKS = "UPDATE tasks SET state = 'interrupted' WHERE state = 'running' AND run_id != ?"
+
+
 def synchronous_mode(query: dict[str, str]) -> str:
     """``?synchronous=`` in the location wins over ``PYATTACKER_SQLITE_SYNCHRONOUS``; NORMAL default."""
     raw = query.get("synchronous") or os.environ.get("PYATTACKER_SQLITE_SYNCHRONOUS") or "normal"
@@ -385,14 +402,8 @@ class SqliteStore:
             conn = self._writer()
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                changed = conn.execute(
-                    "UPDATE pipelines SET state = 'interrupted' WHERE state = 'running' AND run_id != ?",
-                    (run_id,),
-                ).rowcount
-                conn.execute(
-                    "UPDATE tasks SET state = 'interrupted' WHERE state = 'running' AND run_id != ?",
-                    (run_id,),
-                )
+                changed = conn.execute(_INTERRUPT_PIPELINES, (run_id,)).rowcount
+                conn.execute(_INTERRUPT_TASKS, (run_id,))
                 conn.execute(
                     "UPDATE runs SET status = 'interrupted',"
                     " ended_at = CASE WHEN ended_at IS NULL OR ended_at = 0 THEN ? ELSE ended_at END"
