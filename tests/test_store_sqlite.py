@@ -436,16 +436,17 @@ def test_pipeline_summaries_of_a_run_scan_in_key_order_without_sorting(tmp_path:
 
 
 def test_interrupt_running_reads_only_the_stale_rows(tmp_path: Path) -> None:
-    """A run start finds what dead runs left ``running`` through indexes: its cost follows the
-    stale rows and the number of runs, never the size of the store (checked on the plans of
-    the statements it actually runs)."""
+    """A run start finds the pipelines dead runs left ``running`` through an index, and leaves
+    task rows alone in a file that never held a running one (what the runner writes): its cost
+    follows the stale rows and the number of runs, never the size of the store (checked on the
+    plans of the statements it actually runs)."""
     store = OPENER.open(str(tmp_path / "runs.db"))
     try:
         commit(
             store,
             pipelines=[pipeline(f"p{i}", run_id=f"r{i % 3}", state="succeeded") for i in range(30)]
             + [pipeline("stale", run_id="r1", state="running")],
-            tasks=[task("stale", 0, run_id="r1"), task("p0", 0, run_id="r0", state="succeeded")],
+            tasks=[task(f"p{i}", 0, run_id=f"r{i % 3}", state="succeeded") for i in range(30)],
         )
         conn = store._writer()
         statements: list[str] = []
@@ -453,24 +454,24 @@ def test_interrupt_running_reads_only_the_stale_rows(tmp_path: Path) -> None:
         assert store.interrupt_running("r9", 2.0) == 1
         conn.set_trace_callback(None)
         assert store.lookup_pipelines(["stale"])["stale"].state == "interrupted"
-        assert {t.task_run_id: t.state for t in store.page("tasks")} == {
-            "stale:0": "interrupted",
-            "p0:0": "succeeded",
-        }
-        updates = [s for s in statements if s.lstrip().upper().startswith("UPDATE") and "runs" not in s.split()[1]]
-        assert len(updates) == 2
-        for sql in updates:
-            plan = [str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql)]
-            scans = [step for step in plan if step.startswith("SCAN") and "INDEX" not in step]
-            assert not [s for s in scans if s.split()[1] in ("pipelines", "tasks")], plan
+        assert all(
+            s.lstrip().split()[0].upper() in ("BEGIN", "COMMIT", "SELECT", "UPDATE") for s in statements
+        )
+        touched = [s.split()[1] for s in statements if s.lstrip().upper().startswith("UPDATE")]
+        assert touched == ["pipelines", "runs"]  # no task row looked at
+        for sql in statements:
+            if sql.lstrip().upper().startswith(("UPDATE", "SELECT")):
+                plan = [str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql)]
+                scans = [step.split()[1] for step in plan if step.startswith("SCAN") and "INDEX" not in step]
+                assert not {"pipelines", "tasks"} & set(scans), (sql, plan)
     finally:
         store.close()
 
 
 def _downgrade_to_v1(path: Path) -> None:
-    """What a file written before schema version 2 looks like (no ``tasks_running`` index)."""
+    """What a file written before schema version 2 looks like (no ``tasks_running`` marker)."""
     conn = sqlite3.connect(path)
-    conn.execute("DROP INDEX tasks_running")
+    conn.execute("DELETE FROM store_meta WHERE key = 'tasks_running'")
     conn.execute("UPDATE store_meta SET value = '1' WHERE key = 'schema_version'")
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
@@ -480,7 +481,11 @@ def _downgrade_to_v1(path: Path) -> None:
 def test_version_1_file_migrated_by_the_writer_only(tmp_path: Path) -> None:
     path = tmp_path / "v1.db"
     store = OPENER.open(str(path))
-    commit(store, pipelines=[pipeline("p1", run_id="dead", state="running")], tasks=[task("p1", 0, run_id="dead")])
+    commit(
+        store,
+        pipelines=[pipeline("p1", run_id="dead", state="running")],
+        tasks=[task("p1", 0, run_id="dead")],
+    )
     store.close()
     _downgrade_to_v1(path)
     before = digest(path)
@@ -494,10 +499,44 @@ def test_version_1_file_migrated_by_the_writer_only(tmp_path: Path) -> None:
     try:
         conn = sqlite3.connect(path)
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
-        indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        meta = dict(conn.execute("SELECT key, value FROM store_meta"))
         conn.close()
-        assert "tasks_running" in indexes
+        assert meta["schema_version"] == "2" and meta["tasks_running"] == "1"
         assert writer.interrupt_running("next", 3.0) == 1  # the rows written before the migration
         assert [t.state for t in writer.page("tasks")] == ["interrupted"]
     finally:
         writer.close()
+
+
+def test_task_rows_are_searched_only_in_a_marked_file(tmp_path: Path) -> None:
+    """The runner writes finished task rows only; a file is marked when a running one is
+    committed, and a run start looks at task rows only then (and clears the mark once none is
+    left running)."""
+    path = tmp_path / "runs.db"
+    store = OPENER.open(str(path))
+
+    def marked() -> bool:
+        conn = sqlite3.connect(path)
+        try:
+            return conn.execute("SELECT 1 FROM store_meta WHERE key = 'tasks_running'").fetchone() is not None
+        finally:
+            conn.close()
+
+    try:
+        commit(
+            store,
+            pipelines=[pipeline("p1", run_id="r1")],
+            tasks=[task("p1", 0, run_id="r1", state="succeeded")],
+        )
+        assert not marked()
+        commit(store, tasks=[task("p1", 1, run_id="r1"), task("p1", 2, run_id="r2")])  # running
+        assert marked()
+        assert store.interrupt_running("r2", 2.0) == 0  # r2 is the new run: its own row stays
+        states = {t.task_run_id: t.state for t in store.page("tasks")}
+        assert states == {"p1:0": "succeeded", "p1:1": "interrupted", "p1:2": "running"}
+        assert marked()  # a running row is left
+        assert store.interrupt_running("r3", 3.0) == 0
+        assert {t.task_run_id: t.state for t in store.page("tasks")}["p1:2"] == "interrupted"
+        assert not marked()
+    finally:
+        store.close()

@@ -871,16 +871,30 @@ class Runner:
                         raise ConfigError(
                             f"run() takes PipelineSpecs (template.map(...)), got {type(spec).__name__}"
                         )
-                rows = self._lookup([s.key for s in chunk])
+                rows, finished = self._lookup([s.key for s in chunk])
                 seen: set[str] = set()
                 for spec in chunk:
                     if self._stopping:
                         break
-                    if spec.key in seen or spec.key in self._active:
+                    key = spec.key
+                    if key in seen or key in self._active:
                         self._skip(spec, "duplicate_key")
                         continue
-                    seen.add(spec.key)
-                    state = self._open(spec, rows.get(spec.key))
+                    seen.add(key)
+                    done = finished.get(key)
+                    if done is not None:
+                        spec_digest, seed_digest, run_id = done
+                        if spec_digest == spec.template.spec_digest and seed_digest == spec.seed_digest:
+                            if run_id != self.run_id:  # finished already: nothing to do
+                                self._skip(spec, "succeeded")
+                            continue
+                        row = PipelineRecord(
+                            pipeline_id=key, run_id=run_id, name="", key=key, state="succeeded",
+                            spec_digest=spec_digest, seed_digest=seed_digest,
+                        )  # fmt: skip
+                        state = self._open(spec, row)  # a changed identity: refused there
+                    else:
+                        state = self._open(spec, rows.get(key))
                     if state is None:
                         continue
                     while self._admitted - self._done >= limit and not self._stopping:
@@ -901,22 +915,18 @@ class Runner:
             self._producer_done = True
             self._check_complete()
 
-    def _lookup(self, keys: list[str]) -> dict[str, PipelineRecord]:
-        """Stored rows for ``keys``. A store offering ``lookup_states`` answers the common case
-        (already succeeded: skip) from four narrow columns; only other rows are read in full."""
+    def _lookup(self, keys: list[str]) -> tuple[dict[str, PipelineRecord], dict[str, tuple[str, str, str]]]:
+        """Stored rows for ``keys``, and ``(spec_digest, seed_digest, run_id)`` of those stored as
+        succeeded. A store offering ``lookup_states`` answers the common case of a resume (already
+        succeeded: skip) from four narrow columns, without building a record per row; only the
+        other rows are read in full."""
         narrow = getattr(self.store, "lookup_states", None)
         if narrow is None or self.config.retry_succeeded or self.config.fresh_restart:
-            return self.store.lookup_pipelines(keys)
+            return self.store.lookup_pipelines(keys), {}
         states = narrow(keys)
-        rest = [k for k, st in states.items() if st[0] != "succeeded"]
-        rows = self.store.lookup_pipelines(rest) if rest else {}
-        for key, (state, spec_digest, seed_digest, run_id) in states.items():
-            if state == "succeeded":  # only read to be skipped (never written back)
-                rows[key] = PipelineRecord(
-                    pipeline_id=key, run_id=run_id, name="", key=key, state=state,
-                    spec_digest=spec_digest, seed_digest=seed_digest,
-                )  # fmt: skip
-        return rows
+        finished = {key: st[1:] for key, st in states.items() if st[0] == "succeeded"}
+        rest = [key for key in states if key not in finished] if len(finished) < len(states) else []
+        return (self.store.lookup_pipelines(rest) if rest else {}), finished
 
     def _skip(self, spec: PipelineSpec, reason: str) -> None:
         """Count a skipped pipeline. Its stored row is unchanged; with ``events="all"`` each skip is

@@ -16,7 +16,16 @@ from pyattacker.errors import ConfigError, StoreUnavailable
 
 from .rows import ARTIFACTS, ATTEMPTS, EVENTS, METRIC_POINTS, METRICS, PIPELINES, RESOURCES, RUNS, TASKS
 
-__all__ = ["APPLICATION", "APPLICATION_ID", "MIGRATIONS", "SCHEMA_VERSION", "migrate", "probe", "ro_uri"]
+__all__ = [
+    "APPLICATION",
+    "APPLICATION_ID",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "TASKS_RUNNING_KEY",
+    "migrate",
+    "probe",
+    "ro_uri",
+]
 
 APPLICATION = "pyattacker"
 #: "PYAT" as a big-endian 32-bit integer, stored in the file header.
@@ -90,11 +99,14 @@ _V1 = (
     "CREATE INDEX metric_points_by_series ON metric_points (run_id, pipeline_id, step)",
 )
 
+#: ``store_meta.tasks_running`` marks a file that may hold task rows in state ``running`` (the
+#: runner only ever writes finished task rows; other writers of the store API may not). A run
+#: start then looks for rows a dead run left running only when the marker is there, instead of
+#: scanning every task row (no index on the task state: it would cost every checkpoint).
+TASKS_RUNNING_KEY = "tasks_running"
 _V2 = (
-    # Only task rows left ``running`` have an entry: a new run finds the rows a dead run left
-    # without scanning every task (the runner itself only ever writes finished task rows, so
-    # the hot path evaluates the condition and inserts nothing).
-    "CREATE INDEX tasks_running ON tasks (run_id) WHERE state = 'running'",
+    f"INSERT INTO store_meta (key, value) SELECT '{TASKS_RUNNING_KEY}', '1'"
+    " WHERE EXISTS (SELECT 1 FROM tasks WHERE state = 'running')",
 )
 
 #: version -> statements that bring a file from ``version - 1`` to ``version`` (additive only).

@@ -200,8 +200,12 @@ _INTERRUPT_PIPELINES = (
     "  WHERE run_ids.id IS NOT NULL)"
     " SELECT id FROM run_ids WHERE id IS NOT NULL AND id != ?)"
 )  # (the statement starts with UPDATE so that ``rowcount`` counts its changes)
-#: through the partial index ``tasks_running``, which holds only the task rows left running
+#: task rows are looked at only in a file marked as possibly holding running ones (see schema)
+_TASKS_MARKED = f"SELECT 1 FROM store_meta WHERE key = '{schema.TASKS_RUNNING_KEY}'"
+_MARK_TASKS = f"INSERT OR REPLACE INTO store_meta (key, value) VALUES ('{schema.TASKS_RUNNING_KEY}', '1')"
 _INTERRUPT_TASKS = "UPDATE tasks SET state = 'interrupted' WHERE state = 'running' AND run_id != ?"
+_STILL_RUNNING = "SELECT 1 FROM tasks WHERE state = 'running' LIMIT 1"
+_UNMARK_TASKS = f"DELETE FROM store_meta WHERE key = '{schema.TASKS_RUNNING_KEY}'"
 
 
 def synchronous_mode(query: dict[str, str]) -> str:
@@ -311,6 +315,8 @@ class SqliteStore:
                     rows = getattr(batch, attr)
                     if rows:
                         statement.run(conn, rows, pks.get if statement.clustered else None)
+                    if attr == "tasks" and rows and "running" in [t.state for t in rows]:
+                        conn.execute(_MARK_TASKS)
                     if attr == "pipelines" and batch.progress:
                         conn.executemany(
                             _PROGRESS,
@@ -403,7 +409,10 @@ class SqliteStore:
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 changed = conn.execute(_INTERRUPT_PIPELINES, (run_id,)).rowcount
-                conn.execute(_INTERRUPT_TASKS, (run_id,))
+                if conn.execute(_TASKS_MARKED).fetchone() is not None:
+                    conn.execute(_INTERRUPT_TASKS, (run_id,))
+                    if conn.execute(_STILL_RUNNING).fetchone() is None:  # (only ``run_id``'s may remain)
+                        conn.execute(_UNMARK_TASKS)
                 conn.execute(
                     "UPDATE runs SET status = 'interrupted',"
                     " ended_at = CASE WHEN ended_at IS NULL OR ended_at = 0 THEN ? ELSE ended_at END"
@@ -437,12 +446,10 @@ class SqliteStore:
     def lookup_states(self, ids: Sequence[str]) -> dict[str, tuple[str, str, str, str]]:
         """``(state, spec_digest, seed_digest, run_id)`` per stored id: what a resume needs to
         skip a finished pipeline, without reading and decoding its whole row (optional method)."""
-        unique = list(dict.fromkeys(ids))
         found: dict[str, tuple[str, str, str, str]] = {}
-        for start in range(0, len(unique), LOOKUP_CHUNK):
-            chunk = unique[start : start + LOOKUP_CHUNK]
-            for pid, *rest in self._query(_states_sql(len(chunk)), chunk):
-                found[pid] = tuple(rest)
+        for start in range(0, len(ids), LOOKUP_CHUNK):  # (a repeated id matches its row once)
+            chunk = ids[start : start + LOOKUP_CHUNK]
+            found.update({row[0]: row[1:] for row in self._query(_states_sql(len(chunk)), chunk)})
         return found
 
     def pipeline_summaries(
