@@ -43,6 +43,7 @@ from .rows import (
     TASKS,
     RowCodec,
 )
+from .state_lookup import StateLookup
 from .statements import Statement
 
 __all__ = ["LOOKUP_CHUNK", "SqliteStore"]
@@ -169,15 +170,6 @@ def _keys_sql(n: int) -> str:
 
 
 @lru_cache(maxsize=64)
-def _states_sql(n: int) -> str:
-    marks = ", ".join("?" for _ in range(n))
-    return (
-        "SELECT k.pipeline_id, p.state, p.spec_digest, p.seed_digest, p.run_id"
-        f" FROM pipeline_keys AS k JOIN pipelines AS p ON p.pk = k.pk WHERE k.pipeline_id IN ({marks})"
-    )
-
-
-@lru_cache(maxsize=64)
 def _lookup_sql(n: int) -> str:
     marks = ", ".join("?" for _ in range(n))
     cols = ", ".join(f'p."{c}"' for c in PIPELINES.columns)
@@ -241,6 +233,7 @@ class SqliteStore:
         #: pipeline id -> pk of committed key rows. Rows carry the pk itself (resolved here, not
         #: by a sub-select per row); bounded, since only pipelines in flight need to be here.
         self._known: dict[str, int] = {}
+        self._states = StateLookup(self._query)
         self._next_pk = self._next_id("pipeline_keys", "pk")
 
     # -- opening ----------------------------------------------------------------------------
@@ -445,12 +438,9 @@ class SqliteStore:
 
     def lookup_states(self, ids: Sequence[str]) -> dict[str, tuple[str, str, str, str]]:
         """``(state, spec_digest, seed_digest, run_id)`` per stored id: what a resume needs to
-        skip a finished pipeline, without reading and decoding its whole row (optional method)."""
-        found: dict[str, tuple[str, str, str, str]] = {}
-        for start in range(0, len(ids), LOOKUP_CHUNK):  # (a repeated id matches its row once)
-            chunk = ids[start : start + LOOKUP_CHUNK]
-            found.update({row[0]: row[1:] for row in self._query(_states_sql(len(chunk)), chunk)})
-        return found
+        skip a finished pipeline, without reading and decoding its whole row (optional method).
+        Reads ahead in storage order when the ids come in that order (see ``state_lookup``)."""
+        return self._states(ids)
 
     def pipeline_summaries(
         self, run_id: str | None = None, page: int = 5000
