@@ -373,6 +373,27 @@ def test_key_changes_with_seed_chain_and_repeat() -> None:
     assert keys == ["x#0", "x#1", "x#2"]
 
 
+def test_key_derivation_is_unchanged() -> None:
+    """Stores written by earlier versions are found again only if the formula never changes:
+    key = digest(spec_digest | seed_digest | repeat), seed_digest = digest(encoded seed)."""
+    from pyattacker.digest import digest_bytes
+    from pyattacker_plugins.task_echo import echo
+
+    template = pipeline("p", echo)
+    seeds: list[Any] = ["in-1", {"q": "x", "n": [1, 2.5]}, 7, None, ["a", "b"]]
+    for repeat in (0, 3):
+        for seed in seeds:
+            spec = template.bind(seed, repeat=repeat)
+            assert spec.seed_digest == digest_bytes(spec.seed_bytes)
+            formula = f"{template.spec_digest}|{spec.seed_digest}|{repeat}".encode()
+            assert spec.key == digest_bytes(formula)
+    mapped = [s.key for s in template.map(seeds)]
+    assert mapped == [template.bind(seed).key for seed in seeds]
+    assert [s.key for s in template.map(seeds, repeats=2)][1::2] == [
+        template.bind(s, repeat=1).key for s in seeds
+    ]
+
+
 def test_duplicate_keys_in_one_run_run_once() -> None:
     calls = {"n": 0}
 

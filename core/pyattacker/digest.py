@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -23,3 +24,16 @@ def digest_bytes(data: bytes) -> str:
 def digest_of(value: Any) -> str:
     """Digest of a JSON-able value through its canonical encoding."""
     return digest_bytes(canonical_json(value))
+
+
+def prefixed_digest(prefix: bytes = b"") -> Callable[[bytes], str]:
+    """``digest_bytes(prefix + data)`` for many ``data``: binding a million seeds pays the
+    hasher's set-up (and the prefix) once, then copies its state (about a third cheaper)."""
+    base = hashlib.blake2b(prefix, digest_size=16)
+
+    def digest(data: bytes) -> str:
+        hasher = base.copy()
+        hasher.update(data)
+        return hasher.hexdigest()
+
+    return digest

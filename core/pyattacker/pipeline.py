@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from .codecs import CodecRegistry
-from .digest import digest_bytes, digest_of
+from .digest import digest_bytes, digest_of, prefixed_digest
 from .errors import ConfigError, FatalError, PipelineBuildError
 from .retry import Retrying, coerce_retry
 from .task import TaskSpec
@@ -115,13 +115,14 @@ class PipelineTemplate:
     def _binder(self) -> Callable[[Any, str | None, int, str | None], PipelineSpec]:
         """``bind`` with everything per-template looked up once (``map`` binds millions of seeds)."""
         encode = self.codecs.encode
-        prefix = f"{self.spec_digest}|"
+        seed_digest_of = prefixed_digest()
+        key_digest_of = prefixed_digest(f"{self.spec_digest}|".encode())
 
         def bind(seed: Any, key: str | None, repeat: int, seed_key: str | None) -> PipelineSpec:
             codec, type_name, data = encode(seed)
-            seed_digest = digest_bytes(data)
-            if key is None:
-                key = digest_bytes(f"{prefix}{seed_digest}|{repeat}".encode())
+            seed_digest = seed_digest_of(data)
+            if key is None:  # digest_bytes(f"{spec_digest}|{seed_digest}|{repeat}")
+                key = key_digest_of(f"{seed_digest}|{repeat}".encode())
             elif not isinstance(key, str) or not key:
                 raise ConfigError(f"pipeline key must be a non-empty string, got {key!r}")
             return PipelineSpec(self, seed, codec, type_name, data, key, repeat, seed_key, seed_digest)
@@ -138,6 +139,10 @@ class PipelineTemplate:
         if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
             raise ConfigError(f"repeats must be an integer >= 1, got {repeats!r}")
         bind = self._binder()
+        if repeats == 1 and key_of is None:  # the common case, without the per-seed loop below
+            for seed in seeds:
+                yield bind(seed, None, 0, None)
+            return
         for seed in seeds:
             base = None if key_of is None else str(key_of(seed))
             for r in range(repeats):
