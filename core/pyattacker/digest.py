@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -26,14 +25,8 @@ def digest_of(value: Any) -> str:
     return digest_bytes(canonical_json(value))
 
 
-def prefixed_digest(prefix: bytes = b"") -> Callable[[bytes], str]:
-    """``digest_bytes(prefix + data)`` for many ``data``: binding a million seeds pays the
-    hasher's set-up (and the prefix) once, then copies its state (about a third cheaper)."""
-    base = hashlib.blake2b(prefix, digest_size=16)
-
-    def digest(data: bytes) -> str:
-        hasher = base.copy()
-        hasher.update(data)
-        return hasher.hexdigest()
-
-    return digest
+def blake2b_hasher(prefix: bytes = b"") -> Any:
+    """A hasher of ``digest_bytes``'s kind that has consumed ``prefix``: ``copy()`` it, ``update``
+    the copy with ``data``, and its ``hexdigest()`` is ``digest_bytes(prefix + data)``. Copying
+    skips the set-up (and the prefix), about a third of a small digest's cost."""
+    return hashlib.blake2b(prefix, digest_size=16)

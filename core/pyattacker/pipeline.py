@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from .codecs import CodecRegistry
-from .digest import digest_bytes, digest_of, prefixed_digest
+from .digest import blake2b_hasher, digest_bytes, digest_of
 from .errors import ConfigError, FatalError, PipelineBuildError
 from .retry import Retrying, coerce_retry
 from .task import TaskSpec
@@ -115,14 +115,20 @@ class PipelineTemplate:
     def _binder(self) -> Callable[[Any, str | None, int, str | None], PipelineSpec]:
         """``bind`` with everything per-template looked up once (``map`` binds millions of seeds)."""
         encode = self.codecs.encode
-        seed_digest_of = prefixed_digest()
-        key_digest_of = prefixed_digest(f"{self.spec_digest}|".encode())
+        # digest_bytes(data) and digest_bytes(f"{spec_digest}|{seed_digest}|{repeat}"), with
+        # each hasher set up once and copied (a million seeds pay the set-up once)
+        seed_hasher = blake2b_hasher()
+        key_hasher = blake2b_hasher(f"{self.spec_digest}|".encode())
 
         def bind(seed: Any, key: str | None, repeat: int, seed_key: str | None) -> PipelineSpec:
             codec, type_name, data = encode(seed)
-            seed_digest = seed_digest_of(data)
-            if key is None:  # digest_bytes(f"{spec_digest}|{seed_digest}|{repeat}")
-                key = key_digest_of(f"{seed_digest}|{repeat}".encode())
+            hasher = seed_hasher.copy()
+            hasher.update(data)
+            seed_digest = hasher.hexdigest()
+            if key is None:
+                hasher = key_hasher.copy()
+                hasher.update(f"{seed_digest}|{repeat}".encode())
+                key = hasher.hexdigest()
             elif not isinstance(key, str) or not key:
                 raise ConfigError(f"pipeline key must be a non-empty string, got {key!r}")
             return PipelineSpec(self, seed, codec, type_name, data, key, repeat, seed_key, seed_digest)
