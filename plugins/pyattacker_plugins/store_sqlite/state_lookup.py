@@ -19,9 +19,6 @@ from typing import Any
 
 __all__ = ["StateLookup"]
 
-#: ids per ``IN (...)`` probe (below SQLite's bound-parameter limit)
-PROBE_CHUNK = 512
-
 _RANGE_SQL = (
     "SELECT pipeline_id, state, spec_digest, seed_digest, run_id, pk FROM pipelines"
     " WHERE pk >= ? ORDER BY pk LIMIT ?"
@@ -42,8 +39,9 @@ def _probe_sql(n: int) -> str:
 class StateLookup:
     """``(state, spec_digest, seed_digest, run_id)`` per stored id, reading ahead in key order."""
 
-    def __init__(self, query: Callable[[str, Sequence[Any]], list[Any]]) -> None:
+    def __init__(self, query: Callable[[str, Sequence[Any]], list[Any]], chunk: int) -> None:
         self._query = query
+        self._chunk = chunk  # ids per ``IN (...)`` probe (below SQLite's bound-parameter limit)
         self._next_pk: int | None = None  # where the next chunk's rows probably start
 
     def __call__(self, ids: Sequence[str]) -> dict[str, State]:
@@ -71,8 +69,8 @@ class StateLookup:
 
     def _probe(self, ids: Sequence[str], found: dict[str, State]) -> None:
         pks: list[int] = []
-        for start in range(0, len(ids), PROBE_CHUNK):
-            chunk = ids[start : start + PROBE_CHUNK]
+        for start in range(0, len(ids), self._chunk):
+            chunk = ids[start : start + self._chunk]
             for row in self._query(_probe_sql(len(chunk)), chunk):
                 found[row[0]] = row[1:5]
                 pks.append(row[5])

@@ -233,7 +233,7 @@ class SqliteStore:
         #: pipeline id -> pk of committed key rows. Rows carry the pk itself (resolved here, not
         #: by a sub-select per row); bounded, since only pipelines in flight need to be here.
         self._known: dict[str, int] = {}
-        self._states = StateLookup(self._query)
+        self._states = StateLookup(self._query, LOOKUP_CHUNK)
         self._next_pk = self._next_id("pipeline_keys", "pk")
 
     # -- opening ----------------------------------------------------------------------------
