@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from _view_fixtures import XSS, add_repair_failure, build_store
 from pyattacker.cli import cli
-from pyattacker.merge import merge_stores, state_rank, wins
+from pyattacker.merge import Folded, merge_stores, state_rank, wins
 from pyattacker.model import PipelineRecord
 
 
@@ -48,6 +48,30 @@ def test_state_rank_and_ties() -> None:
     assert wins(b, a)
     c = PipelineRecord(pipeline_id="x", run_id="r", name="p", key="x", state="succeeded")
     assert wins(c, b) and not wins(b, c)
+
+
+def test_fold_keeps_whole_rows_of_failed_winners_only() -> None:
+    from pyattacker.merge import MergedReport
+
+    rep = MergedReport()
+
+    def row(pid: str, state: str, finished: float) -> PipelineRecord:
+        return PipelineRecord(
+            pipeline_id=pid, run_id="r", name="p", key=pid, state=state, started_at=1.0,
+            finished_at=finished, traceback="Traceback ...",
+        )  # fmt: skip
+
+    rep.add(row("a", "failed", 2.0), 0)
+    rep.add(row("b", "failed", 2.0), 0)
+    rep.add(row("c", "succeeded", 2.0), 0)
+    assert set(rep.details) == {"a", "b"} and rep.details["a"].traceback is None  # slimmed
+    rep.add(row("a", "succeeded", 3.0), 1)  # a better row from another store wins
+    rep.add_summary("b", "failed", 1.0, 5.0, 1, 1)  # a later failure, known by its summary only
+    assert rep.failed_winners() == ["b"] and rep.origin("b") == 1
+    assert set(rep.details) == set()  # b's whole row must now come from store 1
+    assert rep.rows["a"] == Folded("succeeded", 1.0, 3.0, 0, 1)
+    assert rep.stats()["pipelines"]["by_state"] == {"failed": 1, "succeeded": 2}
+    assert rep.duplicates == 2
 
 
 def test_same_store_twice_is_idempotent(store: str) -> None:
@@ -176,6 +200,9 @@ def test_merged_report_from_store_summaries_equals_reading_every_row(
                 m.setattr(SqliteStore, "count_rows", None)
                 slow = merge_stores(stores, selection)
             assert fast.to_dict(100) == slow.to_dict(100), (stores, selection)
-            assert fast.task_counts and fast.partial and not slow.partial
+            assert fast.task_counts and fast.summarized and not slow.summarized
+            for rep in (fast, slow):  # whole rows are kept for the failed winners only
+                assert set(rep.details) == set(rep.failed_winners())
+                assert all(type(entry) is Folded for entry in rep.rows.values())
             shown_errors += len(fast.to_dict(100)["errors"])
     assert shown_errors  # failed pipelines were listed, from whole rows

@@ -10,7 +10,7 @@ do not hang off pipeline rows, so there is nothing to fold them by.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -19,12 +19,29 @@ from .stats import count_rows, duration_summary
 from .store import Store, iter_rows
 from .view_common import RunChoice, choose_run, read_only_store
 
-__all__ = ["MergedReport", "SourceInfo", "merge_stores", "state_rank", "wins"]
+__all__ = ["Folded", "MergedReport", "SourceInfo", "merge_stores", "state_rank", "wins"]
 
 _RANK = {"succeeded": 4, "failed": 3, "interrupted": 2, "pending": 1, "canceled": 0}
+#: one shared string per known state: a folded entry does not keep a copy per pipeline
+_STATES = {state: state for state in (*_RANK, "running")}
 REPAIR_FAILED = "pipeline.terminal_repair_failed"
 #: above this many failed rows per store, repair failures are found by one scan of the events
 _PER_PIPELINE_LOOKUPS = 2000
+
+
+class Folded(NamedTuple):
+    """What the fold keeps of a pipeline's winning row. Five values instead of a whole
+    ``PipelineRecord``: a report over a million pipelines holds one of these per pipeline, and
+    whole rows only for the failed ones it lists."""
+
+    state: str
+    started_at: float | None
+    finished_at: float | None
+    attempts_total: int
+    source: int
+
+
+_new_folded = tuple.__new__  # builds a Folded without the Python-level __new__ (one per row)
 
 
 def state_rank(state: str) -> int:
@@ -32,12 +49,21 @@ def state_rank(state: str) -> int:
     return _RANK.get(state, -1)
 
 
-def wins(new: PipelineRecord, old: PipelineRecord) -> bool:
-    """Whether ``new`` replaces ``old``: better state, or same rank and strictly later finish."""
+def _wins(new: Folded, old: Folded) -> bool:
     a, b = state_rank(new.state), state_rank(old.state)
     if a != b:
         return a > b
     return (new.finished_at or 0.0) > (old.finished_at or 0.0)
+
+
+def wins(new: PipelineRecord, old: PipelineRecord) -> bool:
+    """Whether ``new`` replaces ``old``: better state, or same rank and strictly later finish."""
+    return _wins(_entry(new, 0), _entry(old, 0))
+
+
+def _entry(row: PipelineRecord, source: int) -> Folded:
+    state = _STATES.get(row.state, row.state)
+    return _new_folded(Folded, (state, row.started_at, row.finished_at, row.attempts_total, source))
 
 
 class SourceInfo(msgspec.Struct, kw_only=True):
@@ -59,8 +85,10 @@ class MergedReport:
     """Folded pipeline rows of several stores plus everything recomputed from them."""
 
     def __init__(self) -> None:
-        self.rows: dict[str, PipelineRecord] = {}
-        self.origin: dict[str, int] = {}
+        #: pipeline id -> its winning row, folded to five values
+        self.rows: dict[str, Folded] = {}
+        #: whole rows (traceback dropped) of the failed winners: the report lists their errors
+        self.details: dict[str, PipelineRecord] = {}
         self.sources: list[SourceInfo] = []
         self.duplicates = 0
         self.task_counts: dict[str, dict[str, int]] = {}
@@ -68,25 +96,50 @@ class MergedReport:
         self.repair_failures: dict[str, dict[str, Any]] = {}
         self.run_metrics: dict[str, dict[str, Any]] = {}
         self.pipeline_metrics: dict[str, dict[str, Any]] = {}
-        #: ids folded from a store's summaries (five columns): failed winners are re-read whole
-        self.partial: set[str] = set()
+        #: sources folded from their summaries (five columns): failed winners are re-read whole
+        self.summarized: set[int] = set()
         #: ids of every row added as failed: a failed winner is among them (the report lists
         #: failures, so nothing has to walk every pipeline to find them)
         self.failed_seen: set[str] = set()
 
     # -- folding -------------------------------------------------------------------------------
     def add(self, row: PipelineRecord, source: int) -> None:
-        if row.state == "failed":
-            self.failed_seen.add(row.pipeline_id)
-        old = self.rows.get(row.pipeline_id)
-        if old is None:
-            self.rows[row.pipeline_id] = row
-            self.origin[row.pipeline_id] = source
-            return
-        self.duplicates += 1
-        if wins(row, old):
-            self.rows[row.pipeline_id] = row
-            self.origin[row.pipeline_id] = source
+        """Fold a whole row (its details are kept only if it is a failed winner)."""
+        self._fold(row.pipeline_id, _entry(row, source), row)
+
+    def add_summary(
+        self, pid: str, state: str, started: float | None, finished: float | None, attempts: int, source: int
+    ) -> None:
+        """Fold a row known by its five summary columns (``Store.pipeline_summaries``)."""
+        entry = _new_folded(Folded, (_STATES.get(state, state), started, finished, attempts, source))
+        self._fold(pid, entry, None)
+
+    def _fold(self, pid: str, entry: Folded, row: PipelineRecord | None) -> None:
+        if entry.state == "failed":
+            self.failed_seen.add(pid)
+        old = self.rows.get(pid)
+        if old is not None:
+            self.duplicates += 1
+            if not _wins(entry, old):
+                return
+            self.details.pop(pid, None)  # the details of the row that lost
+        self.rows[pid] = entry
+        if row is not None and entry.state == "failed":
+            self.details[pid] = _slim(row)
+
+    def origin(self, pid: str) -> int | None:
+        """Index of the source whose row won for ``pid`` (None: not folded)."""
+        entry = self.rows.get(pid)
+        return None if entry is None else entry.source
+
+    def failed_winners(self, source: int | None = None) -> list[str]:
+        """Ids whose winning row is failed (of ``source`` only, when given)."""
+        out = []
+        for pid in self.failed_seen:
+            entry = self.rows[pid]
+            if entry.state == "failed" and (source is None or entry.source == source):
+                out.append(pid)
+        return out
 
     # -- derived numbers -----------------------------------------------------------------------
     @property
@@ -95,15 +148,15 @@ class MergedReport:
 
     @property
     def attempts_total(self) -> int:
-        return sum(r.attempts_total for r in self.rows.values())
+        return sum(e.attempts_total for e in self.rows.values())
 
     def stats(self) -> dict[str, Any]:
         by_state: dict[str, int] = {}
         durations: list[float] = []
-        for r in self.rows.values():
-            by_state[r.state] = by_state.get(r.state, 0) + 1
-            if r.started_at is not None and r.finished_at is not None:
-                durations.append((r.finished_at - r.started_at) * 1000.0)
+        for state, started, finished, _attempts, _source in self.rows.values():
+            by_state[state] = by_state.get(state, 0) + 1
+            if started is not None and finished is not None:
+                durations.append((finished - started) * 1000.0)
         durations.sort()
         return {
             "pipelines": {
@@ -118,8 +171,8 @@ class MergedReport:
         }
 
     def failed_rows(self) -> list[PipelineRecord]:
-        """Failed pipelines, most recently finished first."""
-        failed = [r for r in self.rows.values() if r.state == "failed"]
+        """Failed pipelines (whole rows), most recently finished first."""
+        failed = [self.details[pid] for pid in self.failed_winners()]
         failed.sort(key=lambda r: (-(r.finished_at or 0.0), r.pipeline_id))
         return failed
 
@@ -134,7 +187,7 @@ class MergedReport:
                 "seed_key": r.seed_key,
                 "name": r.name,
                 "run_id": r.run_id,
-                "store": self.sources[self.origin[r.pipeline_id]].store,
+                "store": self.sources[self.rows[r.pipeline_id].source].store,
                 "failed_task": r.failed_task,
                 "error_class": r.error_class,
                 "error_type": r.error_type,
@@ -152,7 +205,7 @@ class MergedReport:
         out: dict[str, Any] = {"schema_version": 1, "sources": [msgspec.to_builtins(s) for s in self.sources]}
         out["run_ids"] = self.run_ids
         out.update(self.stats())
-        out["failed_total"] = sum(1 for r in self.rows.values() if r.state == "failed")
+        out["failed_total"] = len(self.failed_winners())
         out["errors"] = self.errors(errors)
         out["repair_failures"] = {
             "count": len(self.repair_failures),
@@ -188,18 +241,15 @@ def _read_rows(report: MergedReport, store: Store, index: int, choice: RunChoice
     summaries = getattr(store, "pipeline_summaries", None)
     if summaries is not None:
         # folding needs five columns; whole rows are read later for the failed winners only
+        report.summarized.add(index)
+        add = report.add_summary
         for pid, state, started, finished, attempts in summaries(choice.run_id):
             info.rows += 1
-            row = PipelineRecord(
-                pipeline_id=pid, run_id="", name="", key="", state=state,
-                started_at=started, finished_at=finished, attempts_total=attempts,
-            )  # fmt: skip
-            report.add(row, index)
-            report.partial.add(pid)
+            add(pid, state, started, finished, attempts, index)
     else:
         for row in iter_rows(store, "pipelines", run_id=choice.run_id):
             info.rows += 1
-            report.add(_slim(row), index)
+            report.add(row, index)
     info.events_total = count_rows(store, "events", choice.run_id)
     report.source_events_total += info.events_total
 
@@ -208,9 +258,10 @@ def _read_details(report: MergedReport, store: Store, index: int, choice: RunCho
     """Task counts, repair failures and metrics of the rows this store won."""
     if choice.how == "empty":
         return
-    mine = {pid for pid, src in report.origin.items() if src == index}
+    won = report.origin
     counts = getattr(store, "task_counts", None)
-    if counts is not None and len(mine) == report.sources[index].rows:
+    won_here = sum(1 for entry in report.rows.values() if entry.source == index)
+    if counts is not None and won_here == report.sources[index].rows:
         # every pipeline row read from this store won (always so for the disjoint stores of a
         # sharded run): "its pipeline won" is "its pipeline row is in the same run selection",
         # which the store can count in SQL instead of handing over every task row
@@ -220,16 +271,16 @@ def _read_details(report: MergedReport, store: Store, index: int, choice: RunCho
                 into[state] = into.get(state, 0) + n
     else:
         for t in iter_rows(store, "tasks", run_id=choice.run_id):
-            if t.pipeline_id in mine and report.origin.get(t.pipeline_id) == index:
+            if won(t.pipeline_id) == index:
                 states = report.task_counts.setdefault(t.name, {})
                 states[t.state] = states.get(t.state, 0) + 1
-    failed = [pid for pid in report.failed_seen if pid in mine and report.rows[pid].state == "failed"]
+    failed = report.failed_winners(index)
     for ev in _repair_events(store, failed):
         if ev.pipeline_id is None or ev.pipeline_id in report.repair_failures:
             continue
         report.repair_failures[ev.pipeline_id] = {
             "pipeline_id": ev.pipeline_id,
-            "key": report.rows[ev.pipeline_id].key,
+            "key": report.details[ev.pipeline_id].key,
             "store": report.sources[index].store,
             "phase": ev.data.get("phase"),
             "error": ev.data.get("error"),
@@ -241,7 +292,7 @@ def _read_details(report: MergedReport, store: Store, index: int, choice: RunCho
     for m in store.metrics(run_id=choice.run_id):
         if m.pipeline_id == "":
             report.run_metrics.setdefault(m.run_id, {})[m.name] = m.value
-        elif m.pipeline_id in mine:
+        elif won(m.pipeline_id) == index:
             report.pipeline_metrics.setdefault(m.pipeline_id, {})[m.name] = m.value
 
 
@@ -274,7 +325,7 @@ def merge_stores(locations: Sequence[str], run_id: str | None = None) -> MergedR
             choices.append(choice)
             report.sources.append(_source_info(location, choice))
             _read_rows(report, store, index, choice)
-    winners = set(report.origin.values())
+    winners = {entry.source for entry in report.rows.values()}
     for index, location in enumerate(locations):
         if index in winners:
             with read_only_store(location) as store:
@@ -286,12 +337,8 @@ def merge_stores(locations: Sequence[str], run_id: str | None = None) -> MergedR
 def _complete_failed(report: MergedReport, store: Store, index: int) -> None:
     """Whole rows for the failed pipelines this store won that were folded from summaries:
     the report lists their errors; every other row only ever feeds counts."""
-    wanted = [
-        pid
-        for pid in report.failed_seen
-        if pid in report.partial and report.origin.get(pid) == index and report.rows[pid].state == "failed"
-    ]
+    wanted = [pid for pid in report.failed_winners(index) if pid not in report.details]
     if not wanted:
         return
     for pid, row in store.lookup_pipelines(wanted).items():
-        report.rows[pid] = _slim(row)
+        report.details[pid] = _slim(row)
