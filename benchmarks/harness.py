@@ -107,6 +107,13 @@ class Scenario:
     checks: list[Check] = field(default_factory=list)
     prepare: Callable[[Path], list[Cmd]] | None = None
     reported: list[tuple[str, str]] = field(default_factory=list)  # (variant, metric) shown as-is
+    #: rounds this scenario runs at least when ``--rounds`` is not given (short, noisy scenarios)
+    min_rounds: int = 1
+
+
+def scenario_rounds(sc: Scenario, rounds: int, *, explicit: bool) -> int:
+    """``--rounds`` (or ``--quick``) decides; otherwise a short scenario may ask for more."""
+    return rounds if explicit else max(rounds, sc.min_rounds)
 
 
 # ------------------------------------------------------------------------------- children
@@ -610,7 +617,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             log(f"scenario {name}: {sc.workload} {sc.params}")
             t0 = time.perf_counter()
-            res = run_scenario(sc, rounds, root, args.timeout, log)
+            res = run_scenario(
+                sc,
+                scenario_rounds(sc, rounds, explicit=bool(args.rounds or args.quick)),
+                root,
+                args.timeout,
+                log,
+            )
             res["params"]["scale"] = args.scale
             res["elapsed_s"] = round(time.perf_counter() - t0, 1)
             results["scenarios"][name] = built[name] = res

@@ -189,3 +189,23 @@ def test_documented_benchmark_commands_parse(module: str, args: list[str]) -> No
 def test_the_docs_show_benchmark_commands() -> None:
     tools = {"benchmarks", "benchmarks.instructions", "benchmarks.profile_overhead"}
     assert {m for m, _ in DOCUMENTED} >= tools
+
+
+def test_short_noisy_scenarios_run_more_rounds_unless_told() -> None:
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks import scenarios
+        from benchmarks.harness import Scenario, scenario_rounds
+    finally:
+        sys.path.remove(str(REPO))
+
+    def build(name: str) -> Scenario:
+        sc = scenarios.build(name, quick=False, scale=1.0, baselines=None, previous={})
+        assert isinstance(sc, Scenario)
+        return sc
+
+    resume, overhead = build("resume"), build("overhead")
+    assert scenario_rounds(resume, 3, explicit=False) == 7  # the default of 3 is raised
+    assert scenario_rounds(overhead, 3, explicit=False) == 3
+    assert scenario_rounds(resume, 2, explicit=True) == 2  # --rounds (or --quick) decides
+    assert scenario_rounds(resume, 9, explicit=False) == 9
