@@ -871,7 +871,7 @@ class Runner:
                         raise ConfigError(
                             f"run() takes PipelineSpecs (template.map(...)), got {type(spec).__name__}"
                         )
-                rows, finished = self._lookup([s.key for s in chunk])
+                rows, states = self._lookup([s.key for s in chunk])
                 seen: set[str] = set()
                 for spec in chunk:
                     if self._stopping:
@@ -881,9 +881,9 @@ class Runner:
                         self._skip(spec, "duplicate_key")
                         continue
                     seen.add(key)
-                    done = finished.get(key)
-                    if done is not None:
-                        spec_digest, seed_digest, run_id = done
+                    done = states.get(key)
+                    if done is not None and done[0] == "succeeded":
+                        _state, spec_digest, seed_digest, run_id = done
                         if spec_digest == spec.template.spec_digest and seed_digest == spec.seed_digest:
                             if run_id != self.run_id:  # finished already: nothing to do
                                 self._skip(spec, "succeeded")
@@ -915,18 +915,19 @@ class Runner:
             self._producer_done = True
             self._check_complete()
 
-    def _lookup(self, keys: list[str]) -> tuple[dict[str, PipelineRecord], dict[str, tuple[str, str, str]]]:
-        """Stored rows for ``keys``, and ``(spec_digest, seed_digest, run_id)`` of those stored as
-        succeeded. A store offering ``lookup_states`` answers the common case of a resume (already
-        succeeded: skip) from four narrow columns, without building a record per row; only the
-        other rows are read in full."""
+    def _lookup(
+        self, keys: list[str]
+    ) -> tuple[dict[str, PipelineRecord], dict[str, tuple[str, str, str, str]]]:
+        """Stored rows for ``keys`` that a resume has to look at, and ``(state, spec_digest,
+        seed_digest, run_id)`` per stored key. A store offering ``lookup_states`` answers the
+        common case of a resume (already succeeded: skip) from those four narrow columns, without
+        building a record per row; only the rows in another state are read in full."""
         narrow = getattr(self.store, "lookup_states", None)
         if narrow is None or self.config.retry_succeeded or self.config.fresh_restart:
             return self.store.lookup_pipelines(keys), {}
         states = narrow(keys)
-        finished = {key: st[1:] for key, st in states.items() if st[0] == "succeeded"}
-        rest = [key for key in states if key not in finished] if len(finished) < len(states) else []
-        return (self.store.lookup_pipelines(rest) if rest else {}), finished
+        rest = [key for key, st in states.items() if st[0] != "succeeded"]
+        return (self.store.lookup_pipelines(rest) if rest else {}), states
 
     def _skip(self, spec: PipelineSpec, reason: str) -> None:
         """Count a skipped pipeline. Its stored row is unchanged; with ``events="all"`` each skip is
