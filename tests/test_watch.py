@@ -84,3 +84,53 @@ def test_latency_of_a_resumed_run_counts_its_own_attempts(tmp_path: Path) -> Non
         assert snap["latency_ms"]["count"] == second
         assert second < store_stats(s, None)["attempts_total"]
         assert snap["reported_metrics"] is not None
+
+
+class _SlowStats:
+    """A store whose statistics take ``cost`` seconds of a fake clock, counting the reads."""
+
+    def __init__(self, clock: list[float], cost: float) -> None:
+        self.clock, self.cost, self.reads = clock, cost, 0
+
+    def stats(self, run_id: str | None) -> dict[str, object]:
+        self.reads += 1
+        self.clock[0] += self.cost
+        return {"pipelines": {"total": self.reads}}
+
+
+def test_dear_store_statistics_are_reused_for_ten_times_their_cost() -> None:
+    clock = [100.0]
+    store = _SlowStats(clock, cost=1.0)  # like 200,000 pipelines
+    digest = LiveDigest("r", clock=lambda: clock[0])
+    first, _ = digest.store_stats(store)  # type: ignore[arg-type]
+    assert store.reads == 1 and first["pipelines"]["total"] == 1
+    clock[0] += 8.0  # 9 s after the read started: still within 10 x 1 s
+    again, _ = digest.store_stats(store)  # type: ignore[arg-type]
+    assert store.reads == 1 and again is first
+    clock[0] += 1.0
+    fresh, _ = digest.store_stats(store)  # type: ignore[arg-type]
+    assert store.reads == 2 and fresh["pipelines"]["total"] == 2
+
+
+def test_cheap_store_statistics_are_read_at_every_refresh() -> None:
+    clock = [100.0]
+    store = _SlowStats(clock, cost=0.01)
+    digest = LiveDigest("r", clock=lambda: clock[0])
+    for n in range(1, 4):
+        stats, _ = digest.store_stats(store)  # type: ignore[arg-type]
+        assert store.reads == n and stats["pipelines"]["total"] == n
+
+
+def test_snapshot_says_how_old_its_counts_are(store: str) -> None:
+    with read_only_store(store) as st:
+        choice = choose_run(st, None)
+        snap = snapshot(st, choice, LiveDigest(choice.run_id))
+    assert 0.0 <= snap["stats_age_s"] < 60.0
+    out = io.StringIO()
+    from pyattacker.watch import render_snapshot
+
+    Console(file=out, width=200).print(render_snapshot({**snap, "stats_age_s": 12.0}))
+    assert "(counts 12 s old)" in out.getvalue()
+    out = io.StringIO()
+    Console(file=out, width=200).print(render_snapshot(snap))
+    assert "old)" not in out.getvalue()

@@ -79,6 +79,9 @@ def render_snapshot(snap: dict[str, Any]) -> Group:
         line.append(f" {state}=", style=_STATE_STYLE.get(state, ""))
         line.append(str(n))
     line.append(f"  parked={snap['parked']} waiting={_fmt(snap['waiting'])}")
+    age = snap.get("stats_age_s") or 0.0
+    if age >= 2.0:  # a large run's counts are re-read less often (view_live.STATS_COST_RATIO)
+        line.append(f"  (counts {age:.0f} s old)", style="dim")
     lines.append(line)
 
     lat = snap["latency_ms"]
