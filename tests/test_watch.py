@@ -134,3 +134,62 @@ def test_snapshot_says_how_old_its_counts_are(store: str) -> None:
     out = io.StringIO()
     Console(file=out, width=200).print(render_snapshot(snap))
     assert "old)" not in out.getvalue()
+
+
+def test_digest_from_attempt_summaries_equals_the_one_from_whole_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SQLite store hands a live view four columns per attempt (``attempt_summaries``); the
+    figures must be those built from whole rows, for one run and for all runs, read in one go or
+    in several updates (pages of 7 rows here)."""
+    import pyattacker.view_live as view_live
+    from pyattacker_plugins.store_sqlite import SqliteStore
+
+    path = build_store(tmp_path / "d.db", 14)
+    pools = [Pool("api", [Resource("llm", id="r1", capacity=2)])]
+    with Runner(store=path, pools=pools, concurrency=2, resume=True) as runner:
+        runner.run(
+            pipeline("p", fetch, judge).map(({"i": i} for i in range(20)), key_of=lambda s: f"k{s['i']}")
+        )
+
+    def figures(digest: LiveDigest) -> tuple[object, ...]:
+        return (
+            digest.latency(),
+            digest.histogram_rows(),
+            digest.throughput(),
+            digest.recent_rate(),
+            digest.attempts_seen,
+            digest.last_ended,
+        )
+
+    monkeypatch.setattr(view_live, "_PAGE", 7)
+    with read_only_store(path) as s:
+        for run_id in (choose_run(s, None).run_id, None):
+            fast = LiveDigest(run_id)
+            fast.update(s)
+            with monkeypatch.context() as m:
+                m.setattr(SqliteStore, "attempt_summaries", None)
+                slow = LiveDigest(run_id)
+                slow.update(s)
+            assert figures(fast) == figures(slow)
+            assert fast.attempts_seen == store_stats(s, run_id)["attempts_total"] > 7
+
+
+def test_recent_events_and_errors_are_the_last_ones_as_rows(store: str) -> None:
+    with read_only_store(store) as s:
+        choice = choose_run(s, None)
+        digest = LiveDigest(choice.run_id, recent=5)
+        digest.update(s)
+        events = []
+        after = None
+        while page := s.page("events", run_id=choice.run_id, after=after, limit=100):
+            events += page
+            after = (page[-1].event_id,)
+    assert [r["event_id"] for r in digest.recent_events] == [e.event_id for e in events[-5:]]
+    from pyattacker.view_live import _ERROR_KINDS
+
+    errors = [e for e in events if e.kind in _ERROR_KINDS]
+    assert errors, "the fixture has failures"
+    rows = digest.recent_errors
+    assert [r["event_id"] for r in rows] == [e.event_id for e in errors[-5:]]
+    assert all(isinstance(r["data"], dict) and r["run_id"] == choice.run_id for r in rows)

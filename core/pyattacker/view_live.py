@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .model import AttemptRecord, EventRecord, ResourceRecord
+from .model import EventRecord, ResourceRecord
 from .stats import percentile, store_stats
 from .store import Store
 from .view_common import RunChoice, to_plain
@@ -88,8 +88,10 @@ class LiveDigest:
         self.seconds: dict[int, list[int]] = {}
         self.attempts_seen = 0
         self.last_ended: float | None = None
-        self.recent_errors: deque[dict[str, Any]] = deque(maxlen=recent)
-        self.recent_events: deque[dict[str, Any]] = deque(maxlen=recent)
+        # events as read; turned into rows only when shown (a live view catching up with a large
+        # run reads every event, and keeps the last ``recent``)
+        self._recent_errors: deque[EventRecord] = deque(maxlen=recent)
+        self._recent_events: deque[EventRecord] = deque(maxlen=recent)
         self.parked: dict[str, float] = {}
         self.event_counts: dict[str, int] = {}
         self._metric_summary: dict[str, Any] = {}
@@ -98,13 +100,20 @@ class LiveDigest:
     # -- reading ---------------------------------------------------------------------------------
     def update(self, store: Store) -> None:
         """Fold every attempt and event written since the last update."""
+        summaries = getattr(store, "attempt_summaries", None)
         with self.lock:
             while True:
-                rows = store.page("attempts", run_id=self.run_id, after=self._attempt_after, limit=_PAGE)
-                for a in rows:
-                    self._add_attempt(a)
+                after = self._attempt_after
+                if summaries is not None:  # four columns instead of whole rows (see the store)
+                    rows = summaries(self.run_id, None if after is None else after[0], _PAGE)
+                else:
+                    rows = [
+                        (a.attempt_id, a.duration_ms, a.ended_at, a.outcome)
+                        for a in store.page("attempts", run_id=self.run_id, after=after, limit=_PAGE)
+                    ]
+                self._add_attempts(rows)
                 if rows:
-                    self._attempt_after = (rows[-1].attempt_id,)
+                    self._attempt_after = (rows[-1][0],)
                 if len(rows) < _PAGE:
                     break
             while True:
@@ -116,26 +125,31 @@ class LiveDigest:
                 if len(evs) < _PAGE:
                     break
 
-    def _add_attempt(self, a: AttemptRecord) -> None:
-        ms = float(a.duration_ms)
-        if self._durations and ms < self._durations[-1]:
-            self._sorted = False
-        self._durations.append(ms)
-        self.histogram[bisect.bisect_left(HISTOGRAM_EDGES_MS, ms)] += 1
-        sec = int(a.ended_at)
-        slot = self.seconds.setdefault(sec, [0, 0, 0])
-        slot[0] += 1
-        slot[1 if a.outcome == "succeeded" else 2] += 1
-        self.attempts_seen += 1
-        if self.last_ended is None or a.ended_at > self.last_ended:
-            self.last_ended = a.ended_at
+    def _add_attempts(self, rows: list[tuple[int, float, float, str]]) -> None:
+        """Fold ``(attempt_id, duration_ms, ended_at, outcome)`` rows (a page at a time)."""
+        durations, histogram, seconds = self._durations, self.histogram, self.seconds
+        last_ended = self.last_ended
+        for _attempt_id, duration_ms, ended_at, outcome in rows:
+            ms = float(duration_ms)
+            if self._sorted and durations and ms < durations[-1]:
+                self._sorted = False
+            durations.append(ms)
+            histogram[bisect.bisect_left(HISTOGRAM_EDGES_MS, ms)] += 1
+            slot = seconds.get(int(ended_at))
+            if slot is None:
+                slot = seconds[int(ended_at)] = [0, 0, 0]
+            slot[0] += 1
+            slot[1 if outcome == "succeeded" else 2] += 1
+            if last_ended is None or ended_at > last_ended:
+                last_ended = ended_at
+        self.attempts_seen += len(rows)
+        self.last_ended = last_ended
 
     def _add_event(self, ev: EventRecord) -> None:
         self.event_counts[ev.kind] = self.event_counts.get(ev.kind, 0) + 1
-        row = _event_row(ev)
-        self.recent_events.append(row)
+        self._recent_events.append(ev)
         if ev.kind in _ERROR_KINDS:
-            self.recent_errors.append(row)
+            self._recent_errors.append(ev)
         pid = ev.pipeline_id
         if pid is None:
             return
@@ -143,6 +157,18 @@ class LiveDigest:
             self.parked[pid] = ev.ts
         elif ev.kind in _UNPARK_KINDS and pid in self.parked and self.parked[pid] <= ev.ts:
             del self.parked[pid]
+
+    @property
+    def recent_events(self) -> list[dict[str, Any]]:
+        """The last events read (oldest first), as rows."""
+        with self.lock:
+            return [_event_row(ev) for ev in self._recent_events]
+
+    @property
+    def recent_errors(self) -> list[dict[str, Any]]:
+        """The last error events read (oldest first), as rows."""
+        with self.lock:
+            return [_event_row(ev) for ev in self._recent_errors]
 
     def store_stats(self, store: Store) -> tuple[dict[str, Any], float]:
         """The run's store statistics and the wall time they were read at (see ``STATS_ALWAYS_S``)."""
@@ -326,7 +352,7 @@ def snapshot(
             "pipelines_per_s": round(done / elapsed, 3) if elapsed else None,
         },
         "pools": pools,
-        "recent_errors": list(digest.recent_errors)[-10:],
+        "recent_errors": digest.recent_errors[-10:],
         "reported_metrics": None
         if choice.run_id is None
         else {

@@ -143,7 +143,7 @@ class Api:
         snap = snapshot(store, choice, digest)
         snap["latency_histogram"] = digest.histogram_rows()
         snap["throughput_series"] = digest.throughput()
-        snap["recent_events"] = list(digest.recent_events)[-40:]
+        snap["recent_events"] = digest.recent_events[-40:]
         snap["event_counts"] = dict(sorted(digest.event_counts.items()))
         snap["store"] = self.location
         snap["generated_at"] = time.time()

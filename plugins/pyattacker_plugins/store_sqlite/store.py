@@ -498,6 +498,25 @@ class SqliteStore:
         where, params = _run_filter(run_id if "run_id" in _PAGE_FILTERS[kind] else None)
         return int(self._query(f'SELECT COUNT(*) FROM "{kind}"{where}', params)[0][0])
 
+    def attempt_summaries(
+        self, run_id: str | None, after: int | None, limit: int
+    ) -> list[tuple[int, float, float, str]]:
+        """``(attempt_id, duration_ms, ended_at, outcome)`` of the attempts ``page("attempts",
+        run_id=run_id, after=(after,), limit=limit)`` would return (optional method): a live
+        view folds these four columns, and decoding whole rows (their JSON included) cost it
+        seconds when it first caught up with a large run."""
+        where = ["attempt_id > ?"]
+        params: list[Any] = [after if after is not None else 0]
+        if run_id is not None:
+            where.append("run_id = ?")
+            params.append(run_id)
+        params.append(max(0, limit))
+        return self._query(
+            "SELECT attempt_id, duration_ms, ended_at, outcome FROM attempts"
+            f" WHERE {' AND '.join(where)} ORDER BY attempt_id LIMIT ?",
+            params,
+        )
+
     def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
         rows = self._query(
             f"SELECT {ARTIFACTS.select_list} FROM artifacts WHERE pk = {_PK} AND seq = ?",
