@@ -15,9 +15,13 @@ def canonical_json(value: Any) -> bytes:
     return _encoder.encode(value)
 
 
+#: every identity is a BLAKE2b digest of this many bytes (changing it orphans every stored pipeline)
+DIGEST_SIZE = 16
+
+
 def digest_bytes(data: bytes) -> str:
     """Hex BLAKE2b with a 16-byte digest (32 hex characters)."""
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return hashlib.blake2b(data, digest_size=DIGEST_SIZE).hexdigest()
 
 
 def digest_of(value: Any) -> str:
@@ -29,4 +33,4 @@ def blake2b_hasher(prefix: bytes = b"") -> Any:
     """A hasher of ``digest_bytes``'s kind that has consumed ``prefix``: ``copy()`` it, ``update``
     the copy with ``data``, and its ``hexdigest()`` is ``digest_bytes(prefix + data)``. Copying
     skips the set-up (and the prefix), about a third of a small digest's cost."""
-    return hashlib.blake2b(prefix, digest_size=16)
+    return hashlib.blake2b(prefix, digest_size=DIGEST_SIZE)

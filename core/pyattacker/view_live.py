@@ -135,9 +135,10 @@ class LiveDigest:
                 self._sorted = False
             durations.append(ms)
             histogram[bisect.bisect_left(HISTOGRAM_EDGES_MS, ms)] += 1
-            slot = seconds.get(int(ended_at))
+            sec = int(ended_at)
+            slot = seconds.get(sec)
             if slot is None:
-                slot = seconds[int(ended_at)] = [0, 0, 0]
+                slot = seconds[sec] = [0, 0, 0]
             slot[0] += 1
             slot[1 if outcome == "succeeded" else 2] += 1
             if last_ended is None or ended_at > last_ended:
