@@ -96,8 +96,6 @@ class MergedReport:
         self.repair_failures: dict[str, dict[str, Any]] = {}
         self.run_metrics: dict[str, dict[str, Any]] = {}
         self.pipeline_metrics: dict[str, dict[str, Any]] = {}
-        #: sources folded from their summaries (five columns): failed winners are re-read whole
-        self.summarized: set[int] = set()
         #: ids of every row added as failed: a failed winner is among them (the report lists
         #: failures, so nothing has to walk every pipeline to find them)
         self.failed_seen: set[str] = set()
@@ -241,7 +239,6 @@ def _read_rows(report: MergedReport, store: Store, index: int, choice: RunChoice
     summaries = getattr(store, "pipeline_summaries", None)
     if summaries is not None:
         # folding needs five columns; whole rows are read later for the failed winners only
-        report.summarized.add(index)
         add = report.add_summary
         for pid, state, started, finished, attempts in summaries(choice.run_id):
             info.rows += 1

@@ -135,7 +135,8 @@ _PAGE_FILTERS: dict[str, tuple[str, ...]] = {
 
 
 @lru_cache(maxsize=256)
-def _page_sql(kind: str, filters: tuple[str, ...], keyset: bool) -> str:
+def _page_sql(kind: str, filters: tuple[str, ...], keyset: bool, select: str | None = None) -> str:
+    """``page``'s statement; ``select`` narrows the columns (rowid kinds only)."""
     codec = _PAGE_CODECS[kind]
     keys = PAGE_KINDS[kind]
     if kind in ("tasks", "artifacts"):
@@ -147,7 +148,7 @@ def _page_sql(kind: str, filters: tuple[str, ...], keyset: bool) -> str:
         where.append(f"({cols}) > ({marks})" if len(keys) > 1 else f'"{keys[0]}" > ?')
     clause = f" WHERE {' AND '.join(where)}" if where else ""
     order = ", ".join(f'"{k}"' for k in keys)
-    return f'SELECT {codec.select_list} FROM "{kind}"{clause} ORDER BY {order} LIMIT ?'
+    return f'SELECT {select or codec.select_list} FROM "{kind}"{clause} ORDER BY {order} LIMIT ?'
 
 
 def _clustered_page_sql(codec: RowCodec[Any], filters: tuple[str, ...], keyset: bool) -> str:
@@ -195,6 +196,8 @@ _INTERRUPT_PIPELINES = (
 )  # (the statement starts with UPDATE so that ``rowcount`` counts its changes; INDEXED BY:
 #    once ``PRAGMA optimize`` has analysed a store whose pipelines all sit in one run and one
 #    state, the statistics call the index useless and the planner would scan the table)
+#: the columns a live view folds per attempt (``attempt_summaries``)
+_ATTEMPT_SUMMARY = '"attempt_id", "duration_ms", "ended_at", "outcome"'
 #: task rows are looked at only in a file marked as possibly holding running ones (see schema)
 _TASKS_MARKED = f"SELECT 1 FROM store_meta WHERE key = '{schema.TASKS_RUNNING_KEY}'"
 _MARK_TASKS = f"INSERT OR REPLACE INTO store_meta (key, value) VALUES ('{schema.TASKS_RUNNING_KEY}', '1')"
@@ -505,17 +508,12 @@ class SqliteStore:
         run_id=run_id, after=(after,), limit=limit)`` would return (optional method): a live
         view folds these four columns, and decoding whole rows (their JSON included) cost it
         seconds when it first caught up with a large run."""
-        where = ["attempt_id > ?"]
-        params: list[Any] = [after if after is not None else 0]
-        if run_id is not None:
-            where.append("run_id = ?")
-            params.append(run_id)
-        params.append(max(0, limit))
-        return self._query(
-            "SELECT attempt_id, duration_ms, ended_at, outcome FROM attempts"
-            f" WHERE {' AND '.join(where)} ORDER BY attempt_id LIMIT ?",
-            params,
-        )
+        if limit <= 0:
+            return []
+        filters = ("run_id",) if run_id is not None else ()
+        params = [*([run_id] if run_id is not None else []), *([after] if after is not None else []), limit]
+        sql = _page_sql("attempts", filters, after is not None, _ATTEMPT_SUMMARY)
+        return self._query(sql, params)
 
     def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
         rows = self._query(
