@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from _view_fixtures import XSS, add_repair_failure, build_store
 from pyattacker.cli import cli
-from pyattacker.merge import Folded, merge_stores, state_rank, wins
+from pyattacker.merge import Folded, StoreMerger, merge_stores, state_rank, wins
 from pyattacker.model import PipelineRecord
 
 
@@ -83,6 +83,26 @@ def test_same_store_twice_is_idempotent(store: str) -> None:
     assert s2["attempts_total"] == s1["attempts_total"]
     assert two.duplicates == 20 and one.duplicates == 0
     assert s2["source_events_total"] == 2 * s1["source_events_total"]  # raw on purpose
+
+
+def test_store_merger_result_does_not_depend_on_the_order_of_adding(store: str, tmp_path: Path) -> None:
+    """Every row of a store and its copy ties: the store with the lower key wins each tie, the
+    sources are listed by key, and keys with gaps (a shard that wrote no store) are renumbered."""
+    import shutil
+
+    copy = str(tmp_path / "copy.db")
+    shutil.copyfile(store, copy)
+    expected = merge_stores([store, copy]).to_dict(100)
+    merger = StoreMerger()
+    merger.add(7, copy)
+    merger.add(3, store)
+    with pytest.raises(ValueError, match="key 3"):
+        merger.add(3, store)
+    rep = merger.result()
+    assert rep.to_dict(100) == expected
+    assert [s.store for s in rep.sources] == [store, copy]
+    assert {entry.source for entry in rep.rows.values()} == {0}  # the lower key won every tie
+    assert rep.duplicates == 20 and len(rep.failed_winners(0)) == 2
 
 
 def test_shards_merge_with_best_state(tmp_path: Path) -> None:
@@ -212,6 +232,12 @@ def test_merged_report_from_store_summaries_equals_reading_every_row(
                 slow = merge_stores(stores, selection)
             assert fast.to_dict(100) == slow.to_dict(100), (stores, selection)
             assert fast.task_counts
+            # a sharded run's fold: stores added last-first, task counts read ahead (and not
+            # used for a store that lost rows to another)
+            merger = StoreMerger(selection, prefetch_counts=True)
+            for key in reversed(range(len(stores))):
+                merger.add(key, stores[key])
+            assert merger.result().to_dict(100) == slow.to_dict(100), (stores, selection)
             for rep in (fast, slow):  # whole rows are kept for the failed winners only
                 assert set(rep.details) == set(rep.failed_winners())
                 assert all(type(entry) is Folded for entry in rep.rows.values())

@@ -31,7 +31,7 @@ from pyattacker.shard import (
     shard_store_path,
     split_capacity,
 )
-from pyattacker.shard_cli import _exit_code, _outcome, capacity_plan, child_argv
+from pyattacker.shard_cli import _exit_code, _Merge, _outcome, capacity_plan, child_argv
 from pyattacker.shard_exec import ShardJob, ShardStatus, get_executor, run_shards
 from pyattacker_plugins.executor_local import LocalHandle
 
@@ -446,6 +446,30 @@ def test_exit_code_rules() -> None:
     assert garbled.code == 2 and "JSON" in (garbled.problem or "")
     config_error = _outcome(1, 2, "s", 0, status(2, out=""))
     assert config_error.code == 2 and config_error.problem == "Error: boom"
+
+
+def test_merged_report_folds_shard_stores_as_they_end(tmp_path: Path) -> None:
+    """The sharded run folds each shard's store when that shard ends (in whatever order they
+    end); the report equals ``merge_stores`` over the stores that exist. A store that cannot be
+    read makes the report unavailable with the reason, and never raises into the shard loop."""
+    from _view_fixtures import build_store
+
+    stores = [str(tmp_path / f"m.shard{i}of3.db") for i in range(3)]
+    build_store(stores[0], 6)
+    build_store(stores[2], 6, start=6)  # shard 1 wrote no store
+    merge = _Merge(stores, None)
+    merge.add(2)  # shard 2 ended first
+    merge.add(1)
+    merged, why = merge.result()  # shard 0's store is folded here (it ended last)
+    assert why is None
+    assert merged.to_dict(20) == merge_stores([stores[0], stores[2]]).to_dict(20)
+    assert [s.store for s in merged.sources] == [stores[0], stores[2]]
+    assert _Merge([str(tmp_path / "none.shard0of1.db")], None).result() == (None, "no shard store was written")
+    Path(stores[1]).write_bytes(b"not a database, " * 64)
+    broken = _Merge(stores, None)
+    broken.add(1)  # no exception: the other shards keep running
+    merged, why = broken.result()
+    assert merged is None and why is not None and stores[1] in why
 
 
 def test_unknown_executor_is_a_config_error() -> None:

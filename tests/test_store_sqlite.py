@@ -426,7 +426,7 @@ def test_pipeline_summaries_of_a_run_scan_in_key_order_without_sorting(tmp_path:
         store._conn.set_trace_callback(None)  # type: ignore[union-attr]
         assert [pid for pid, *_ in got] == [f"p{i}" for i in range(30) if i % 3]
         assert [pid for pid, *_ in store.pipeline_summaries(None, page=7)] == [f"p{i}" for i in range(30)]
-        pages = [sql for sql in ran if sql.startswith("SELECT pk, pipeline_id")]
+        pages = [sql for sql in ran if sql.startswith("SELECT pipeline_id, state")]
         assert len(pages) == 6  # 20 rows, 4 per page, and the empty page that ends it
         for sql in pages:
             plan = " ".join(str(r[-1]) for r in store._conn.execute("EXPLAIN QUERY PLAN " + sql))  # type: ignore[union-attr]

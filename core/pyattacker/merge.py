@@ -19,7 +19,7 @@ from .stats import count_rows, duration_summary
 from .store import Store, iter_rows
 from .view_common import RunChoice, choose_run, read_only_store
 
-__all__ = ["Folded", "MergedReport", "SourceInfo", "merge_stores", "state_rank", "wins"]
+__all__ = ["Folded", "MergedReport", "SourceInfo", "StoreMerger", "merge_stores", "state_rank", "wins"]
 
 _RANK = {"succeeded": 4, "failed": 3, "interrupted": 2, "pending": 1, "canceled": 0}
 #: one shared string per known state: a folded entry does not keep a copy per pipeline
@@ -53,7 +53,12 @@ def _wins(new: Folded, old: Folded) -> bool:
     a, b = state_rank(new.state), state_rank(old.state)
     if a != b:
         return a > b
-    return (new.finished_at or 0.0) > (old.finished_at or 0.0)
+    new_end, old_end = new.finished_at or 0.0, old.finished_at or 0.0
+    if new_end != old_end:
+        return new_end > old_end
+    # a full tie goes to the store named first, so the result does not depend on the order
+    # in which stores are folded (a sharded run folds each shard's store as soon as it ends)
+    return new.source < old.source
 
 
 def wins(new: PipelineRecord, old: PipelineRecord) -> bool:
@@ -232,17 +237,13 @@ def _source_info(location: str, choice: RunChoice) -> SourceInfo:
     )
 
 
-def _read_rows(report: MergedReport, store: Store, index: int, choice: RunChoice) -> None:
-    info = report.sources[index]
+def _read_rows(report: MergedReport, store: Store, index: int, choice: RunChoice, info: SourceInfo) -> None:
     if choice.how == "empty":
         return
     summaries = getattr(store, "pipeline_summaries", None)
     if summaries is not None:
         # folding needs five columns; whole rows are read later for the failed winners only
-        add = report.add_summary
-        for pid, state, started, finished, attempts in summaries(choice.run_id):
-            info.rows += 1
-            add(pid, state, started, finished, attempts, index)
+        info.rows += _fold_summaries(report, summaries(choice.run_id), index)
     else:
         for row in iter_rows(store, "pipelines", run_id=choice.run_id):
             info.rows += 1
@@ -251,18 +252,47 @@ def _read_rows(report: MergedReport, store: Store, index: int, choice: RunChoice
     report.source_events_total += info.events_total
 
 
-def _read_details(report: MergedReport, store: Store, index: int, choice: RunChoice) -> None:
-    """Task counts, repair failures and metrics of the rows this store won."""
+def _fold_summaries(
+    report: MergedReport, summaries: Iterable[tuple[str, str, float | None, float | None, int]], index: int
+) -> int:
+    """``add_summary`` for every row, with the common case (an id not seen yet) inlined: a
+    sharded run's report folds every pipeline once, while the run's last shard is ending."""
+    rows, failed_seen, states, fold = report.rows, report.failed_seen, _STATES, report._fold
+    n = 0
+    for pid, state, started, finished, attempts in summaries:
+        n += 1
+        entry = _new_folded(Folded, (states.get(state, state), started, finished, attempts, index))
+        if pid in rows:
+            fold(pid, entry, None)
+            continue
+        rows[pid] = entry
+        if state == "failed":
+            failed_seen.add(pid)
+    return n
+
+
+def _read_details(
+    report: MergedReport,
+    store: Store,
+    index: int,
+    choice: RunChoice,
+    counted: dict[str, dict[str, int]] | None = None,
+) -> None:
+    """Task counts, repair failures and metrics of the rows this store won (``counted``: the
+    store's ``task_counts``, read already while its rows were folded)."""
     if choice.how == "empty":
         return
     won = report.origin
     counts = getattr(store, "task_counts", None)
     won_here = sum(1 for entry in report.rows.values() if entry.source == index)
-    if counts is not None and won_here == report.sources[index].rows:
+    if (counted is not None or counts is not None) and won_here == report.sources[index].rows:
         # every pipeline row read from this store won (always so for the disjoint stores of a
         # sharded run): "its pipeline won" is "its pipeline row is in the same run selection",
         # which the store can count in SQL instead of handing over every task row
-        for name, states in counts(choice.run_id).items():
+        if counted is None:
+            assert counts is not None
+            counted = counts(choice.run_id)
+        for name, states in counted.items():
             into = report.task_counts.setdefault(name, {})
             for state, n in states.items():
                 into[state] = into.get(state, 0) + n
@@ -314,21 +344,60 @@ def merge_stores(locations: Sequence[str], run_id: str | None = None) -> MergedR
     ``run_id``: None = each store's latest started run, ``"all"`` = every run, else that run
     (which must exist in every store named).
     """
-    report = MergedReport()
-    choices: list[RunChoice] = []
+    merger = StoreMerger(run_id)
     for index, location in enumerate(locations):
+        merger.add(index, location)
+    return merger.result()
+
+
+class StoreMerger:
+    """``merge_stores`` one store at a time, in any order.
+
+    A sharded run adds each shard's store as soon as that shard ends, while the others still
+    run, so only the last store is read after the last shard: the merged report is out about
+    as soon as the run is. ``key`` orders the stores: the report lists them by key, and a full
+    tie between two rows goes to the lower key, so the result is the same whatever order they
+    are added in. ``prefetch_counts`` also reads each store's task counts while it is open
+    (used only if every row of the store wins, as in the disjoint stores of shards).
+    """
+
+    def __init__(self, run_id: str | None = None, *, prefetch_counts: bool = False) -> None:
+        self.run_id = run_id
+        self.prefetch_counts = prefetch_counts
+        self._report = MergedReport()
+        self._added: dict[int, tuple[str, RunChoice, SourceInfo, dict[str, dict[str, int]] | None]] = {}
+
+    def add(self, key: int, location: str) -> None:
+        """Fold the rows of the store at ``location`` (opened read-only); ``key`` must be new."""
+        if key in self._added or key < 0:
+            raise ValueError(f"store key {key} is negative or was added already")
         with read_only_store(location) as store:
-            choice = choose_run(store, run_id)
-            choices.append(choice)
-            report.sources.append(_source_info(location, choice))
-            _read_rows(report, store, index, choice)
-    winners = {entry.source for entry in report.rows.values()}
-    for index, location in enumerate(locations):
-        if index in winners:
-            with read_only_store(location) as store:
-                _complete_failed(report, store, index)
-                _read_details(report, store, index, choices[index])
-    return report
+            choice = choose_run(store, self.run_id)
+            info = _source_info(location, choice)
+            # while folding, a row's ``source`` is the key; ``result`` turns keys into positions
+            _read_rows(self._report, store, key, choice, info)
+            counts = getattr(store, "task_counts", None)
+            counted = None
+            if self.prefetch_counts and counts is not None and choice.how != "empty":
+                counted = counts(choice.run_id)
+        self._added[key] = (location, choice, info, counted)
+
+    def result(self) -> MergedReport:
+        """The report over every store added (reads the details of the stores that won rows)."""
+        report = self._report
+        keys = sorted(self._added)
+        report.sources = [self._added[k][2] for k in keys]
+        if keys != list(range(len(keys))):  # keys with gaps (a shard wrote no store): positions
+            position = {k: i for i, k in enumerate(keys)}
+            report.rows = {pid: e._replace(source=position[e.source]) for pid, e in report.rows.items()}
+        winners = {entry.source for entry in report.rows.values()}
+        for index, key in enumerate(keys):
+            location, choice, _info, counted = self._added[key]
+            if index in winners:
+                with read_only_store(location) as store:
+                    _complete_failed(report, store, index)
+                    _read_details(report, store, index, choice, counted)
+        return report
 
 
 def _complete_failed(report: MergedReport, store: Store, index: int) -> None:

@@ -4,7 +4,8 @@ The parent validates the config once (a bad config is one exit 2, not N), plans 
 resource's capacity is shared by the shards that run at the same time, hands each shard to the
 executor as ``pyattacker run -c cfg --shard i/N --store <base>.shard{i}ofN.db
 --summary-format json`` plus every run flag the user gave, then prints one line per shard and
-the merged report of the shard stores (``merge_stores``, the same view as ``report``).
+the merged report of the shard stores (the same view as ``report``; each store is folded as
+soon as its shard ends, so the report is out right after the last shard).
 
 Exit code: 130 if any shard was interrupted (or never started because of the interrupt), else
 the highest shard code; a shard killed by a signal, or one that printed no JSON summary,
@@ -209,18 +210,46 @@ def _exit_code(outcomes: list[_Outcome]) -> int:
     return 130 if 130 in codes else max(codes, default=0)
 
 
-def _merged(stores: list[str], run_id: str | None) -> tuple[Any, str | None]:
-    """The merged report of the shard stores that exist (None and why, when there is none)."""
-    from .merge import merge_stores
-    from .store import _scheme_of
+class _Merge:
+    """The merged report of the shard stores, built while the run goes on: each shard's store
+    is folded as soon as that shard ends, so after the last one only its own store is read."""
 
-    present = [s for s in stores if _scheme_of(s)[0] not in (None, "file") or os.path.exists(s)]
-    if not present:
-        return None, "no shard store was written"
-    try:
-        return merge_stores(present, run_id), None
-    except (PyAttackerError, OSError) as exc:
-        return None, f"{type(exc).__name__}: {exc}"
+    def __init__(self, stores: list[str], run_id: str | None) -> None:
+        from .merge import StoreMerger
+
+        self.stores = stores
+        self.merger = StoreMerger(run_id, prefetch_counts=True)  # shard stores are disjoint
+        self.added: set[int] = set()
+        self.why: str | None = None
+
+    def _present(self, index: int) -> bool:
+        from .store import _scheme_of
+
+        store = self.stores[index]
+        return _scheme_of(store)[0] not in (None, "file") or os.path.exists(store)
+
+    def add(self, index: int) -> None:
+        """Fold shard ``index``'s store if it exists (errors are kept for the report's line)."""
+        if self.why is not None or index in self.added or not self._present(index):
+            return
+        self.added.add(index)
+        try:
+            self.merger.add(index, self.stores[index])
+        except Exception as exc:  # called inside the shard loop: never let it stop the other shards
+            self.why = f"{type(exc).__name__}: {exc}"
+
+    def result(self) -> tuple[Any, str | None]:
+        """The report over every shard store that exists (None and why, when there is none)."""
+        for index in range(len(self.stores)):  # stores of shards that did not run this time
+            self.add(index)
+        if self.why is not None:
+            return None, self.why
+        if not self.added:
+            return None, "no shard store was written"
+        try:
+            return self.merger.result(), None
+        except (PyAttackerError, OSError) as exc:
+            return None, f"{type(exc).__name__}: {exc}"
 
 
 def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
@@ -283,17 +312,25 @@ def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
             cwd=os.getcwd(),
         )
 
+    # a resume's own run holds only what it re-ran: show every run of the shard stores instead
+    resuming = resume or bool(flags["resume"])
+    merge = _Merge(stores, "all" if resuming else None)
     try:
-        run = run_shards(executor, count, jobs, make_job, forward_signals=not flags["no_signals"])
+        run = run_shards(
+            executor,
+            count,
+            jobs,
+            make_job,
+            on_finish=lambda status: merge.add(status.index),
+            forward_signals=not flags["no_signals"],
+        )
     finally:
         close = getattr(executor, "close", None)
         if callable(close):
             close()
     outcomes = [_outcome(i, count, stores[i], run.slots.get(i), run.statuses.get(i)) for i in range(count)]
     code = _exit_code(outcomes)
-    # a resume's own run holds only what it re-ran: show every run of the shard stores instead
-    resuming = resume or bool(flags["resume"])
-    merged, why = _merged(stores, "all" if resuming else None)
+    merged, why = merge.result()
     if flags["summary_format"] == "json":
         doc = {
             "shards": [o.to_dict() for o in outcomes],

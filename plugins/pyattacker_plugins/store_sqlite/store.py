@@ -8,6 +8,7 @@ writer. Every SQL string is built once; rows travel as tuples.
 
 from __future__ import annotations
 
+import operator
 import os
 import sqlite3
 import threading
@@ -197,6 +198,8 @@ _INTERRUPT_PIPELINES = (
 #    once ``PRAGMA optimize`` has analysed a store whose pipelines all sit in one run and one
 #    state, the statistics call the index useless and the planner would scan the table)
 #: the columns a live view folds per attempt (``attempt_summaries``)
+#: ``pipeline_summaries``' five columns of a row that also carries its ``pk`` (for the next page)
+_SUMMARY = operator.itemgetter(0, 1, 2, 3, 4)
 _ATTEMPT_SUMMARY = '"attempt_id", "duration_ms", "ended_at", "outcome"'
 #: task rows are looked at only in a file marked as possibly holding running ones (see schema)
 _TASKS_MARKED = f"SELECT 1 FROM store_meta WHERE key = '{schema.TASKS_RUNNING_KEY}'"
@@ -459,18 +462,17 @@ class SqliteStore:
         # index, whose rows would have to be sorted by pk again for every page)
         where = "WHERE pk > ? AND +run_id = ?" if run_id is not None else "WHERE pk > ?"
         sql = (
-            "SELECT pk, pipeline_id, state, started_at, finished_at, attempts_total FROM pipelines"
-            f" {where} ORDER BY pk LIMIT ?"
+            "SELECT pipeline_id, state, started_at, finished_at, ifnull(attempts_total, 0), pk"
+            f" FROM pipelines {where} ORDER BY pk LIMIT ?"
         )
         after = 0
         while True:
             params = (after, run_id, page) if run_id is not None else (after, page)
             rows = self._query(sql, params)
-            for _pk, pid, state, started, finished, attempts in rows:
-                yield pid, state, started, finished, int(attempts or 0)
+            yield from map(_SUMMARY, rows)  # the first five columns, without a Python loop
             if len(rows) < page:
                 return
-            after = rows[-1][0]
+            after = rows[-1][5]
 
     def task_counts(self, run_id: str | None = None) -> dict[str, dict[str, int]]:
         """``{task name: {state: count}}`` over the task rows of ``run_id`` whose pipeline row is
