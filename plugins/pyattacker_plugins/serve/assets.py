@@ -19,7 +19,8 @@ INDEX_HTML = """<!doctype html>
 <script src="/app.js" defer></script>
 </head>
 <body>
-<header><h1>pyattacker</h1><span id="run"></span><span id="status"></span></header>
+<header><h1>pyattacker</h1><span id="run"></span><span id="status"></span>
+<span id="age" class="age"></span></header>
 <section id="cards" class="cards"></section>
 <section class="charts">
   <figure><figcaption>Throughput (attempts/s)</figcaption><div id="throughput"></div></figure>
@@ -55,6 +56,7 @@ th, td { border-bottom: 1px solid #eee; padding: .2rem .4rem; text-align: left; 
 td { max-width: 40rem; overflow-wrap: anywhere; }
 .failed { color: #b00; } .succeeded { color: #070; } .running { color: #06c; }
 svg text { font-size: 10px; fill: #555; }
+.age { color: #666; }
 """
 
 APP_JS = r"""
@@ -63,6 +65,11 @@ APP_JS = r"""
   const SVG = "http://www.w3.org/2000/svg";
   const params = new URLSearchParams(window.location.search);
   let runId = params.get("run_id") || "";
+  // the first /stats names the run shown; later requests pin it, so keep how it was chosen
+  let selected = "";
+  // counts older than this are labelled (as in `watch`): a large run's aggregates are re-read
+  // less often than the page refreshes (the server's stats_age_s)
+  const STALE_S = 2;
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"];
 
   function el(tag, text, cls) {
@@ -186,10 +193,14 @@ APP_JS = r"""
   async function refresh() {
     try {
       const st = await get("/stats");
+      if (!selected) selected = st.run_selected;
       if (!runId && st.run_id) runId = st.run_id;
       document.getElementById("run").textContent =
-        st.run_id ? "run " + st.run_id + " (" + st.run_selected + ")" : "all runs";
+        st.run_id ? "run " + st.run_id + " (" + selected + ")" : "all runs";
       document.getElementById("status").textContent = st.run ? "status " + st.run.status : "";
+      const age = Number(st.stats_age_s) || 0;
+      document.getElementById("age").textContent =
+        age >= STALE_S ? "(counts " + Math.round(age) + " s old)" : "";
       const cards = document.getElementById("cards");
       clear(cards);
       card(cards, "pipelines", st.pipelines.total);
