@@ -14,6 +14,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import statistics
@@ -402,6 +403,44 @@ def merge_results(path: Path, new: dict[str, Any]) -> dict[str, Any]:
     return new
 
 
+#: the per-day results files (``--out`` files and hand-named copies are not read back)
+_DAY_FILE = re.compile(r"^\d{4}-\d{2}-\d{2}\.json$")
+
+
+def latest_scenarios(results_dir: Path, current: dict[str, Any]) -> dict[str, Any]:
+    """``current`` with every scenario it lacks taken from the newest per-day file that has it.
+
+    The generated docs table shows the latest measurement of every scenario: a scenario re-run
+    after midnight starts a new day's file, which must not drop the others from the table.
+    Each scenario carried over names its file (``from_file``); files of another schema or of
+    the other kind (quick vs full) are skipped.
+    """
+    scenarios = dict(current.get("scenarios", {}))
+    for path in sorted((p for p in results_dir.glob("*.json") if _DAY_FILE.match(p.name)), reverse=True):
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if old.get("schema") != SCHEMA or old.get("quick") != current.get("quick"):
+            continue
+        for name, sc in old.get("scenarios", {}).items():
+            if name not in scenarios:
+                scenarios[name] = {**sc, "from_file": path.name}
+    return {**current, "scenarios": scenarios}
+
+
+def _provenance(sc: dict[str, Any]) -> str:
+    """When and from which commit a scenario's numbers are (older results lack the fields)."""
+    parts = []
+    if sc.get("measured_at"):
+        parts.append(f"measured {sc['measured_at']}")
+    if sc.get("git_commit"):
+        parts.append(f"git {sc['git_commit']}")
+    if sc.get("from_file"):
+        parts.append(f"from `benchmarks/results/{sc['from_file']}`")
+    return f" [{', '.join(parts)}]" if parts else ""
+
+
 def _cell(s: dict[str, Any] | None, key: str = "median", digits: int = 2) -> str:
     return _fmt(s.get(key), digits) if s else "n/a"
 
@@ -466,7 +505,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines += ["", "Workloads and parameters:", ""]
     for name, sc in scen.items():
         params = ", ".join(f"{k}={v}" for k, v in sc.get("params", {}).items())
-        lines.append(f"- **{name}**: {sc.get('workload', '')} ({params}).")
+        lines.append(f"- **{name}**: {sc.get('workload', '')} ({params}).{_provenance(sc)}")
         for err in sc.get("errors", [])[:3]:
             lines.append(f"  - error: `{err.splitlines()[0][:200]}`")
     return "\n".join(lines) + "\n"
@@ -626,6 +665,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             res["params"]["scale"] = args.scale
             res["elapsed_s"] = round(time.perf_counter() - t0, 1)
+            res["measured_at"] = _dt.datetime.now().isoformat(timespec="seconds")
+            res["git_commit"] = results["machine"].get("git_commit")
             results["scenarios"][name] = built[name] = res
             failed = failed or bool(res["errors"])
     finally:
@@ -638,6 +679,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(results)
     log(f"\nresults: {out}")
     if docs is not None:
-        update_docs(render_markdown(merged), docs)
+        shown = latest_scenarios(RESULTS_DIR, merged) if args.out is None else merged
+        update_docs(render_markdown(shown), docs)
         log(f"docs: {docs}")
     return 1 if failed else 0

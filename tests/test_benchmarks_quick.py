@@ -209,3 +209,39 @@ def test_short_noisy_scenarios_run_more_rounds_unless_told() -> None:
     assert scenario_rounds(overhead, 3, explicit=False) == 3
     assert scenario_rounds(resume, 2, explicit=True) == 2  # --rounds (or --quick) decides
     assert scenario_rounds(resume, 9, explicit=False) == 9
+
+
+def test_docs_table_keeps_the_latest_of_every_scenario(tmp_path: Path) -> None:
+    """A scenario re-run after midnight starts a new day's results file; the generated table
+    still shows every scenario, each from the newest per-day file that has it, and says so."""
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks.harness import SCHEMA, latest_scenarios, render_markdown
+    finally:
+        sys.path.remove(str(REPO))
+
+    def scenario(tag: str) -> dict[str, object]:
+        return {"workload": f"work {tag}", "params": {}, "variants": {}, "ratios": [], "checks": []}
+
+    def day(name: str, quick: bool = False, schema: int = SCHEMA, **scenarios: object) -> None:
+        doc = {"schema": schema, "quick": quick, "scenarios": scenarios}
+        (tmp_path / name).write_text(json.dumps(doc))
+
+    day("2026-11-28.json", overhead=scenario("old"), demo=scenario("old demo"))
+    day("2026-11-29.json", overhead=scenario("newer"), latency=scenario("29"))
+    day("2026-11-29-resume-7-rounds.json", resume=scenario("hand-named copy"))  # not a day file
+    day("2026-11-30.json", quick=True, memory=scenario("a quick smoke run"))
+    day("2026-11-27.json", schema=SCHEMA + 1, store=scenario("another schema"))
+    now = {**scenario("now"), "measured_at": "T"}
+    today = {"schema": SCHEMA, "quick": False, "scenarios": {"shards": now}}
+    shown = latest_scenarios(tmp_path, today)["scenarios"]
+    assert {name: sc["workload"] for name, sc in shown.items()} == {
+        "shards": "work now",
+        "overhead": "work newer",
+        "latency": "work 29",
+        "demo": "work old demo",
+    }
+    assert "from_file" not in shown["shards"] and shown["demo"]["from_file"] == "2026-11-28.json"
+    text = render_markdown({**today, "scenarios": shown})
+    assert "- **demo**: work old demo (). [from `benchmarks/results/2026-11-28.json`]" in text
+    assert "- **shards**: work now (). [measured T]" in text
