@@ -13,7 +13,16 @@ from click.testing import CliRunner
 
 from _view_fixtures import XSS, add_repair_failure, build_store
 from pyattacker.cli import cli
-from pyattacker.merge import Folded, StoreMerger, merge_stores, state_rank, wins
+from pyattacker.merge import (
+    Folded,
+    MergedReport,
+    StoreMerger,
+    StoreReport,
+    merge_stores,
+    report_stores,
+    state_rank,
+    wins,
+)
 from pyattacker.model import PipelineRecord
 
 
@@ -186,7 +195,8 @@ def test_merged_report_from_store_summaries_equals_reading_every_row(
     failing = {"on": True}
 
     @task(retry={"max_attempts": 1})
-    async def first(x: Any) -> Any:
+    async def first(x: Any, ctx: Any) -> Any:
+        ctx.record(seen=x, run=failing["on"])  # a resumed pipeline's metrics stay with their run
         await asyncio.sleep(0)
         return x
 
@@ -228,6 +238,7 @@ def test_merged_report_from_store_summaries_equals_reading_every_row(
             with monkeypatch.context() as m:
                 m.setattr(SqliteStore, "task_counts", None)
                 m.setattr(SqliteStore, "pipeline_summaries", None)
+                m.setattr(SqliteStore, "pipeline_totals", None)
                 m.setattr(SqliteStore, "count_rows", None)
                 slow = merge_stores(stores, selection)
             assert fast.to_dict(100) == slow.to_dict(100), (stores, selection)
@@ -238,6 +249,13 @@ def test_merged_report_from_store_summaries_equals_reading_every_row(
             for key in reversed(range(len(stores))):
                 merger.add(key, stores[key])
             assert merger.result().to_dict(100) == slow.to_dict(100), (stores, selection)
+            # ``report``: one SQLite store is aggregated in SQL, not folded row by row
+            shown = report_stores(stores, selection)
+            assert type(shown) is (StoreReport if len(stores) == 1 else MergedReport)
+            assert shown.to_dict(100) == slow.to_dict(100), (stores, selection)
+            assert (shown.rows == {}) == (len(stores) == 1)
+            if selection == first_run:
+                assert shown.metrics()["pipelines"] and shown.metrics() == slow.metrics()
             for rep in (fast, slow):  # whole rows are kept for the failed winners only
                 assert set(rep.details) == set(rep.failed_winners())
                 assert all(type(entry) is Folded for entry in rep.rows.values())

@@ -12,7 +12,7 @@ from typing import Any
 
 import rich_click as click
 
-from .merge import MergedReport, merge_stores
+from .merge import MergedReport, report_stores
 from .view_common import encode_json, expand_locations
 
 __all__ = ["export_command", "report_command", "watch_command"]
@@ -71,7 +71,7 @@ def report_command(stores: tuple[str, ...], run_id: str | None, errors: int, as_
     count is recomputed from the surviving rows, so naming a store twice changes nothing.
     STORE may be a glob pattern (quote it). Exit 0 unless a store is missing or foreign (2).
     """
-    rep = merge_stores(expand_locations(stores), run_id)
+    rep = report_stores(expand_locations(stores), run_id)
     if as_json:
         doc = rep.to_dict(errors if errors else 20)
         sys.stdout.write(encode_json(doc).decode() + "\n")

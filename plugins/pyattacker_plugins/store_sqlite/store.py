@@ -13,6 +13,7 @@ import os
 import sqlite3
 import threading
 import time
+from array import array
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from typing import Any
@@ -473,6 +474,44 @@ class SqliteStore:
             if len(rows) < page:
                 return
             after = rows[-1][5]
+
+    def pipeline_totals(self, run_id: str | None = None) -> tuple[dict[str, int], Sequence[float], int]:
+        """``({state: count}, sorted durations in ms, sum of attempts_total)`` over the pipeline
+        rows of ``run_id`` (None: all), read in one transaction. Optional method: a report over
+        one store needs these three, not a fold of every row (a duration is
+        ``(finished_at - started_at) * 1000.0`` of a row that has both, as the fold computes it).
+        The durations are a packed array: 8 bytes per pipeline, however large the run."""
+        where, params = _run_filter(run_id)
+        and_run, _ = _run_filter(run_id, " AND")
+        with self._mutex:
+            conn = self._db()
+            try:
+                conn.execute("BEGIN")
+                try:
+                    totals = conn.execute(
+                        f"SELECT state, COUNT(*), SUM(ifnull(attempts_total, 0)) FROM pipelines{where}"
+                        " GROUP BY state",
+                        params,
+                    ).fetchall()
+                    durations = array(
+                        "d",
+                        (
+                            d
+                            for (d,) in conn.execute(
+                                "SELECT (finished_at - started_at) * 1000.0 AS d FROM pipelines"
+                                f" WHERE finished_at IS NOT NULL AND started_at IS NOT NULL{and_run}"
+                                " ORDER BY d",
+                                params,
+                            )
+                        ),
+                    )
+                finally:
+                    conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback(conn)
+                raise StoreUnavailable(f"store {self.path}: read failed: {exc}") from exc
+        by_state = {state: int(n) for state, n, _ in totals}
+        return by_state, durations, sum(int(a) for _, _, a in totals)
 
     def task_counts(self, run_id: str | None = None) -> dict[str, dict[str, int]]:
         """``{task name: {state: count}}`` over the task rows of ``run_id`` whose pipeline row is
