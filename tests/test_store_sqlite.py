@@ -549,3 +549,29 @@ def test_task_rows_are_searched_only_in_a_marked_file(tmp_path: Path) -> None:
         assert not marked()
     finally:
         store.close()
+
+
+def test_pipeline_totals_counts_sorts_and_sums_one_run(tmp_path: Path) -> None:
+    """States counted, durations of the rows that have both ends sorted ascending (as the fold
+    computes them), attempts summed; ``None`` covers every run."""
+    store = OPENER.open(str(tmp_path / "t.db"))
+    try:
+        commit(
+            store,
+            pipelines=[
+                pipeline("a", state="succeeded", started_at=10.0, finished_at=10.5, attempts_total=2),
+                pipeline("b", state="failed", started_at=10.0, finished_at=10.125, attempts_total=3),
+                pipeline("c", state="running", started_at=10.0, attempts_total=1),  # no finish yet
+                pipeline("d", state="succeeded", started_at=11.0, finished_at=11.25, attempts_total=0),
+                pipeline("e", "r2", state="succeeded", started_at=1.0, finished_at=2.0, attempts_total=7),
+            ],
+        )
+        by_state, durations, attempts = store.pipeline_totals("r1")
+        assert by_state == {"succeeded": 2, "failed": 1, "running": 1}
+        assert list(durations) == [(10.125 - 10.0) * 1000.0, (11.25 - 11.0) * 1000.0, (10.5 - 10.0) * 1000.0]
+        assert attempts == 6
+        every_state, every_duration, every_attempt = store.pipeline_totals(None)
+        assert every_state["succeeded"] == 3 and len(every_duration) == 4 and every_attempt == 13
+        assert store.pipeline_totals("nope") == ({}, type(durations)("d"), 0)
+    finally:
+        store.close()
