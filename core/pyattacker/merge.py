@@ -236,9 +236,9 @@ class StoreReport(MergedReport):
 
     One store holds each pipeline once, so nothing needs folding: the store counts states,
     sorts the durations and sums the attempts (``pipeline_totals``), and whole rows are read
-    for the failed pipelines only. The output equals ``merge_stores([store])``; memory does not
-    grow with the run (a report over 200,000 pipelines held about 70 MB in the fold). ``rows``
-    stays empty: use ``stats()``, or ``merge_stores`` for the per-pipeline fold.
+    for the failed pipelines only. The output equals ``merge_stores([store])``; it keeps 8
+    bytes per pipeline (the sorted durations, for the percentiles) where the fold kept about
+    0.4 KB. ``rows`` stays empty: use ``stats()``, or ``merge_stores`` for the per-pipeline fold.
     """
 
     def __init__(self, by_state: dict[str, int], durations: Sequence[float], attempts: int) -> None:
