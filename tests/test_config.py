@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -350,6 +351,29 @@ def test_relative_paths_resolve_from_the_config_folder(tmp_path: Path) -> None:
     assert built.config.concurrency == 3 and built.config.store == str(sub / "runs" / "x.db")
     keys = [s.key for s in built.specs()]
     assert keys == ["1#0", "1#1", "2#0", "2#1"]
+
+
+def test_a_config_binds_what_the_sdk_binds(tmp_path: Path) -> None:
+    """A config's source is bound with one binder for the whole stream (not one per seed): the
+    specs are the ones ``template.map`` gives, with and without keys and repeats."""
+    (tmp_path / "seeds.jsonl").write_text('{"id": 1, "q": "a"}\n{"id": "b", "q": "c"}\n')
+
+    def facts(specs: Any) -> list[tuple[Any, ...]]:
+        return [(s.key, s.seed_key, s.repeat, s.seed_digest, s.seed) for s in specs]
+
+    for source, key_of in (
+        ("{kind: range, n: 4}", None),
+        ("{kind: range, n: 3, repeats: 3}", None),
+        ("{kind: jsonl, path: seeds.jsonl, key_field: id, repeats: 2}", lambda s: s["id"]),
+        ("{kind: jsonl, path: seeds.jsonl, key_field: id}", lambda s: s["id"]),
+    ):
+        path = _write(tmp_path, f"pipeline: {{tasks: [{{use: echo}}]}}\nsource: {source}\n")
+        built = build(load_config(path))
+        src = built.checked.source
+        seeds = [seed for _key, seed in src.source.open(src.options, tmp_path)]
+        expected = built.checked.template.map(seeds, repeats=src.repeats, key_of=key_of)
+        got = facts(built.specs())
+        assert got == facts(expected) and len(got) == len(seeds) * src.repeats, source
 
 
 def test_precedence_flag_over_run_block_over_default(tmp_path: Path) -> None:

@@ -378,8 +378,7 @@ def _specs(checked: CheckedConfig, limit: int | None) -> Callable[[], Iterator[P
     base = checked.loaded.base_dir
 
     def bind() -> Iterator[PipelineSpec]:
-        for key, seed in src.source.open(src.options, base):
-            yield from template.map([seed], repeats=src.repeats, key_of=None if key is None else _key_of(key))
+        return template.map_keyed(src.source.open(src.options, base), repeats=src.repeats)
 
     def specs() -> Iterator[PipelineSpec]:
         return bind() if limit is None else itertools.islice(bind(), limit)
@@ -396,10 +395,6 @@ def _total(checked: CheckedConfig, limit: int | None) -> int | None:
         return None
     total = n * src.repeats
     return total if limit is None else min(total, limit)
-
-
-def _key_of(key: str) -> Callable[[Any], str]:
-    return lambda _seed: key
 
 
 def build(

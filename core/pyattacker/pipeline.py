@@ -82,6 +82,23 @@ class PipelineSpec:
         return f"PipelineSpec({self.template.name!r}, key={self.key!r})"
 
 
+def _check_repeats(repeats: int) -> None:
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"repeats must be an integer >= 1, got {repeats!r}")
+
+
+def _bind_pairs(
+    bind: Callable[[Any, str | None, int, str | None], PipelineSpec],
+    pairs: Iterable[tuple[str | None, Any]],
+    repeats: int,
+) -> Iterator[PipelineSpec]:
+    """Specs of ``(base key, seed)`` pairs: with repeats, repeat ``r`` is keyed ``base#r``."""
+    for base, seed in pairs:
+        for r in range(repeats):
+            key = base if base is None or repeats == 1 else f"{base}#{r}"
+            yield bind(seed, key, r, base)
+
+
 class PipelineTemplate:
     """A validated chain plus its identity digest; bind seeds with ``bind`` / ``map``."""
 
@@ -142,18 +159,23 @@ class PipelineTemplate:
         key_of: Callable[[Any], str] | None = None,
     ) -> Iterator[PipelineSpec]:
         """Bind every seed lazily (the iterable is consumed once, never materialised)."""
-        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-            raise ConfigError(f"repeats must be an integer >= 1, got {repeats!r}")
+        _check_repeats(repeats)
         bind = self._binder()
         if repeats == 1 and key_of is None:  # the common case, without the per-seed loop below
             for seed in seeds:
                 yield bind(seed, None, 0, None)
             return
-        for seed in seeds:
-            base = None if key_of is None else str(key_of(seed))
-            for r in range(repeats):
-                key = base if base is None or repeats == 1 else f"{base}#{r}"
-                yield bind(seed, key, r, base)
+        pairs = ((None if key_of is None else str(key_of(seed)), seed) for seed in seeds)
+        yield from _bind_pairs(bind, pairs, repeats)
+
+    def map_keyed(self, pairs: Iterable[tuple[str | None, Any]], repeats: int = 1) -> Iterator[PipelineSpec]:
+        """Bind ``(key, seed)`` pairs lazily, as a config's source yields them (a None key: the
+        content-addressed one). ``map`` with ``key_of``, without a call per seed, and with one
+        binder for the whole stream."""
+        _check_repeats(repeats)
+        yield from _bind_pairs(
+            self._binder(), ((None if key is None else str(key), seed) for key, seed in pairs), repeats
+        )
 
     def describe(self) -> dict[str, Any]:
         return {
