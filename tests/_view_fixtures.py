@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +91,30 @@ def add_repair_failure(path: str, pipeline_id: str) -> None:
 
 def sibling(tmp: Path, name: str) -> str:
     return str(tmp / name)
+
+
+@contextlib.contextmanager
+def serving(store: str, token: str) -> Iterator[tuple[int, str]]:
+    """``pyattacker serve STORE`` on a free loopback port, as users start it; yields the port and
+    the URL it printed (with the token), and stops the process by its pid."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyattacker", "serve", store, "--port", "0", "--token", token],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/\?token=(\S+)", line)
+        assert match, (line, proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
+        assert match.group(2) == token
+        yield int(match.group(1)), match.group(0)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()

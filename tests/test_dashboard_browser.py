@@ -7,11 +7,7 @@ the page's script has fetched and drawn it, under the server's own Content-Secur
 from __future__ import annotations
 
 import html
-import os
 import re
-import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from _view_fixtures import XSS, build_store
+from _view_fixtures import XSS, build_store, serving
 from browser import render
 
 TOKEN = "browser-test-token"
@@ -58,26 +54,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="module")
 def served(store: str) -> Iterator[str]:
     """``pyattacker serve`` as users start it; yields the URL it printed (with the token)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pyattacker", "serve", store, "--port", "0", "--token", TOKEN],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:\d+/\?token=\S+", line)
-        assert match, line
-        yield match.group(0)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
+    with serving(store, TOKEN) as (_port, url):
+        yield url
 
 
 def test_dashboard_draws_the_run_in_a_browser(served: str) -> None:

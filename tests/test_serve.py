@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,14 +13,13 @@ from typing import Any
 
 import pytest
 
-from _view_fixtures import XSS, build_store
+from _view_fixtures import XSS, build_store, serving
 
 TOKEN = "test-token-123"
 
 
 class Server:
-    def __init__(self, proc: subprocess.Popen[str], port: int) -> None:
-        self.proc = proc
+    def __init__(self, port: int) -> None:
         self.port = port
 
     def request(
@@ -59,27 +56,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def server(store: str) -> Iterator[Server]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pyattacker", "serve", store, "--port", "0", "--token", TOKEN],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)/\?token=(\S+)", line)
-        assert match, (line, proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
-        assert match.group(2) == TOKEN
-        yield Server(proc, int(match.group(1)))
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
+    with serving(store, TOKEN) as (port, _url):
+        yield Server(port)
 
 
 def test_healthz_needs_no_auth(server: Server) -> None:
