@@ -163,7 +163,8 @@ class MergedReport:
     def attempts_total(self) -> int:
         return sum(e.attempts_total for e in self.rows.values())
 
-    def stats(self) -> dict[str, Any]:
+    def _states_and_durations(self) -> tuple[dict[str, int], Sequence[float]]:
+        """Pipelines per state, and the sorted durations (ms) of those with a start and an end."""
         by_state: dict[str, int] = {}
         durations: list[float] = []
         for state, started, finished, _attempts, _source in self.rows.values():
@@ -171,9 +172,13 @@ class MergedReport:
             if started is not None and finished is not None:
                 durations.append((finished - started) * 1000.0)
         durations.sort()
+        return by_state, durations
+
+    def stats(self) -> dict[str, Any]:
+        by_state, durations = self._states_and_durations()
         return {
             "pipelines": {
-                "total": len(self.rows),
+                "total": sum(by_state.values()),
                 "by_state": dict(sorted(by_state.items())),
                 "duration_ms": duration_summary(durations),
             },
@@ -261,18 +266,8 @@ class StoreReport(MergedReport):
     def attempts_total(self) -> int:
         return self._attempts
 
-    def stats(self) -> dict[str, Any]:
-        return {
-            "pipelines": {
-                "total": sum(self._by_state.values()),
-                "by_state": dict(sorted(self._by_state.items())),
-                "duration_ms": duration_summary(self._durations),
-            },
-            "tasks": {"by_name": {n: dict(sorted(s.items())) for n, s in sorted(self.task_counts.items())}},
-            "attempts_total": self._attempts,
-            "source_events_total": self.source_events_total,
-            "duplicates": 0,
-        }
+    def _states_and_durations(self) -> tuple[dict[str, int], Sequence[float]]:
+        return self._by_state, self._durations
 
 
 def report_stores(locations: Sequence[str], run_id: str | None = None) -> MergedReport:

@@ -482,7 +482,6 @@ class SqliteStore:
         ``(finished_at - started_at) * 1000.0`` of a row that has both, as the fold computes it).
         The durations are a packed array: 8 bytes per pipeline, however large the run."""
         where, params = _run_filter(run_id)
-        and_run, _ = _run_filter(run_id, " AND")
         with self._mutex:
             conn = self._db()
             try:
@@ -493,18 +492,7 @@ class SqliteStore:
                         " GROUP BY state",
                         params,
                     ).fetchall()
-                    durations = array(
-                        "d",
-                        (
-                            d
-                            for (d,) in conn.execute(
-                                "SELECT (finished_at - started_at) * 1000.0 AS d FROM pipelines"
-                                f" WHERE finished_at IS NOT NULL AND started_at IS NOT NULL{and_run}"
-                                " ORDER BY d",
-                                params,
-                            )
-                        ),
-                    )
+                    durations = _sorted_durations(conn, run_id)
                 finally:
                     conn.execute("COMMIT")
             except sqlite3.Error as exc:
@@ -674,20 +662,24 @@ def _run_filter(run_id: str | None, prefix: str = " WHERE") -> tuple[str, tuple[
     return (f"{prefix} run_id = ?", (run_id,)) if run_id is not None else ("", ())
 
 
+def _sorted_durations(conn: sqlite3.Connection, run_id: str | None) -> array[float]:
+    """``(finished_at - started_at) * 1000.0`` of the pipeline rows of ``run_id`` that have both,
+    ascending, packed (8 bytes each: a report over a million pipelines keeps 8 MB of them)."""
+    and_run, params = _run_filter(run_id, " AND")
+    rows = conn.execute(
+        "SELECT (finished_at - started_at) * 1000.0 AS d FROM pipelines"
+        f" WHERE finished_at IS NOT NULL AND started_at IS NOT NULL{and_run} ORDER BY d",
+        params,
+    )
+    return array("d", (d for (d,) in rows))
+
+
 def _stats(conn: sqlite3.Connection, run_id: str | None) -> dict[str, Any]:
     where, params = _run_filter(run_id)
     by_state = dict(
         conn.execute(f"SELECT state, COUNT(*) FROM pipelines{where} GROUP BY state ORDER BY state", params)
     )
-    and_run, _ = _run_filter(run_id, " AND")
-    durations = [
-        r[0]
-        for r in conn.execute(
-            "SELECT (finished_at - started_at) * 1000.0 AS d FROM pipelines"
-            f" WHERE finished_at IS NOT NULL AND started_at IS NOT NULL{and_run} ORDER BY d",
-            params,
-        )
-    ]
+    durations = _sorted_durations(conn, run_id)
     by_name: dict[str, dict[str, int]] = {}
     for name, state, n in conn.execute(
         f"SELECT name, state, COUNT(*) FROM tasks{where} GROUP BY name, state ORDER BY name, state", params
