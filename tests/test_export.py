@@ -165,3 +165,59 @@ def test_run_filter_and_missing_store(store: str, tmp_path: Path) -> None:
         export_stores([store], str(out), rows="pipelines", run_id="nope")
     with pytest.raises(ConfigError):
         export_stores([str(tmp_path / "missing.db")], str(out))
+
+
+def test_children_read_in_batches_equal_reading_them_per_pipeline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pipelines`` and ``results`` read the tasks, artifacts and metrics of a batch of
+    pipelines with one statement per kind (the store's ``rows_by_pipeline`` and
+    ``metrics_by_pipeline``). The output must be the one a read per pipeline gives: across batch
+    and chunk boundaries, for several runs (a pipeline re-run by a later run shows that run's
+    metrics only) and for a merge of two stores."""
+    from pyattacker_plugins.store_sqlite import store as sqlite_store
+    from pyattacker_plugins.store_sqlite.store import SqliteStore
+
+    db = str(tmp_path / "m.db")
+    build_store(db, 20)
+    build_store(db, 20)  # a second run: the failed pipelines run again, their rows move to it
+    other = build_store(tmp_path / "o.db", 10, start=15)
+    monkeypatch.setattr(export_mod, "CHILD_BATCH", 3)
+    monkeypatch.setattr(sqlite_store, "LOOKUP_CHUNK", 2)
+    shown_metrics = 0
+    for stores, run_id in (([db], None), ([db], "all"), ([db, other], None)):
+        for kind in ("pipelines", "results"):
+            fast, slow = tmp_path / "fast.jsonl", tmp_path / "slow.jsonl"
+            n = export_stores(stores, str(fast), rows=kind, run_id=run_id)
+            with monkeypatch.context() as m:
+                m.setattr(SqliteStore, "rows_by_pipeline", None)
+                m.setattr(SqliteStore, "metrics_by_pipeline", None)
+                assert export_stores(stores, str(slow), rows=kind, run_id=run_id) == n
+            assert n >= 20 and fast.read_text() == slow.read_text(), (stores, run_id, kind)
+            if kind == "pipelines":
+                rows = _read(fast, "jsonl")
+                assert all(r["tasks"] and r["artifacts"] for r in rows)
+                shown_metrics += sum(1 for r in rows if r["metrics"])
+                moved = [r for r in rows if r["resume_of"]]
+                assert moved and all(r["metrics"] == {} for r in moved)  # recorded by the first run
+    assert shown_metrics
+
+
+def test_sqlite_rows_by_pipeline_groups_in_seq_order(store: str) -> None:
+    s = open_store(store, read_only=True)
+    try:
+        pipelines = [p.pipeline_id for p in s.page("pipelines", limit=5)]
+        wanted = [pipelines[3], pipelines[0], "no-such-pipeline", pipelines[3]]
+        for kind in ("tasks", "artifacts"):
+            got = s.rows_by_pipeline(kind, wanted)  # type: ignore[attr-defined]
+            assert set(got) == {pipelines[0], pipelines[3]}
+            for pid, rows in got.items():
+                assert rows == s.page(kind, pipeline_id=pid, limit=100)
+        run_id = s.runs()[-1].run_id
+        metrics = s.metrics_by_pipeline(run_id, pipelines)  # type: ignore[attr-defined]
+        for pid in pipelines:
+            assert metrics.get(pid, []) == s.metrics(run_id=run_id, pipeline_id=pid)
+        with pytest.raises(ValueError, match="tasks or artifacts"):
+            s.rows_by_pipeline("events", pipelines)  # type: ignore[attr-defined]
+    finally:
+        s.close()

@@ -106,7 +106,7 @@ def _pipeline_head(p: PipelineRecord) -> dict[str, Any]:
     }
 
 
-def _nested_pipeline(store: Store, p: PipelineRecord, codecs: Any) -> dict[str, Any]:
+def _nested_pipeline(p: PipelineRecord, children: _Children, codecs: Any) -> dict[str, Any]:
     row = _pipeline_head(p)
     row["tasks"] = [
         {
@@ -121,17 +121,15 @@ def _nested_pipeline(store: Store, p: PipelineRecord, codecs: Any) -> dict[str, 
             "error_message": t.error_message,
             "output_artifact_id": t.output_artifact_id,
         }
-        for t in iter_rows(store, "tasks", pipeline_id=p.pipeline_id)
+        for t in children.rows("tasks", p)
     ]
-    row["artifacts"] = [
-        _artifact_row(a, codecs) for a in iter_rows(store, "artifacts", pipeline_id=p.pipeline_id)
-    ]
-    row["metrics"] = {m.name: m.value for m in store.metrics(run_id=p.run_id, pipeline_id=p.pipeline_id)}
+    row["artifacts"] = [_artifact_row(a, codecs) for a in children.rows("artifacts", p)]
+    row["metrics"] = {m.name: m.value for m in children.rows("metrics", p)}
     return row
 
 
-def _result(store: Store, p: PipelineRecord, codecs: Any) -> dict[str, Any]:
-    final = next((a for a in iter_rows(store, "artifacts", pipeline_id=p.pipeline_id) if a.is_final), None)
+def _result(p: PipelineRecord, children: _Children, codecs: Any) -> dict[str, Any]:
+    final = next((a for a in children.rows("artifacts", p) if a.is_final), None)
     value, encoding = (None, "absent") if final is None else render_payload(final, codecs)
     return {
         "pipeline_id": p.pipeline_id,
@@ -149,6 +147,76 @@ def _result(store: Store, p: PipelineRecord, codecs: Any) -> dict[str, Any]:
         "error_type": p.error_type,
         "error_message": p.error_message,
     }
+
+
+#: pipelines whose tasks, artifacts and metrics are read together (one statement per kind)
+CHILD_BATCH = 256
+
+
+class _Children:
+    """The tasks, artifacts and metrics of a batch of pipelines.
+
+    With the store's optional ``rows_by_pipeline`` and ``metrics_by_pipeline``, one statement per
+    kind (and run) reads them for the whole batch: reading per pipeline costs three statements per
+    pipeline, which made exporting 200,000 pipelines take 20 s. Without them, each pipeline's
+    rows are read when asked for.
+    """
+
+    def __init__(self, store: Store, batch: list[PipelineRecord], kinds: tuple[str, ...]) -> None:
+        self.store = store
+        self.read: dict[str, dict[str, list[Any]]] = {}
+        children = getattr(store, "rows_by_pipeline", None)
+        metrics = getattr(store, "metrics_by_pipeline", None)
+        ids = [p.pipeline_id for p in batch]
+        for kind in kinds:
+            if kind == "metrics" and metrics is not None:
+                by_run: dict[str, list[str]] = {}
+                for p in batch:  # a pipeline shows the metrics of the run that owns its row
+                    by_run.setdefault(p.run_id, []).append(p.pipeline_id)
+                self.read[kind] = {}
+                for run_id, run_ids in by_run.items():
+                    self.read[kind].update(metrics(run_id, run_ids))
+            elif kind != "metrics" and children is not None:
+                self.read[kind] = children(kind, ids)
+
+    def rows(self, kind: str, p: PipelineRecord) -> list[Any]:
+        read = self.read.get(kind)
+        if read is not None:
+            return read.get(p.pipeline_id, [])
+        if kind == "metrics":
+            return self.store.metrics(run_id=p.run_id, pipeline_id=p.pipeline_id)
+        return list(iter_rows(self.store, kind, pipeline_id=p.pipeline_id))
+
+
+def _pipelines_with_children(
+    store: Store, kind: str, run_id: str | None, codecs: Any, keep: Callable[[str], bool] | None
+) -> Iterator[dict[str, Any]]:
+    """``pipelines`` / ``results`` rows: pipelines in their order, their children read a batch at
+    a time (memory stays bounded by the batch)."""
+    build = _nested_pipeline if kind == "pipelines" else _result
+    kinds = ("tasks", "artifacts", "metrics") if kind == "pipelines" else ("artifacts",)
+    batch: list[PipelineRecord] = []
+    for p in iter_rows(store, "pipelines", run_id=run_id):
+        if keep is None or keep(p.pipeline_id):
+            batch.append(p)
+        if len(batch) >= CHILD_BATCH:
+            yield from _build_batch(store, batch, kinds, build, codecs)
+            batch = []
+    yield from _build_batch(store, batch, kinds, build, codecs)
+
+
+def _build_batch(
+    store: Store,
+    batch: list[PipelineRecord],
+    kinds: tuple[str, ...],
+    build: Callable[[PipelineRecord, _Children, Any], dict[str, Any]],
+    codecs: Any,
+) -> Iterator[dict[str, Any]]:
+    if not batch:
+        return
+    children = _Children(store, batch, kinds)
+    for p in batch:
+        yield build(p, children, codecs)
 
 
 def _points(store: Store, run_id: str | None) -> Iterator[dict[str, Any]]:
@@ -185,10 +253,7 @@ def iter_kind(
     ``keep(pipeline_id)`` filters pipelines/results (used by the multi-store merge).
     """
     if kind in ("pipelines", "results"):
-        build = _nested_pipeline if kind == "pipelines" else _result
-        for p in iter_rows(store, "pipelines", run_id=run_id):
-            if keep is None or keep(p.pipeline_id):
-                yield build(store, p, codecs)
+        yield from _pipelines_with_children(store, kind, run_id, codecs, keep)
     elif kind in ("tasks", "attempts", "events"):
         for row in iter_rows(store, kind, run_id=run_id):
             yield to_plain(row)

@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import time
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -163,6 +163,32 @@ def _clustered_page_sql(codec: RowCodec[Any], filters: tuple[str, ...], keyset: 
     return (
         f'SELECT {cols} FROM pipeline_keys AS k JOIN "{codec.table}" AS t ON t.pk = k.pk{clause}'
         ' ORDER BY k."pipeline_id", t."seq" LIMIT ?'
+    )
+
+
+_CHILD_CODECS: dict[str, RowCodec[Any]] = {"tasks": TASKS, "artifacts": ARTIFACTS}
+
+
+@lru_cache(maxsize=64)
+def _children_sql(kind: str, n: int) -> str:
+    """Tasks or artifacts of n pipeline ids, by (pipeline_id, seq) like ``page``: one index probe
+    of the key table per id, then that pipeline's clustered rows."""
+    codec = _CHILD_CODECS[kind]
+    cols = ", ".join(f't."{c}"' for c in codec.columns)
+    marks = ", ".join("?" for _ in range(n))
+    return (
+        f'SELECT {cols} FROM pipeline_keys AS k JOIN "{kind}" AS t ON t.pk = k.pk'
+        f' WHERE k."pipeline_id" IN ({marks}) ORDER BY k."pipeline_id", t."seq"'
+    )
+
+
+@lru_cache(maxsize=64)
+def _metrics_sql(n: int) -> str:
+    """The latest metrics of run ? for n pipeline ids, through the (run_id, pipeline_id, name) key."""
+    marks = ", ".join("?" for _ in range(n))
+    return (
+        f"SELECT {METRICS.select_list} FROM metrics WHERE run_id = ? AND pipeline_id IN ({marks})"
+        " ORDER BY pipeline_id, name"
     )
 
 
@@ -445,6 +471,34 @@ class SqliteStore:
             for row in self._query(_lookup_sql(len(chunk)), chunk):
                 found[row[0]] = decode(row)
         return found
+
+    def rows_by_pipeline(self, kind: str, ids: Sequence[str]) -> dict[str, list[Any]]:
+        """``{pipeline_id: rows}`` of ``kind`` (``tasks`` or ``artifacts``) for ``ids``, each list in
+        seq order: ``page(kind, pipeline_id=id)`` for many ids, one statement per ``LOOKUP_CHUNK``
+        ids (optional method: ``export`` reads the children of a batch of pipelines with it)."""
+        codec = _CHILD_CODECS.get(kind)
+        if codec is None:
+            raise ValueError(f"rows_by_pipeline: kind must be tasks or artifacts, got {kind!r}")
+        return self._grouped(lambda n: _children_sql(kind, n), codec, ids, ())
+
+    def metrics_by_pipeline(self, run_id: str, ids: Sequence[str]) -> dict[str, list[MetricRecord]]:
+        """``{pipeline_id: metrics}`` of run ``run_id`` for ``ids``, each list by name:
+        ``metrics(run_id, pipeline_id=id)`` for many ids (optional method, see ``export``)."""
+        return self._grouped(_metrics_sql, METRICS, ids, (run_id,))
+
+    def _grouped(
+        self, sql_for: Callable[[int], str], codec: RowCodec[Any], ids: Sequence[str], head: tuple[Any, ...]
+    ) -> dict[str, list[Any]]:
+        """Rows of ``sql_for(n)`` (``head`` then n ids as parameters), grouped by pipeline id."""
+        out: dict[str, list[Any]] = {}
+        unique = list(dict.fromkeys(ids))
+        decode = codec.decode
+        for start in range(0, len(unique), LOOKUP_CHUNK):
+            chunk = unique[start : start + LOOKUP_CHUNK]
+            for row in self._query(sql_for(len(chunk)), (*head, *chunk)):
+                rec = decode(row)
+                out.setdefault(rec.pipeline_id, []).append(rec)
+        return out
 
     def lookup_states(self, ids: Sequence[str]) -> dict[str, tuple[str, str, str, str]]:
         """``(state, spec_digest, seed_digest, run_id)`` per stored id: what a resume needs to
