@@ -221,3 +221,37 @@ def test_sqlite_rows_by_pipeline_groups_in_seq_order(store: str) -> None:
             s.rows_by_pipeline("events", pipelines)  # type: ignore[attr-defined]
     finally:
         s.close()
+
+
+def test_points_visit_only_the_pipelines_that_have_points(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--rows points`` asks the store which pipelines of a run have points
+    (``point_pipelines``) instead of visiting every pipeline that made an attempt; same rows."""
+    from pyattacker_plugins.store_sqlite.store import SqliteStore
+
+    db = build_store(tmp_path / "p.db", 12)
+    build_store(db, 12)  # a second run re-runs the failed pipelines' last task, which tracks nothing
+    asked: set[tuple[str, str]] = set()
+    original = SqliteStore.metric_points
+
+    def spy(self: SqliteStore, run_id: str, pipeline_id: str, *args: Any) -> Any:
+        asked.add((run_id, pipeline_id))
+        return original(self, run_id, pipeline_id, *args)
+
+    monkeypatch.setattr(SqliteStore, "metric_points", spy)
+    fast, slow = tmp_path / "fast.jsonl", tmp_path / "slow.jsonl"
+    n = export_stores([db], str(fast), rows="points")
+    visited = set(asked)
+    asked.clear()
+    with monkeypatch.context() as m:
+        m.setattr(SqliteStore, "point_pipelines", None)
+        assert export_stores([db], str(slow), rows="points") == n
+    assert n > 0 and fast.read_text() == slow.read_text()
+    owners = {(row["run_id"], row["pipeline_id"]) for row in _read(fast, "jsonl")}
+    assert visited == owners  # only the series that exist
+    # the old way also visited the run scopes and, in the second run, the re-run pipelines
+    s = open_store(db, read_only=True)
+    second = s.runs()[-1].run_id
+    s.close()
+    assert owners < asked and any(run == second and pid for run, pid in asked - owners)

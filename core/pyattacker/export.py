@@ -221,9 +221,13 @@ def _build_batch(
 
 def _points(store: Store, run_id: str | None) -> Iterator[dict[str, Any]]:
     runs = [r.run_id for r in store.runs()] if run_id is None else [run_id]
+    with_points = getattr(store, "point_pipelines", None)
     for rid in runs:
-        pids = {""} | {a.pipeline_id for a in iter_rows(store, "attempts", run_id=rid)}
-        for pid in sorted(pids):
+        if with_points is not None:  # the pipelines that have points, not every one that ran
+            pids = list(with_points(rid))
+        else:
+            pids = sorted({""} | {a.pipeline_id for a in iter_rows(store, "attempts", run_id=rid)})
+        for pid in pids:
             keys = sorted(
                 {pt.key for pt in store.metric_points(rid, pid, None, -1, _POINT_KEYS_PROBE) if pt.step == 0}
             )

@@ -657,6 +657,16 @@ class SqliteStore:
         )
         return [METRIC_POINTS.decode(r) for r in rows]
 
+    def point_pipelines(self, run_id: str) -> list[str]:
+        """The pipeline ids (``""``: the run scope) with metric points in run ``run_id``, sorted
+        (optional method: ``export --rows points`` visits these instead of every pipeline that
+        made an attempt). One pass over the run's part of the ``(run_id, pipeline_id, step)``
+        index."""
+        rows = self._query(
+            "SELECT DISTINCT pipeline_id FROM metric_points WHERE run_id = ? ORDER BY pipeline_id", (run_id,)
+        )
+        return [pid for (pid,) in rows]
+
     def resources(self, run_id: str | None = None) -> list[ResourceRecord]:
         where, params = _where({"run_id": run_id})
         rows = self._query(
