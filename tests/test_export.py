@@ -255,3 +255,33 @@ def test_points_visit_only_the_pipelines_that_have_points(
     second = s.runs()[-1].run_id
     s.close()
     assert owners < asked and any(run == second and pid for run, pid in asked - owners)
+
+
+def test_rows_of_every_kind_are_json_ready_builtins(store: str) -> None:
+    """The writers encode ``iter_kind``'s rows as they are: each must already be plain data, so
+    that encoding it equals encoding its builtins form (no record, set or bytes left inside)."""
+    import msgspec
+
+    from pyattacker.codecs import CodecRegistry
+    from pyattacker.view_common import encode_json
+
+    plain = (dict, list, str, int, float, bool, type(None))
+
+    def only_plain(value: Any) -> bool:
+        if isinstance(value, dict):
+            return all(isinstance(k, str) and only_plain(v) for k, v in value.items())
+        if isinstance(value, list):
+            return all(only_plain(v) for v in value)
+        return isinstance(value, plain)
+
+    codecs = CodecRegistry.from_plugins()
+    s = open_store(store, read_only=True)
+    try:
+        for kind in ROW_KINDS:
+            rows = list(export_mod.iter_kind(s, kind, codecs=codecs))
+            assert rows, kind
+            assert all(only_plain(r) for r in rows), kind
+            assert all(export_mod._encode_row(r) == encode_json(r) for r in rows), kind
+            assert msgspec.json.decode(export_mod._encode_row(rows[0])) == rows[0]
+    finally:
+        s.close()

@@ -16,6 +16,8 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
+import msgspec
+
 from .errors import ConfigError
 from .merge import state_rank
 from .model import ArtifactRecord, PipelineRecord
@@ -295,12 +297,17 @@ def _cell(value: Any) -> str:
     return guard_cell(encode_json(value).decode())
 
 
+#: the writers' encoder: ``iter_kind`` rows are JSON-ready builtins already, so they are encoded
+#: as they are (``encode_json`` would convert each row to builtins a second time)
+_encode_row = msgspec.json.Encoder(order="deterministic").encode
+
+
 class _JsonlWriter:
     def __init__(self, fh: IO[str], title: str) -> None:
         self.fh = fh
 
     def write(self, row: dict[str, Any]) -> None:
-        self.fh.write(encode_json(row).decode())
+        self.fh.write(_encode_row(row).decode())
         self.fh.write("\n")
 
     def close(self) -> None:
@@ -318,7 +325,7 @@ class _JsonWriter:
     def write(self, row: dict[str, Any]) -> None:
         self.fh.write("\n" if self.first else ",\n")
         self.first = False
-        self.fh.write(encode_json(row).decode())
+        self.fh.write(_encode_row(row).decode())
 
     def close(self) -> None:
         self.fh.write("\n]}\n")
