@@ -196,3 +196,21 @@ def test_missing_store_refused(tmp_path: Path) -> None:
         timeout=60,
     )
     assert proc.returncode == 2
+
+
+def test_warm_catches_up_with_the_default_run_before_any_request(store: str, tmp_path: Path) -> None:
+    """``serve`` warms its view of the default run at start-up (on a thread), so the first page
+    load of a large run does not wait for the catch-up; a warm-up that fails raises nothing."""
+    from pyattacker.stats import store_stats
+    from pyattacker.view_common import choose_run, read_only_store
+    from pyattacker_plugins.serve.api import Api
+
+    api = Api(store)
+    assert api._digests == {}
+    api.warm()
+    with read_only_store(store) as s:
+        run_id = choose_run(s, None).run_id
+        attempts = store_stats(s, run_id)["attempts_total"]
+    assert list(api._digests) == [run_id] and api._digests[run_id].attempts_seen == attempts > 0
+    Api(store, run_id="no-such-run").warm()
+    Api(str(tmp_path / "missing.db")).warm()

@@ -190,6 +190,8 @@ def run_server(
             file=sys.stderr,
         )
     print(f"pyattacker serve: {server.url}?token={server.guard.token}", file=out, flush=True)
+    # the first page load of a large run would wait for its catch-up: do it while the user opens it
+    threading.Thread(target=server.api.warm, name="pyattacker-serve-warm", daemon=True).start()
 
     def stop(*_: Any) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()
