@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from _view_fixtures import XSS, build_store, serving
+from _view_fixtures import XSS, serving
 from browser import render
 
 TOKEN = "browser-test-token"
@@ -47,14 +47,9 @@ def _rows(dom: str, table_id: str) -> list[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return build_store(tmp_path_factory.mktemp("dashboard") / "a.db", 20)
-
-
-@pytest.fixture(scope="module")
-def served(store: str) -> Iterator[str]:
+def served(view_store: str) -> Iterator[str]:
     """``pyattacker serve`` as users start it; yields the URL it printed (with the token)."""
-    with serving(store, TOKEN) as (_port, url):
+    with serving(view_store, TOKEN) as (_port, url):
         yield url
 
 
@@ -83,7 +78,7 @@ def test_dashboard_draws_the_run_in_a_browser(served: str) -> None:
 
 
 @pytest.fixture()
-def in_process(store: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, dict[str, Any]]]:
+def in_process(view_store: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, dict[str, Any]]]:
     """The real viewer server on a thread, with ``/stats`` saying how old its counts are."""
     from pyattacker_plugins.serve.api import Api
     from pyattacker_plugins.serve.server import ViewerServer
@@ -97,7 +92,7 @@ def in_process(store: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[st
         return snap
 
     monkeypatch.setattr(Api, "stats", aged)
-    server = ViewerServer(store, "127.0.0.1", 0, TOKEN, None)
+    server = ViewerServer(view_store, "127.0.0.1", 0, TOKEN, None)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

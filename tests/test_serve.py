@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from _view_fixtures import XSS, build_store, serving
+from _view_fixtures import XSS, serving
 
 TOKEN = "test-token-123"
 
@@ -50,13 +50,8 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return build_store(tmp_path_factory.mktemp("serve") / "a.db", 20)
-
-
-@pytest.fixture(scope="module")
-def server(store: str) -> Iterator[Server]:
-    with serving(store, TOKEN) as (port, _url):
+def server(view_store: str) -> Iterator[Server]:
+    with serving(view_store, TOKEN) as (port, _url):
         yield Server(port)
 
 
@@ -198,19 +193,19 @@ def test_missing_store_refused(tmp_path: Path) -> None:
     assert proc.returncode == 2
 
 
-def test_warm_catches_up_with_the_default_run_before_any_request(store: str, tmp_path: Path) -> None:
+def test_warm_catches_up_with_the_default_run_before_any_request(view_store: str, tmp_path: Path) -> None:
     """``serve`` warms its view of the default run at start-up (on a thread), so the first page
     load of a large run does not wait for the catch-up; a warm-up that fails raises nothing."""
     from pyattacker.stats import store_stats
     from pyattacker.view_common import choose_run, read_only_store
     from pyattacker_plugins.serve.api import Api
 
-    api = Api(store)
+    api = Api(view_store)
     assert api._digests == {}
     api.warm()
-    with read_only_store(store) as s:
+    with read_only_store(view_store) as s:
         run_id = choose_run(s, None).run_id
         attempts = store_stats(s, run_id)["attempts_total"]
     assert list(api._digests) == [run_id] and api._digests[run_id].attempts_seen == attempts > 0
-    Api(store, run_id="no-such-run").warm()
+    Api(view_store, run_id="no-such-run").warm()
     Api(str(tmp_path / "missing.db")).warm()

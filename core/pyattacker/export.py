@@ -16,13 +16,19 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
-import msgspec
-
 from .errors import ConfigError
 from .merge import state_rank
 from .model import ArtifactRecord, PipelineRecord
 from .store import Store, iter_rows
-from .view_common import ALL_RUNS, choose_run, encode_json, read_only_store, render_payload, to_plain
+from .view_common import (
+    ALL_RUNS,
+    choose_run,
+    encode_json,
+    encode_plain,
+    read_only_store,
+    render_payload,
+    to_plain,
+)
 
 __all__ = [
     "CSV_BATCH",
@@ -299,7 +305,7 @@ def _cell(value: Any) -> str:
 
 #: the writers' encoder: ``iter_kind`` rows are JSON-ready builtins already, so they are encoded
 #: as they are (``encode_json`` would convert each row to builtins a second time)
-_encode_row = msgspec.json.Encoder(order="deterministic").encode
+_encode_row = encode_plain
 
 
 class _JsonlWriter:

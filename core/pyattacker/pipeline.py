@@ -89,11 +89,13 @@ def _check_repeats(repeats: int) -> None:
 
 def _bind_pairs(
     bind: Callable[[Any, str | None, int, str | None], PipelineSpec],
-    pairs: Iterable[tuple[str | None, Any]],
+    pairs: Iterable[tuple[Any, Any]],
     repeats: int,
 ) -> Iterator[PipelineSpec]:
-    """Specs of ``(base key, seed)`` pairs: with repeats, repeat ``r`` is keyed ``base#r``."""
-    for base, seed in pairs:
+    """Specs of ``(key, seed)`` pairs (a key is made a string; None: content-addressed); with
+    repeats, repeat ``r`` is keyed ``key#r``."""
+    for key_given, seed in pairs:
+        base = None if key_given is None else str(key_given)
         for r in range(repeats):
             key = base if base is None or repeats == 1 else f"{base}#{r}"
             yield bind(seed, key, r, base)
@@ -165,17 +167,16 @@ class PipelineTemplate:
             for seed in seeds:
                 yield bind(seed, None, 0, None)
             return
-        pairs = ((None if key_of is None else str(key_of(seed)), seed) for seed in seeds)
-        yield from _bind_pairs(bind, pairs, repeats)
+        yield from _bind_pairs(
+            bind, ((None if key_of is None else key_of(seed), seed) for seed in seeds), repeats
+        )
 
     def map_keyed(self, pairs: Iterable[tuple[str | None, Any]], repeats: int = 1) -> Iterator[PipelineSpec]:
         """Bind ``(key, seed)`` pairs lazily, as a config's source yields them (a None key: the
         content-addressed one). ``map`` with ``key_of``, without a call per seed, and with one
         binder for the whole stream."""
         _check_repeats(repeats)
-        yield from _bind_pairs(
-            self._binder(), ((None if key is None else str(key), seed) for key, seed in pairs), repeats
-        )
+        yield from _bind_pairs(self._binder(), pairs, repeats)
 
     def describe(self) -> dict[str, Any]:
         return {

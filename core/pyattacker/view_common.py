@@ -55,6 +55,11 @@ def encode_json(value: Any) -> bytes:
     return _json.encode(to_plain(value))
 
 
+def encode_plain(value: Any) -> bytes:
+    """``encode_json`` of a value that is JSON-ready builtins already (no second conversion)."""
+    return _json.encode(value)
+
+
 def expand_locations(args: Sequence[str]) -> list[str]:
     """STORE arguments with glob patterns expanded (sorted); a pattern matching nothing is an error.
 
