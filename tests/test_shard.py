@@ -5,6 +5,7 @@ failing shards, report/export over shard stores)."""
 from __future__ import annotations
 
 import hashlib
+import io
 import itertools
 import json
 import os
@@ -12,6 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,8 @@ from pyattacker.shard import (
 )
 from pyattacker.shard_cli import _exit_code, _Merge, _outcome, capacity_plan, child_argv
 from pyattacker.shard_exec import ShardJob, ShardStatus, get_executor, run_shards
-from pyattacker_plugins.executor_local import LocalHandle
+from pyattacker_plugins.executor_local import LocalExecutor, LocalHandle
+from pyattacker_plugins.local_fork import ForkedHandle
 
 AUDIT = """
 import asyncio, os, signal
@@ -478,8 +481,12 @@ def test_unknown_executor_is_a_config_error() -> None:
         get_executor("ray")
 
 
-def test_local_executor_runs_a_job_and_cancels_by_pid(tmp_path: Path, env: dict[str, str]) -> None:
-    executor = get_executor("local", relay_stderr=False, grace_s=30.0)
+@pytest.mark.parametrize("start", ["spawn", "fork"])
+def test_local_executor_runs_a_job_and_cancels_by_pid(
+    tmp_path: Path, env: dict[str, str], start: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))  # a forked child keeps this process's sys.path
+    executor = get_executor("local", relay_stderr=False, grace_s=30.0, start=start)
     ok = executor.submit(ShardJob(index=0, count=1, argv=["--version"], cwd=str(tmp_path)))
     status = ok.wait(timeout=60)
     assert status.exit_code == 0 and status.signal is None and "pyattacker" in status.stdout
@@ -494,7 +501,7 @@ def test_local_executor_runs_a_job_and_cancels_by_pid(tmp_path: Path, env: dict[
         cwd=str(tmp_path),
     )
     handle = executor.submit(job)
-    assert isinstance(handle, LocalHandle)
+    assert isinstance(handle, LocalHandle if start == "spawn" else ForkedHandle)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and count_succeeded(tmp_path / "spin.db") < 2:
@@ -507,7 +514,150 @@ def test_local_executor_runs_a_job_and_cancels_by_pid(tmp_path: Path, env: dict[
             handle.wait(timeout=30)
     assert ended.exit_code == 130 and ended.signal is None
     assert json.loads(ended.stdout)["status"] == "interrupted"
-    assert "SIGINT received" in ended.stderr_tail
+    if start == "spawn":  # forked from pytest, the child logs through pytest's log capture
+        assert "SIGINT received" in ended.stderr_tail
+
+
+def _forked(body: Any) -> int:
+    """Fork a child that runs ``body()`` and leaves through ``os._exit`` (never into pytest)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            body()
+        finally:
+            os._exit(70)
+    return pid
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_handle_reads_every_byte_without_threads() -> None:
+    big = b"x" * 1_000_000  # far beyond a pipe's buffer: the handle must read while it waits
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+
+    def child() -> None:
+        os.close(out_r)
+        os.close(err_r)
+        os.write(err_w, b"line one\nbad \xff byte\npart")
+        view = memoryview(big)
+        while view:
+            view = view[os.write(out_w, view) :]
+        os.write(err_w, b"ial\nno newline at the end")
+        os._exit(3)
+
+    pid = _forked(child)
+    os.close(out_w)
+    os.close(err_w)
+    relayed = io.StringIO()
+    threads = threading.active_count()
+    handle = ForkedHandle(
+        ShardJob(index=1, count=2, argv=[]),
+        pid,
+        out_r,
+        err_r,
+        grace_s=5.0,
+        tail_lines=10,
+        relay=relayed,
+        relay_lock=threading.Lock(),
+    )
+    status = handle.wait(timeout=60)
+    assert threading.active_count() == threads
+    assert status.exit_code == 3 and status.signal is None
+    assert status.stdout == big.decode()
+    lines = ["line one\n", "bad \ufffd byte\n", "partial\n", "no newline at the end\n"]
+    assert status.stderr_tail == "".join(lines)
+    assert relayed.getvalue() == "".join("[shard 1/2] " + line for line in lines)
+    assert handle.poll() == status  # reaped once; later polls return the same status
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_handle_cancel_escalates_to_sigkill() -> None:
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+
+    def child() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a shard that ignores its grace period
+        os.write(out_w, b"ready")
+        time.sleep(120)
+
+    pid = _forked(child)
+    os.close(out_w)
+    os.close(err_w)
+    job = ShardJob(index=0, count=1, argv=[])
+    handle = ForkedHandle(
+        job, pid, out_r, err_r, grace_s=0.5, tail_lines=5, relay=None, relay_lock=threading.Lock()
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while "ready" not in handle._stdout.decode() and time.monotonic() < deadline:
+            assert handle.poll() is None
+            time.sleep(0.01)
+        with pytest.raises(TimeoutError):
+            handle.wait(timeout=0.1)
+        status = handle.cancel()
+    finally:
+        if handle._rc is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    assert status.signal == signal.SIGKILL and status.code == 2 and status.stdout == "ready"
+
+
+def test_auto_start_forks_only_when_it_is_safe(monkeypatch: pytest.MonkeyPatch) -> None:
+    job = ShardJob(index=0, count=2, argv=[], env={"PYATACKER_SHARD": "0/2"})
+    monkeypatch.setattr("pyattacker_plugins.executor_local.single_threaded", lambda: True)
+    auto = LocalExecutor(start="auto")
+    assert auto.forks(job) == sys.platform.startswith("linux")
+    changed = ShardJob(index=0, count=2, argv=[], env={"PYTHONPATH": "/elsewhere"})
+    assert not auto.forks(changed)  # a forked child has read its environment already
+    assert not LocalExecutor(start="auto", python="/usr/bin/python3-other").forks(job)
+    assert not LocalExecutor(start="spawn").forks(job)
+    monkeypatch.setattr("pyattacker_plugins.executor_local.single_threaded", lambda: False)
+    assert not auto.forks(job)
+    monkeypatch.setenv("PYATTACKER_SHARD_START", "spawn")
+    assert LocalExecutor().start == "spawn"
+    monkeypatch.setenv("PYATTACKER_SHARD_START", "threads")
+    with pytest.raises(ConfigError, match=r"PYATTACKER_SHARD_START: .*auto, fork, spawn.*'threads'"):
+        LocalExecutor()
+
+
+IMPORTS_MOD = """
+import os, sys
+from pyattacker.task import task
+
+with open(os.environ["IMPORT_LOG"], "a") as fh:
+    fh.write(f"{os.getpid()}\\n")
+said = []
+
+@task(name="echo")
+def echo(value):
+    if not said:
+        said.append(print("echo in", os.environ["PYATACKER_SHARD"], file=sys.stderr))
+    return value
+"""
+
+
+@pytest.mark.parametrize("start", ["", "spawn"])
+def test_sharded_run_forks_its_shards_by_default(env: dict[str, str], tmp_path: Path, start: str) -> None:
+    """A forked shard starts from the parent's imports; a spawned one imports everything again."""
+    (tmp_path / "imports_mod.py").write_text(IMPORTS_MOD)
+    log = tmp_path / "imports.log"
+    body = 'run: {store: i.db}\npipeline: {tasks: [{use: "imports_mod:echo"}]}\nsource: {kind: range, n: N}\n'
+    cfg = _config(tmp_path, 30, body, name="i.yaml")
+    env = {**env, "IMPORT_LOG": str(log), "PYATTACKER_SHARD_START": start}
+    result = cli(["run", "-c", str(cfg), "--shards", "2", "--summary-format", "json"], env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["merged"]["pipelines"]["by_state"] == {"succeeded": 30}
+    assert [s["code"] for s in doc["shards"]] == [0, 0]
+    for i in range(2):  # each shard's stderr is relayed, prefixed
+        assert f"[shard {i}/2] echo in {i}/2\n" in result.stderr
+    importers = log.read_text().split()
+    shard_pids = {pid for s in doc["stores"] for _state, pid in _runs(Path(s))}
+    assert len(shard_pids) == 2
+    if start == "spawn":
+        assert len(importers) == 3 and shard_pids < {int(p) for p in importers}
+    elif sys.platform.startswith("linux"):
+        assert len(importers) == 1 and int(importers[0]) not in shard_pids  # the parent's only
 
 
 # -- the CLI ------------------------------------------------------------------------------------
@@ -653,11 +803,13 @@ def test_single_shard_mode_store_naming_and_env(env: dict[str, str], tmp_path: P
         (["--shard", "0/2", "--store", ":memory:"], "in memory"),
         (["--shards", "2", "--store", ":memory:"], "in memory"),
         (["--shards", "2", "--executor", "nope"], "no shard executor named 'nope'"),
+        (["--shards", "2", "--store", "x.db", "PYATTACKER_SHARD_START=vfork"], "PYATTACKER_SHARD_START"),
     ],
 )
 def test_bad_shard_flags_exit_2(env: dict[str, str], tmp_path: Path, args: list[str], needle: str) -> None:
     cfg = _config(tmp_path, 5)
-    result = cli(["run", "-c", str(cfg), *args], env, cwd=tmp_path)
+    env = {**env, **dict(a.split("=", 1) for a in args if "=" in a)}  # NAME=value: environment
+    result = cli(["run", "-c", str(cfg), *(a for a in args if "=" not in a)], env, cwd=tmp_path)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert needle in result.stderr and "Traceback" not in result.stderr
     assert not _audit(tmp_path)

@@ -1,7 +1,14 @@
-"""The ``local`` shard executor: every shard is a ``python -m pyattacker`` child process here.
+"""The ``local`` shard executor: every shard is a child process on this machine.
 
 It is the reference implementation of the engine-neutral interface in
 ``pyattacker.shard_exec`` (a cluster executor such as Ray implements the same four calls).
+
+Start method (``start``, or ``PYATTACKER_SHARD_START``): ``spawn`` runs ``python -m pyattacker``;
+``fork`` forks this process, which has imported everything and checked the config already, so
+the shard skips that start-up (see ``local_fork``). ``auto``, the default, forks on Linux when
+this process has a single thread, the interpreter is this one and the job's environment
+changes nothing but ``PYATACKER_SHARD`` (a forked child has read its environment already:
+``PYTHONPATH`` or the plugin selection would not apply); else it spawns.
 
 Process groups: each child starts in its **own session** (``start_new_session=True``). A
 Ctrl-C in the terminal then reaches only the parent, which forwards exactly one SIGINT per
@@ -22,10 +29,18 @@ import threading
 from collections import deque
 from typing import IO
 
+from pyattacker.errors import ConfigError
 from pyattacker.hookspecs import Register, hookimpl
+from pyattacker.shard import SHARD_ENV
 from pyattacker.shard_exec import PARENT_PID_ENV, ShardJob, ShardStatus
 
-__all__ = ["LocalExecutor", "LocalHandle"]
+from .local_fork import ForkedHandle, fork_shard, single_threaded
+
+__all__ = ["START_ENV", "LocalExecutor", "LocalHandle"]
+
+#: the start method when the executor is not given one: auto, fork or spawn
+START_ENV = "PYATTACKER_SHARD_START"
+START_METHODS = ("auto", "fork", "spawn")
 
 
 class LocalHandle:
@@ -122,11 +137,13 @@ class LocalHandle:
 
 
 class LocalExecutor:
-    """Starts each shard as ``<python> -m pyattacker <argv>`` on this machine.
+    """Starts each shard as a child process on this machine.
 
-    ``python``: the interpreter (default: this one); ``grace_s``: how long ``cancel`` waits
-    after SIGINT before SIGKILL; ``relay_stderr``: copy each child's stderr lines to ours,
-    prefixed ``[shard i/N]``; ``tail_lines``: how much stderr a status keeps.
+    ``python``: the interpreter of spawned shards (default: this one; another one means
+    spawn); ``start``: ``auto``, ``fork`` or ``spawn`` (default: ``PYATTACKER_SHARD_START``,
+    else ``auto``); ``grace_s``: how long ``cancel`` waits after SIGINT before SIGKILL;
+    ``relay_stderr``: copy each child's stderr lines to ours, prefixed ``[shard i/N]``;
+    ``tail_lines``: how much stderr a status keeps.
     """
 
     name = "local"
@@ -135,20 +152,48 @@ class LocalExecutor:
         self,
         *,
         python: str | None = None,
+        start: str | None = None,
         grace_s: float = 15.0,
         relay_stderr: bool = True,
         tail_lines: int = 40,
     ) -> None:
         self.python = python or sys.executable
+        self.start = _start_method(start)
         self.grace_s = grace_s
         self.relay: IO[str] | None = sys.stderr if relay_stderr else None
         self.tail_lines = tail_lines
         self._lock = threading.Lock()
+        self._parent_fds: set[int] = set()  # read ends of forked shards' pipes, open here
 
-    def submit(self, job: ShardJob) -> LocalHandle:
+    def forks(self, job: ShardJob) -> bool:
+        """Whether ``submit`` forks for ``job`` (see the module docstring)."""
+        if self.start != "auto":
+            return self.start == "fork"
+        return (
+            sys.platform.startswith("linux")
+            and self.python == sys.executable
+            and all(k == SHARD_ENV or os.environ.get(k) == v for k, v in job.env.items())
+            and single_threaded()
+        )
+
+    def submit(self, job: ShardJob) -> LocalHandle | ForkedHandle:
         env = dict(os.environ)
         env.update(job.env)
         env[PARENT_PID_ENV] = str(os.getpid())
+        if self.forks(job):
+            pid, out_fd, err_fd = fork_shard(job, env, self._parent_fds)
+            self._parent_fds.update((out_fd, err_fd))
+            return ForkedHandle(
+                job,
+                pid,
+                out_fd,
+                err_fd,
+                grace_s=self.grace_s,
+                tail_lines=self.tail_lines,
+                relay=self.relay,
+                relay_lock=self._lock,
+                on_close=self._parent_fds.discard,
+            )
         proc = subprocess.Popen(
             [self.python, "-m", "pyattacker", *job.argv],
             env=env,
@@ -171,7 +216,18 @@ class LocalExecutor:
         )
 
     def __repr__(self) -> str:
-        return f"LocalExecutor(python={self.python!r})"
+        return f"LocalExecutor(python={self.python!r}, start={self.start!r})"
+
+
+def _start_method(start: str | None) -> str:
+    where = "start" if start is not None else START_ENV
+    value = start if start is not None else (os.environ.get(START_ENV) or "auto")
+    if value not in START_METHODS:
+        known = ", ".join(START_METHODS)
+        raise ConfigError(f"{where}: the shard start method must be one of {known}, got {value!r}")
+    if value == "fork" and not hasattr(os, "fork"):
+        raise ConfigError(f"{where}: fork is not available on this platform (use spawn)")
+    return value
 
 
 @hookimpl

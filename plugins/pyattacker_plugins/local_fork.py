@@ -1,0 +1,276 @@
+"""Forking a shard from the parent: the child's set-up, and a handle that needs no threads.
+
+When ``pyattacker run --shards N`` starts its shards it has already imported pyattacker,
+discovered the plugins and checked the config. A child started as ``python -m pyattacker``
+does all of that again, about a quarter of a second here, before its first pipeline; a forked
+child starts from the parent's state and runs its first pipeline at once.
+
+Forking is safe only in a process with a single thread (another thread may hold a lock that the
+child would then wait on forever), so the local executor forks only then, and ``ForkedHandle``
+reads the child's output in ``poll`` and ``wait`` instead of on threads: the next shard can be
+forked too. The child reads nothing of the parent's standard streams, resets the signals the
+parent's shard loop handles, and leaves through ``os._exit``, so it never returns into the
+parent's code.
+"""
+
+from __future__ import annotations
+
+import atexit
+import codecs
+import os
+import select
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import IO, NoReturn
+
+from pyattacker.shard_exec import ShardJob, ShardStatus
+
+__all__ = ["ForkedHandle", "fork_shard", "single_threaded"]
+
+#: how long a finished shard's pipes are read for an end of file (a grandchild may hold them)
+EOF_WAIT_S = 5.0
+
+
+def single_threaded() -> bool:
+    """Whether this process runs one OS thread (threads that ``threading`` never saw count)."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return threading.active_count() == 1
+
+
+def fork_shard(job: ShardJob, env: dict[str, str], inherited: Iterable[int]) -> tuple[int, int, int]:
+    """Fork a child that runs ``pyattacker <job.argv>`` with ``env`` as its whole environment.
+
+    Returns ``(pid, stdout fd, stderr fd)``: the read ends of the child's output pipes. The
+    child closes ``inherited`` (the parent's ends of other shards' pipes) before it runs.
+    """
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    for stream in (sys.stdout, sys.stderr):  # the child must not write the parent's buffers again
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    pid = os.fork()
+    if pid == 0:
+        _child(job, env, out_w, err_w, [out_r, err_r, *inherited])
+    os.close(out_w)
+    os.close(err_w)
+    return pid, out_r, err_r
+
+
+def _child(job: ShardJob, env: dict[str, str], out_w: int, err_w: int, close: list[int]) -> NoReturn:
+    """The forked shard: its own session, streams and environment; then the command line."""
+    code = 1
+    try:
+        os.setsid()  # as the spawned shards: a Ctrl-C reaches the parent only, which forwards it
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        for fd in {null, out_w, err_w, *close}:
+            if fd > 2:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)  # noqa: SIM115
+        os.environ.clear()
+        os.environ.update(env)
+        if job.cwd is not None:
+            os.chdir(job.cwd)
+        sys.argv = ["pyattacker", *job.argv]
+        atexit._clear()  # the parent's exit handlers are the parent's
+        from pyattacker.cli import main
+
+        main(list(job.argv))
+        code = 0
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            atexit._run_exitfuncs()
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+        except BaseException:
+            pass
+        os._exit(code)
+
+
+def _exit_code(value: object) -> int:
+    """What the interpreter makes of ``SystemExit(value)``."""
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value & 0xFF
+    try:
+        print(value, file=sys.stderr)
+    except Exception:
+        pass
+    return 1
+
+
+class ForkedHandle:
+    """A forked shard. Its output is read whenever the handle is polled or waited on, so the
+    parent runs no threads; a child blocked on a full pipe waits until the next poll."""
+
+    def __init__(
+        self,
+        job: ShardJob,
+        pid: int,
+        stdout_fd: int,
+        stderr_fd: int,
+        *,
+        grace_s: float,
+        tail_lines: int,
+        relay: IO[str] | None,
+        relay_lock: threading.Lock,
+        on_close: Callable[[int], None] = lambda fd: None,
+    ) -> None:
+        self.job = job
+        self.pid = pid
+        self._grace_s = grace_s
+        self._relay = relay
+        self._relay_lock = relay_lock
+        self._on_close = on_close
+        self._prefix = f"[shard {job.index}/{job.count}] "
+        self._fds = {stdout_fd: True, stderr_fd: False}  # fd -> is stdout
+        for fd in self._fds:
+            os.set_blocking(fd, False)
+        self._stdout = bytearray()
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._partial = ""
+        self._tail: deque[str] = deque(maxlen=tail_lines)
+        self._rc: int | None = None
+        self._final: ShardStatus | None = None
+        self._interrupts = 0
+
+    # -- output ---------------------------------------------------------------------------------
+    def _read(self) -> None:
+        for fd, is_stdout in list(self._fds.items()):
+            while True:
+                try:
+                    chunk = os.read(fd, 65536)
+                except BlockingIOError:
+                    break
+                if not chunk:
+                    self._close(fd)
+                    break
+                if is_stdout:
+                    self._stdout += chunk
+                else:
+                    self._lines(chunk)
+
+    def _close(self, fd: int) -> None:
+        del self._fds[fd]
+        os.close(fd)
+        self._on_close(fd)
+
+    def _lines(self, chunk: bytes, final: bool = False) -> None:
+        text = self._partial + self._decoder.decode(chunk, final)
+        *lines, self._partial = text.split("\n")
+        for line in lines:
+            self._line(line + "\n")
+        if final and self._partial:
+            self._line(self._partial + "\n")
+            self._partial = ""
+
+    def _line(self, line: str) -> None:
+        self._tail.append(line)
+        if self._relay is not None:
+            with self._relay_lock:
+                try:
+                    self._relay.write(self._prefix + line)
+                    self._relay.flush()
+                except (OSError, ValueError):
+                    self._relay = None  # the parent's stderr went away; keep reading
+
+    def _wait_for_output(self, timeout: float) -> None:
+        if self._fds:
+            select.select(list(self._fds), [], [], timeout)
+        else:
+            time.sleep(timeout)
+
+    # -- the process ----------------------------------------------------------------------------
+    def _reap(self) -> int | None:
+        if self._rc is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else: its status is lost
+                self._rc = 255
+            else:
+                if pid:
+                    self._rc = os.waitstatus_to_exitcode(status)
+        return self._rc
+
+    def _status(self, rc: int) -> ShardStatus:
+        if self._final is None:
+            deadline = time.monotonic() + EOF_WAIT_S
+            while self._fds and time.monotonic() < deadline:
+                self._read()
+                self._wait_for_output(0.05)
+            for fd in list(self._fds):
+                self._close(fd)
+            self._lines(b"", final=True)
+            self._final = ShardStatus(
+                index=self.job.index,
+                exit_code=rc if rc >= 0 else None,
+                signal=-rc if rc < 0 else None,
+                stdout=self._stdout.decode("utf-8", "replace"),
+                stderr_tail="".join(self._tail),
+            )
+        return self._final
+
+    def poll(self) -> ShardStatus | None:
+        self._read()
+        rc = self._reap()
+        return None if rc is None else self._status(rc)
+
+    def wait(self, timeout: float | None = None) -> ShardStatus:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.poll()
+            if status is not None:
+                return status
+            left = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+            if left <= 0:
+                raise TimeoutError(f"shard {self.job.index} still running after {timeout}s")
+            self._wait_for_output(left)
+
+    def _send(self, sig: int) -> None:
+        if self._reap() is None:  # never a recycled pid: this handle alone reaps the child
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def interrupt(self) -> None:
+        """One SIGINT to the child, by pid (the first stops it gracefully, the second at once)."""
+        if self._reap() is None:
+            self._interrupts += 1
+            self._send(signal.SIGINT)
+
+    def cancel(self) -> ShardStatus:
+        """SIGINT (unless already sent), up to ``grace_s`` to finish, then SIGKILL."""
+        if not self._interrupts:
+            self.interrupt()
+        try:
+            return self.wait(self._grace_s)
+        except TimeoutError:
+            self._send(signal.SIGKILL)
+            return self.wait()
