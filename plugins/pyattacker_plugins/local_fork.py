@@ -57,7 +57,12 @@ def fork_shard(job: ShardJob, env: dict[str, str], inherited: Iterable[int]) -> 
             stream.flush()
         except (OSError, ValueError, AttributeError):
             pass
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
+        raise
     if pid == 0:
         _child(job, env, out_w, err_w, [out_r, err_r, *inherited])
     os.close(out_w)
