@@ -14,7 +14,7 @@ from _view_fixtures import build_store, fetch, judge
 from pyattacker.pipeline import pipeline
 from pyattacker.pool import Pool, Resource
 from pyattacker.runner import Runner
-from pyattacker.stats import store_stats
+from pyattacker.stats import count_rows, store_stats
 from pyattacker.view_common import choose_run, read_only_store
 from pyattacker.view_live import LiveDigest, snapshot
 from pyattacker.watch import bar, watch
@@ -136,12 +136,13 @@ def test_snapshot_says_how_old_its_counts_are(store: str) -> None:
     assert "old)" not in out.getvalue()
 
 
-def test_digest_from_attempt_summaries_equals_the_one_from_whole_rows(
+def test_digest_from_summaries_equals_the_one_from_whole_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A SQLite store hands a live view four columns per attempt (``attempt_summaries``); the
-    figures must be those built from whole rows, for one run and for all runs, read in one go or
-    in several updates (pages of 7 rows here)."""
+    """A SQLite store hands a live view four columns per attempt and per event
+    (``attempt_summaries``, ``event_summaries``); the figures must be those built from whole
+    rows, for one run and for all runs, read in one go or in several updates (pages of 7 rows
+    here), and the recent events and errors the same whole rows."""
     import pyattacker.view_live as view_live
     from pyattacker_plugins.store_sqlite import SqliteStore
 
@@ -160,19 +161,27 @@ def test_digest_from_attempt_summaries_equals_the_one_from_whole_rows(
             digest.recent_rate(),
             digest.attempts_seen,
             digest.last_ended,
+            digest.event_counts,
+            digest.parked,
+            digest.recent_events,
+            digest.recent_errors,
         )
 
     monkeypatch.setattr(view_live, "_PAGE", 7)
     with read_only_store(path) as s:
         for run_id in (choose_run(s, None).run_id, None):
-            fast = LiveDigest(run_id)
+            fast = LiveDigest(run_id, recent=4)
             fast.update(s)
             with monkeypatch.context() as m:
                 m.setattr(SqliteStore, "attempt_summaries", None)
-                slow = LiveDigest(run_id)
+                m.setattr(SqliteStore, "event_summaries", None)
+                slow = LiveDigest(run_id, recent=4)
                 slow.update(s)
             assert figures(fast) == figures(slow)
             assert fast.attempts_seen == store_stats(s, run_id)["attempts_total"] > 7
+            assert sum(fast.event_counts.values()) == count_rows(s, "events", run_id) > 7
+            assert len(fast.recent_events) == len(fast.recent_errors) == 4
+            assert all(isinstance(r["data"], dict) for r in fast.recent_events + fast.recent_errors)
 
 
 def test_recent_events_and_errors_are_the_last_ones_as_rows(store: str) -> None:
@@ -193,3 +202,46 @@ def test_recent_events_and_errors_are_the_last_ones_as_rows(store: str) -> None:
     rows = digest.recent_errors
     assert [r["event_id"] for r in rows] == [e.event_id for e in errors[-5:]]
     assert all(isinstance(r["data"], dict) and r["run_id"] == choice.run_id for r in rows)
+
+
+def test_attempt_fold_matches_its_per_row_definition() -> None:
+    """The page-at-a-time fold gives what folding row by row defines: bucket i holds
+    edge[i-1] < ms <= edge[i], per wall second the attempts ended / succeeded / failed."""
+    import bisect
+    import random
+
+    from pyattacker.view_live import HISTOGRAM_EDGES_MS
+
+    rnd = random.Random(7)
+    values = [*HISTOGRAM_EDGES_MS, 0.0, 0.5, 1.0000001, 299999.9, 300000.0, 300000.1, 9e9]
+    rows = [
+        (
+            i,
+            rnd.choice(values) if i % 3 else rnd.uniform(0, 4000),
+            1000.0 + rnd.uniform(0, 30),
+            rnd.choice(["succeeded", "failed", "succeeded"]),
+        )
+        for i in range(1, 2500)
+    ]
+    digest = LiveDigest("r")
+    for start in range(0, len(rows), 600):  # several pages, the last one short
+        digest._add_attempts(rows[start : start + 600])
+    histogram = [0] * (len(HISTOGRAM_EDGES_MS) + 1)
+    seconds: dict[int, list[int]] = {}
+    for _id, ms, ended, outcome in rows:
+        histogram[bisect.bisect_left(HISTOGRAM_EDGES_MS, ms)] += 1
+        slot = seconds.setdefault(int(ended), [0, 0, 0])
+        slot[0] += 1
+        slot[1 if outcome == "succeeded" else 2] += 1
+    assert digest.histogram == histogram
+    assert digest.seconds == seconds
+    assert digest.attempts_seen == len(rows) and digest.last_ended == max(r[2] for r in rows)
+    assert digest.latency()["count"] == len(rows)
+    assert list(digest._durations) == sorted(r[1] for r in rows)
+
+    ascending = LiveDigest("r")  # pages already in order are never sorted again
+    ascending._add_attempts([(1, 1.0, 1.0, "succeeded"), (2, 2.0, 1.0, "succeeded")])
+    ascending._add_attempts([(3, 2.0, 1.0, "succeeded")])
+    assert ascending._sorted
+    ascending._add_attempts([(4, 1.5, 1.0, "failed")])
+    assert not ascending._sorted and ascending.latency()["max"] == 2.0

@@ -13,7 +13,7 @@ import bisect
 import threading
 import time
 from array import array
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -88,10 +88,11 @@ class LiveDigest:
         self.seconds: dict[int, list[int]] = {}
         self.attempts_seen = 0
         self.last_ended: float | None = None
-        # events as read; turned into rows only when shown (a live view catching up with a large
-        # run reads every event, and keeps the last ``recent``)
-        self._recent_errors: deque[EventRecord] = deque(maxlen=recent)
-        self._recent_events: deque[EventRecord] = deque(maxlen=recent)
+        # ids of the last ``recent`` events and error events; only those are read whole (a live
+        # view catching up with a large run counts every event, and shows a few)
+        self._recent_errors: deque[int] = deque(maxlen=recent)
+        self._recent_events: deque[int] = deque(maxlen=recent)
+        self._records: dict[int, EventRecord] = {}
         self.parked: dict[str, float] = {}
         self.event_counts: dict[str, int] = {}
         self._metric_summary: dict[str, Any] = {}
@@ -116,60 +117,104 @@ class LiveDigest:
                     self._attempt_after = (rows[-1][0],)
                 if len(rows) < _PAGE:
                     break
+            events = getattr(store, "event_summaries", None)
             while True:
-                evs = store.page("events", run_id=self.run_id, after=self._event_after, limit=_PAGE)
-                for ev in evs:
-                    self._add_event(ev)
-                if evs:
-                    self._event_after = (evs[-1].event_id,)
-                if len(evs) < _PAGE:
+                after = self._event_after
+                if events is not None:  # four columns, no JSON decoded (see the store)
+                    erows = events(self.run_id, None if after is None else after[0], _PAGE)
+                else:
+                    evs = store.page("events", run_id=self.run_id, after=after, limit=_PAGE)
+                    erows = [(ev.event_id, ev.kind, ev.pipeline_id, ev.ts) for ev in evs]
+                self._add_events(erows)
+                if events is None:  # keep the whole rows the view shows, as they go by
+                    shown = {*self._recent_events, *self._recent_errors}
+                    self._records.update((ev.event_id, ev) for ev in evs if ev.event_id in shown)
+                if erows:
+                    self._event_after = (erows[-1][0],)
+                if len(erows) < _PAGE:
                     break
+            self._read_recent(store)
+
+    def _read_recent(self, store: Store) -> None:
+        """Whole rows of the recent events and errors not read yet; forget the others."""
+        shown = set(self._recent_events)
+        shown.update(self._recent_errors)
+        self._records = {i: ev for i, ev in self._records.items() if i in shown}
+        recent = [i for i in self._recent_events if i not in self._records]
+        if recent:  # the run's latest events: one page from the first one missing
+            for ev in store.page("events", run_id=self.run_id, after=(recent[0] - 1,), limit=len(recent)):
+                if ev.event_id in shown:
+                    self._records[ev.event_id] = ev
+        for event_id in self._recent_errors:
+            if event_id not in self._records:
+                for ev in store.page("events", run_id=self.run_id, after=(event_id - 1,), limit=1):
+                    if ev.event_id == event_id:
+                        self._records[event_id] = ev
 
     def _add_attempts(self, rows: list[tuple[int, float, float, str]]) -> None:
-        """Fold ``(attempt_id, duration_ms, ended_at, outcome)`` rows (a page at a time)."""
-        durations, histogram, seconds = self._durations, self.histogram, self.seconds
-        last_ended = self.last_ended
-        for _attempt_id, duration_ms, ended_at, outcome in rows:
-            ms = float(duration_ms)
-            if self._sorted and durations and ms < durations[-1]:
-                self._sorted = False
-            durations.append(ms)
-            histogram[bisect.bisect_left(HISTOGRAM_EDGES_MS, ms)] += 1
-            sec = int(ended_at)
+        """Fold ``(attempt_id, duration_ms, ended_at, outcome)`` rows (a page at a time).
+
+        Column-wise: a live view that catches up with a large run folds every attempt of it
+        (600,000 for 200,000 pipelines), so a page costs a few calls, not a few per row."""
+        if not rows:
+            return
+        _ids, durations, ended, outcomes = zip(*rows, strict=True)
+        page = array("d", map(float, durations))
+        ordered = sorted(page)
+        known = self._durations
+        if self._sorted and (ordered != page.tolist() or (known and ordered[0] < known[-1])):
+            self._sorted = False
+        known.extend(page)
+        histogram, below = self.histogram, 0
+        for bucket, edge in enumerate(HISTOGRAM_EDGES_MS):  # bucket i: edge[i-1] < ms <= edge[i]
+            upto = bisect.bisect_right(ordered, edge)
+            histogram[bucket] += upto - below
+            below = upto
+        histogram[-1] += len(ordered) - below
+        failed = Counter(int(t) for t, outcome in zip(ended, outcomes, strict=True) if outcome != "succeeded")
+        seconds = self.seconds
+        for sec, n in Counter(map(int, ended)).items():
             slot = seconds.get(sec)
             if slot is None:
                 slot = seconds[sec] = [0, 0, 0]
-            slot[0] += 1
-            slot[1 if outcome == "succeeded" else 2] += 1
-            if last_ended is None or ended_at > last_ended:
-                last_ended = ended_at
+            bad = failed.get(sec, 0)
+            slot[0] += n
+            slot[1] += n - bad
+            slot[2] += bad
+        last = max(ended)
+        if self.last_ended is None or last > self.last_ended:
+            self.last_ended = last
         self.attempts_seen += len(rows)
-        self.last_ended = last_ended
 
-    def _add_event(self, ev: EventRecord) -> None:
-        self.event_counts[ev.kind] = self.event_counts.get(ev.kind, 0) + 1
-        self._recent_events.append(ev)
-        if ev.kind in _ERROR_KINDS:
-            self._recent_errors.append(ev)
-        pid = ev.pipeline_id
-        if pid is None:
-            return
-        if ev.kind == "pipeline.deferred":
-            self.parked[pid] = ev.ts
-        elif ev.kind in _UNPARK_KINDS and pid in self.parked and self.parked[pid] <= ev.ts:
-            del self.parked[pid]
+    def _add_events(self, rows: list[tuple[int, str, str | None, float]]) -> None:
+        """Fold ``(event_id, kind, pipeline_id, ts)`` rows (a page at a time)."""
+        counts, parked = self.event_counts, self.parked
+        recent, errors = self._recent_events.append, self._recent_errors.append
+        for event_id, kind, pid, ts in rows:
+            counts[kind] = counts.get(kind, 0) + 1
+            recent(event_id)
+            if kind in _ERROR_KINDS:
+                errors(event_id)
+            if pid is None:
+                continue
+            if kind == "pipeline.deferred":
+                parked[pid] = ts
+            elif kind in _UNPARK_KINDS and pid in parked and parked[pid] <= ts:
+                del parked[pid]
+
+    def _rows(self, ids: deque[int]) -> list[dict[str, Any]]:
+        with self.lock:
+            return [_event_row(self._records[i]) for i in ids if i in self._records]
 
     @property
     def recent_events(self) -> list[dict[str, Any]]:
         """The last events read (oldest first), as rows."""
-        with self.lock:
-            return [_event_row(ev) for ev in self._recent_events]
+        return self._rows(self._recent_events)
 
     @property
     def recent_errors(self) -> list[dict[str, Any]]:
         """The last error events read (oldest first), as rows."""
-        with self.lock:
-            return [_event_row(ev) for ev in self._recent_errors]
+        return self._rows(self._recent_errors)
 
     def store_stats(self, store: Store) -> tuple[dict[str, Any], float]:
         """The run's store statistics and the wall time they were read at (see ``STATS_ALWAYS_S``)."""

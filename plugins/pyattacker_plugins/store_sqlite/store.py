@@ -228,6 +228,7 @@ _INTERRUPT_PIPELINES = (
 #: ``pipeline_summaries``' five columns of a row that also carries its ``pk`` (for the next page)
 _SUMMARY = operator.itemgetter(0, 1, 2, 3, 4)
 _ATTEMPT_SUMMARY = '"attempt_id", "duration_ms", "ended_at", "outcome"'
+_EVENT_SUMMARY = '"event_id", "kind", "pipeline_id", "ts"'
 #: task rows are looked at only in a file marked as possibly holding running ones (see schema)
 _TASKS_MARKED = f"SELECT 1 FROM store_meta WHERE key = '{schema.TASKS_RUNNING_KEY}'"
 _MARK_TASKS = f"INSERT OR REPLACE INTO store_meta (key, value) VALUES ('{schema.TASKS_RUNNING_KEY}', '1')"
@@ -591,12 +592,24 @@ class SqliteStore:
         run_id=run_id, after=(after,), limit=limit)`` would return (optional method): a live
         view folds these four columns, and decoding whole rows (their JSON included) cost it
         seconds when it first caught up with a large run."""
+        return self._summaries("attempts", _ATTEMPT_SUMMARY, run_id, after, limit)
+
+    def event_summaries(
+        self, run_id: str | None, after: int | None, limit: int
+    ) -> list[tuple[int, str, str | None, float]]:
+        """``(event_id, kind, pipeline_id, ts)`` of the events ``page("events", run_id=run_id,
+        after=(after,), limit=limit)`` would return (optional method): a live view counts kinds
+        and follows parked pipelines from these, without decoding every event's JSON."""
+        return self._summaries("events", _EVENT_SUMMARY, run_id, after, limit)
+
+    def _summaries(
+        self, kind: str, select: str, run_id: str | None, after: int | None, limit: int
+    ) -> list[Any]:
         if limit <= 0:
             return []
         filters = ("run_id",) if run_id is not None else ()
         params = [*([run_id] if run_id is not None else []), *([after] if after is not None else []), limit]
-        sql = _page_sql("attempts", filters, after is not None, _ATTEMPT_SUMMARY)
-        return self._query(sql, params)
+        return self._query(_page_sql(kind, filters, after is not None, select), params)
 
     def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
         rows = self._query(
