@@ -245,3 +245,36 @@ def test_attempt_fold_matches_its_per_row_definition() -> None:
     assert ascending._sorted
     ascending._add_attempts([(4, 1.5, 1.0, "failed")])
     assert not ascending._sorted and ascending.latency()["max"] == 2.0
+
+
+def test_recent_events_stay_the_last_ones_across_updates(tmp_path: Path) -> None:
+    """A later update reads whole rows only for the events added since, and the view still
+    shows the last ones of the store, errors included."""
+    from pyattacker.view_live import _ERROR_KINDS
+
+    path = build_store(tmp_path / "u.db", 14)
+
+    def last_events(s: object) -> list[object]:
+        events, after = [], None
+        while page := s.page("events", after=after, limit=100):  # type: ignore[attr-defined]
+            events += page
+            after = (page[-1].event_id,)
+        return events
+
+    digest = LiveDigest(None, recent=4)
+    with read_only_store(path) as s:
+        digest.update(s)
+        before = [r["event_id"] for r in digest.recent_events]
+    pools = [Pool("api", [Resource("llm", id="r1", capacity=2)])]
+    with Runner(store=path, pools=pools, concurrency=2, resume=True) as runner:
+        runner.run(
+            pipeline("p", fetch, judge).map(({"i": i} for i in range(30)), key_of=lambda s: f"n{s['i']}")
+        )
+    with read_only_store(path) as s:
+        digest.update(s)
+        events = last_events(s)
+    shown = [r["event_id"] for r in digest.recent_events]
+    assert shown == [e.event_id for e in events[-4:]] and shown != before
+    errors = [e.event_id for e in events if e.kind in _ERROR_KINDS][-4:]
+    assert [r["event_id"] for r in digest.recent_errors] == errors and errors
+    assert len(digest._records) <= 8  # only what is shown is kept whole

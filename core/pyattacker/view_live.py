@@ -140,9 +140,11 @@ class LiveDigest:
         shown = set(self._recent_events)
         shown.update(self._recent_errors)
         self._records = {i: ev for i, ev in self._records.items() if i in shown}
-        recent = [i for i in self._recent_events if i not in self._records]
-        if recent:  # the run's latest events: one page from the first one missing
-            for ev in store.page("events", run_id=self.run_id, after=(recent[0] - 1,), limit=len(recent)):
+        recent = list(self._recent_events)
+        first = next((n for n, i in enumerate(recent) if i not in self._records), None)
+        if first is not None:  # the run's latest events: one page from the first one missing
+            after = (recent[first] - 1,)
+            for ev in store.page("events", run_id=self.run_id, after=after, limit=len(recent) - first):
                 if ev.event_id in shown:
                     self._records[ev.event_id] = ev
         for event_id in self._recent_errors:
