@@ -564,9 +564,9 @@ def test_forked_handle_reads_every_byte_without_threads() -> None:
     assert threading.active_count() == threads
     assert status.exit_code == 3 and status.signal is None
     assert status.stdout == big.decode()
-    lines = ["line one\n", "bad \ufffd byte\n", "partial\n", "no newline at the end\n"]
-    assert status.stderr_tail == "".join(lines)
-    assert relayed.getvalue() == "".join("[shard 1/2] " + line for line in lines)
+    lines = ["line one\n", "bad \ufffd byte\n", "partial\n", "no newline at the end"]
+    assert status.stderr_tail == "".join(lines)  # as the stream ended, like a spawned shard's
+    assert relayed.getvalue() == "".join(f"[shard 1/2] {line.rstrip()}\n" for line in lines)
     assert handle.poll() == status  # reaped once; later polls return the same status
 
 
@@ -589,7 +589,7 @@ def test_forked_handle_cancel_escalates_to_sigkill() -> None:
     )
     try:
         deadline = time.monotonic() + 30
-        while "ready" not in handle._stdout.decode() and time.monotonic() < deadline:
+        while "ready" not in "".join(handle._output.stdout) and time.monotonic() < deadline:
             assert handle.poll() is None
             time.sleep(0.01)
         with pytest.raises(TimeoutError):

@@ -26,7 +26,6 @@ import signal
 import subprocess
 import sys
 import threading
-from collections import deque
 from typing import IO
 
 from pyattacker.errors import ConfigError
@@ -35,6 +34,7 @@ from pyattacker.shard import SHARD_ENV
 from pyattacker.shard_exec import PARENT_PID_ENV, ShardJob, ShardStatus
 
 from .local_fork import ForkedHandle, fork_shard, single_threaded
+from .shard_output import ShardOutput
 
 __all__ = ["START_ENV", "LocalExecutor", "LocalHandle"]
 
@@ -60,18 +60,11 @@ class LocalHandle:
         self.pid = proc.pid
         self._proc = proc
         self._grace_s = grace_s
-        self._stdout: list[str] = []
-        self._tail: deque[str] = deque(maxlen=tail_lines)
+        self._output = ShardOutput(job, tail_lines=tail_lines, relay=relay, relay_lock=relay_lock)
         self._interrupts = 0
-        prefix = f"[shard {job.index}/{job.count}] "
         self._threads = [
             threading.Thread(target=self._drain_stdout, daemon=True, name=f"shard{job.index}-out"),
-            threading.Thread(
-                target=self._drain_stderr,
-                args=(relay, relay_lock, prefix),
-                daemon=True,
-                name=f"shard{job.index}-err",
-            ),
+            threading.Thread(target=self._drain_stderr, daemon=True, name=f"shard{job.index}-err"),
         ]
         for t in self._threads:
             t.start()
@@ -79,30 +72,17 @@ class LocalHandle:
     def _drain_stdout(self) -> None:
         assert self._proc.stdout is not None
         for chunk in self._proc.stdout:
-            self._stdout.append(chunk)
+            self._output.stdout.append(chunk)
 
-    def _drain_stderr(self, relay: IO[str] | None, lock: threading.Lock, prefix: str) -> None:
+    def _drain_stderr(self) -> None:
         assert self._proc.stderr is not None
         for line in self._proc.stderr:
-            self._tail.append(line)
-            if relay is not None:
-                with lock:
-                    try:
-                        relay.write(prefix + line if line.endswith("\n") else prefix + line + "\n")
-                        relay.flush()
-                    except (OSError, ValueError):
-                        relay = None  # the parent's stderr went away; keep draining
+            self._output.stderr_line(line)
 
     def _status(self, rc: int) -> ShardStatus:
         for t in self._threads:
             t.join(timeout=5.0)  # EOF follows exit unless a grandchild keeps the pipe open
-        return ShardStatus(
-            index=self.job.index,
-            exit_code=rc if rc >= 0 else None,
-            signal=-rc if rc < 0 else None,
-            stdout="".join(self._stdout),
-            stderr_tail="".join(self._tail),
-        )
+        return self._output.status(rc)
 
     def poll(self) -> ShardStatus | None:
         rc = self._proc.poll()

@@ -24,11 +24,12 @@ import sys
 import threading
 import time
 import traceback
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import IO, NoReturn
 
 from pyattacker.shard_exec import ShardJob, ShardStatus
+
+from .shard_output import ShardOutput
 
 __all__ = ["ForkedHandle", "fork_shard", "single_threaded"]
 
@@ -150,24 +151,21 @@ class ForkedHandle:
         self.job = job
         self.pid = pid
         self._grace_s = grace_s
-        self._relay = relay
-        self._relay_lock = relay_lock
         self._on_close = on_close
-        self._prefix = f"[shard {job.index}/{job.count}] "
-        self._fds = {stdout_fd: True, stderr_fd: False}  # fd -> is stdout
+        self._output = ShardOutput(job, tail_lines=tail_lines, relay=relay, relay_lock=relay_lock)
+        decoder = codecs.getincrementaldecoder("utf-8")
+        self._fds = {stdout_fd: decoder("replace"), stderr_fd: decoder("replace")}
+        self._stdout_fd = stdout_fd
         for fd in self._fds:
             os.set_blocking(fd, False)
-        self._stdout = bytearray()
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._partial = ""
-        self._tail: deque[str] = deque(maxlen=tail_lines)
         self._rc: int | None = None
         self._final: ShardStatus | None = None
         self._interrupts = 0
 
     # -- output ---------------------------------------------------------------------------------
     def _read(self) -> None:
-        for fd, is_stdout in list(self._fds.items()):
+        for fd in list(self._fds):
             while True:
                 try:
                     chunk = os.read(fd, 65536)
@@ -176,34 +174,25 @@ class ForkedHandle:
                 if not chunk:
                     self._close(fd)
                     break
-                if is_stdout:
-                    self._stdout += chunk
-                else:
-                    self._lines(chunk)
+                self._take(fd, chunk)
+
+    def _take(self, fd: int, chunk: bytes, final: bool = False) -> None:
+        text = self._fds[fd].decode(chunk, final)
+        if fd == self._stdout_fd:
+            self._output.stdout.append(text)
+            return
+        *lines, self._partial = (self._partial + text).split("\n")
+        for line in lines:
+            self._output.stderr_line(line + "\n")
+        if final and self._partial:
+            self._output.stderr_line(self._partial)
+            self._partial = ""
 
     def _close(self, fd: int) -> None:
+        self._take(fd, b"", final=True)
         del self._fds[fd]
         os.close(fd)
         self._on_close(fd)
-
-    def _lines(self, chunk: bytes, final: bool = False) -> None:
-        text = self._partial + self._decoder.decode(chunk, final)
-        *lines, self._partial = text.split("\n")
-        for line in lines:
-            self._line(line + "\n")
-        if final and self._partial:
-            self._line(self._partial + "\n")
-            self._partial = ""
-
-    def _line(self, line: str) -> None:
-        self._tail.append(line)
-        if self._relay is not None:
-            with self._relay_lock:
-                try:
-                    self._relay.write(self._prefix + line)
-                    self._relay.flush()
-                except (OSError, ValueError):
-                    self._relay = None  # the parent's stderr went away; keep reading
 
     def _wait_for_output(self, timeout: float) -> None:
         if self._fds:
@@ -231,14 +220,7 @@ class ForkedHandle:
                 self._wait_for_output(0.05)
             for fd in list(self._fds):
                 self._close(fd)
-            self._lines(b"", final=True)
-            self._final = ShardStatus(
-                index=self.job.index,
-                exit_code=rc if rc >= 0 else None,
-                signal=-rc if rc < 0 else None,
-                stdout=self._stdout.decode("utf-8", "replace"),
-                stderr_tail="".join(self._tail),
-            )
+            self._final = self._output.status(rc)
         return self._final
 
     def poll(self) -> ShardStatus | None:
