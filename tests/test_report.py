@@ -243,9 +243,8 @@ def test_merged_report_from_store_summaries_equals_reading_every_row(
                 slow = merge_stores(stores, selection)
             assert fast.to_dict(100) == slow.to_dict(100), (stores, selection)
             assert fast.task_counts
-            # a sharded run's fold: stores added last-first, task counts read ahead (and not
-            # used for a store that lost rows to another)
-            merger = StoreMerger(selection, prefetch_counts=True)
+            # stores added last-first fold to the same report
+            merger = StoreMerger(selection)
             for key in reversed(range(len(stores))):
                 merger.add(key, stores[key])
             assert merger.result().to_dict(100) == slow.to_dict(100), (stores, selection)

@@ -476,6 +476,53 @@ def test_merged_report_folds_shard_stores_as_they_end(tmp_path: Path) -> None:
     assert merged is None and why is not None and stores[1] in why
 
 
+def test_report_of_shard_stores_combines_their_aggregates(env: dict[str, str], tmp_path: Path) -> None:
+    """Stores that provably hold one shard each (every run says ``shard I/N`` and every key is
+    of shard I) are reported from their aggregates, with the output of the fold; a store that
+    only claims a shard, or holds two, is folded."""
+    import shutil
+
+    from pyattacker.merge import MergedReport, ShardsReport, report_stores, shard_part
+
+    body = CONFIG.replace('- {use: "audit_mod:first"}', '- {use: "audit_mod:fail_in_shard_1"}')
+    cfg = _config(tmp_path, 40, body)
+    stores = [str(tmp_path / "runs" / f"s.shard{i}of2.db") for i in range(2)]
+    for i in range(2):
+        assert cli(["run", "-c", str(cfg), "--shard", f"{i}/2"], env).returncode in (0, 1)
+    again = cli(["resume", "-c", str(cfg), "--shard", "1/2"], env)  # a second run in shard 1
+    assert again.returncode in (0, 1), again.stderr
+    for order in (stores, stores[::-1]):
+        for selection in (None, "all"):
+            shown = report_stores(order, selection)
+            assert type(shown) is ShardsReport and shown.rows == {}  # nothing folded
+            folded = merge_stores(order, selection)
+            assert shown.to_dict(100) == folded.to_dict(100), (order, selection)
+    assert report_stores(stores, "all").to_dict(100)["errors"]  # shard 1's failures, whole rows
+    merge = _Merge(stores, None)
+    merge.add(1)
+    combined, why = merge.result()
+    assert why is None and type(combined) is ShardsReport
+    assert combined.to_dict(100) == merge_stores(stores).to_dict(100)
+
+    liar_cfg = _config(
+        tmp_path, 40, body.replace("grace_s: 5}", 'grace_s: 5, meta: {shard: "1/2"}}'), "l.yaml"
+    )
+    liar = str(tmp_path / "liar.db")  # says shard 1/2, holds every key
+    assert cli(["run", "-c", str(liar_cfg), "--store", liar], env).returncode in (0, 1)
+    both = str(tmp_path / "both.db")  # runs of shard 0/2 and of 1/2 in one store
+    shutil.copy(stores[0], both)
+    assert cli(["run", "-c", str(cfg), "--shard", "1/2", "--store", both], env).returncode in (0, 1)
+    assert shard_part(liar, None) is None and shard_part(both, None) is None
+    assert shard_part(stores[1], None) is not None
+    for pair in ([stores[0], liar], [stores[1], both], [stores[0], stores[0]]):
+        shown = report_stores(pair, "all")
+        assert type(shown) is MergedReport
+        assert shown.to_dict(100) == merge_stores(pair, "all").to_dict(100)
+    mixed = _Merge([stores[0], liar], "all")
+    folded_instead, why = mixed.result()
+    assert why is None and type(folded_instead) is MergedReport and folded_instead.duplicates > 0
+
+
 def test_unknown_executor_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"no shard executor named 'ray'.*local"):
         get_executor("ray")

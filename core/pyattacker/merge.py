@@ -9,12 +9,16 @@ do not hang off pipeline rows, so there is nothing to fold them by.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable, Sequence
+from itertools import chain
 from typing import Any, NamedTuple
 
 import msgspec
 
+from .errors import ConfigError
 from .model import PipelineRecord
+from .shard import parse_shard, shard_index
 from .stats import count_rows, duration_summary
 from .store import Store, iter_rows
 from .view_common import RunChoice, choose_run, read_only_store
@@ -22,11 +26,15 @@ from .view_common import RunChoice, choose_run, read_only_store
 __all__ = [
     "Folded",
     "MergedReport",
+    "ShardPart",
+    "ShardsReport",
     "SourceInfo",
     "StoreMerger",
     "StoreReport",
     "merge_stores",
     "report_stores",
+    "shard_part",
+    "shards_report",
     "state_rank",
     "wins",
 ]
@@ -270,36 +278,149 @@ class StoreReport(MergedReport):
         return self._by_state, self._durations
 
 
+class ShardsReport(StoreReport):
+    """The report of the stores of one sharded run, combined from each store's aggregates.
+
+    Each store holds only the pipelines of its own shard (``shard_part`` checks every key), so
+    no pipeline is in two of them and nothing needs folding: counts and attempts add up, the
+    sorted durations merge, and each failed pipeline's store is the one it was read from. The
+    output equals ``merge_stores`` over the same stores, in about 8 bytes per pipeline instead of
+    the fold's 0.2-0.4 KB (a million-pipeline run's merged report no longer holds a million
+    entries).
+    """
+
+    def __init__(self, parts: Sequence[StoreReport]) -> None:
+        by_state: dict[str, int] = {}
+        for part in parts:
+            for state, n in part._by_state.items():
+                by_state[state] = by_state.get(state, 0) + n
+        durations = array("d", sorted(chain.from_iterable(part._durations for part in parts)))
+        super().__init__(by_state, durations, sum(part._attempts for part in parts))
+        self._origin: dict[str, int] = {}
+        for index, part in enumerate(parts):
+            self.sources.append(part.sources[0])
+            self.source_events_total += part.source_events_total
+            for pid, row in part.details.items():
+                self.details[pid] = row
+                self._origin[pid] = index
+            for name, states in part.task_counts.items():
+                into = self.task_counts.setdefault(name, {})
+                for state, n in states.items():
+                    into[state] = into.get(state, 0) + n
+            self.repair_failures.update(part.repair_failures)
+            for run, values in part.run_metrics.items():
+                self.run_metrics.setdefault(run, {}).update(values)
+            self.pipeline_metrics.update(part.pipeline_metrics)
+
+    def origin(self, pid: str) -> int | None:
+        return self._origin.get(pid)
+
+    def failed_winners(self, source: int | None = None) -> list[str]:
+        return [pid for pid, index in self._origin.items() if source is None or index == source]
+
+    def _store_of(self, pid: str) -> str:
+        return self.sources[self._origin[pid]].store
+
+
+class ShardPart(NamedTuple):
+    """One shard store's aggregates, and which shard (``shard`` of ``shards``) it provably holds."""
+
+    shard: int
+    shards: int
+    report: StoreReport
+
+
 def report_stores(locations: Sequence[str], run_id: str | None = None) -> MergedReport:
-    """What ``report`` shows: ``merge_stores``, or for one store that can aggregate in SQL
-    (``pipeline_totals``, ``task_counts``), a ``StoreReport`` with the same output."""
+    """What ``report`` shows: ``merge_stores``; or, with the same output, a ``StoreReport`` for one
+    store that can aggregate in SQL (``pipeline_totals``, ``task_counts``), and a ``ShardsReport``
+    for the stores of distinct shards of one sharded run (``shard_part``)."""
     if len(locations) == 1:
         single = _store_report(locations[0], run_id)
         if single is not None:
             return single
+    elif len(set(locations)) == len(locations):
+        parts = []
+        for location in locations:
+            part = shard_part(location, run_id)
+            if part is None:
+                break
+            parts.append(part)
+        else:
+            combined = shards_report(parts)
+            if combined is not None:
+                return combined
     return merge_stores(locations, run_id)
+
+
+def shard_part(location: str, run_id: str | None) -> ShardPart | None:
+    """The aggregates of a shard store that provably holds only its shard's pipelines: every run
+    in it says the same ``meta.shard`` ``I/N`` (what ``--shard I/N`` records), and the key of
+    every pipeline in it is of shard ``I`` of ``N`` (``shard_index``). None when either does not
+    hold, or the store cannot aggregate: fold it instead."""
+    with read_only_store(location) as store:
+        claim = _shard_claim(store)
+        if claim is None or not _keys_in_shard(store, *claim):
+            return None
+        report = _store_report_of(store, location, run_id)
+    return None if report is None else ShardPart(claim[0], claim[1], report)
+
+
+def shards_report(parts: Sequence[ShardPart]) -> ShardsReport | None:
+    """``parts`` combined, in their order, if they are distinct shards of one count (else None)."""
+    if len({p.shards for p in parts}) != 1 or len({p.shard for p in parts}) != len(parts):
+        return None
+    return ShardsReport([p.report for p in parts])
+
+
+def _shard_claim(store: Store) -> tuple[int, int] | None:
+    claims = set()
+    for run in store.runs():
+        meta = run.config.get("meta") if isinstance(run.config, dict) else None
+        claims.add(meta.get("shard") if isinstance(meta, dict) else None)
+    if len(claims) != 1:
+        return None
+    (claim,) = claims
+    if not isinstance(claim, str):
+        return None
+    try:
+        return parse_shard(claim)
+    except ConfigError:
+        return None
+
+
+def _keys_in_shard(store: Store, index: int, count: int) -> bool:
+    summaries = getattr(store, "pipeline_summaries", None)
+    if summaries is not None:
+        ids: Iterable[str] = (row[0] for row in summaries(None))
+    else:
+        ids = (row.pipeline_id for row in iter_rows(store, "pipelines"))
+    return all(shard_index(pid, count) == index for pid in ids)
 
 
 def _store_report(location: str, run_id: str | None) -> StoreReport | None:
     with read_only_store(location) as store:
-        totals = getattr(store, "pipeline_totals", None)
-        counts = getattr(store, "task_counts", None)
-        if totals is None or counts is None:
-            return None
-        choice = choose_run(store, run_id)
-        if choice.how == "empty":
-            return None  # nothing to aggregate: the fold of nothing says the same
-        by_state, durations, attempts = totals(choice.run_id)
-        report = StoreReport(by_state, durations, attempts)
-        info = _source_info(location, choice)
-        report.sources.append(info)
-        info.rows = sum(by_state.values())
-        info.events_total = report.source_events_total = count_rows(store, "events", choice.run_id)
-        for row in iter_rows(store, "pipelines", run_id=choice.run_id, state="failed"):
-            report.details[row.pipeline_id] = _slim(row)
-        report.task_counts = counts(choice.run_id)
-        _read_extras(report, store, 0, choice, lambda ids: _in_selection(store, ids, choice.run_id))
-        return report
+        return _store_report_of(store, location, run_id)
+
+
+def _store_report_of(store: Store, location: str, run_id: str | None) -> StoreReport | None:
+    totals = getattr(store, "pipeline_totals", None)
+    counts = getattr(store, "task_counts", None)
+    if totals is None or counts is None:
+        return None
+    choice = choose_run(store, run_id)
+    if choice.how == "empty":
+        return None  # nothing to aggregate: the fold of nothing says the same
+    by_state, durations, attempts = totals(choice.run_id)
+    report = StoreReport(by_state, durations, attempts)
+    info = _source_info(location, choice)
+    report.sources.append(info)
+    info.rows = sum(by_state.values())
+    info.events_total = report.source_events_total = count_rows(store, "events", choice.run_id)
+    for row in iter_rows(store, "pipelines", run_id=choice.run_id, state="failed"):
+        report.details[row.pipeline_id] = _slim(row)
+    report.task_counts = counts(choice.run_id)
+    _read_extras(report, store, 0, choice, lambda ids: _in_selection(store, ids, choice.run_id))
+    return report
 
 
 def _in_selection(store: Store, ids: set[str], run_id: str | None) -> set[str]:
@@ -371,23 +492,18 @@ def _read_details(
     store: Store,
     index: int,
     choice: RunChoice,
-    counted: dict[str, dict[str, int]] | None = None,
 ) -> None:
-    """Task counts, repair failures and metrics of the rows this store won (``counted``: the
-    store's ``task_counts``, read already while its rows were folded)."""
+    """Task counts, repair failures and metrics of the rows this store won."""
     if choice.how == "empty":
         return
     won = report.origin
     counts = getattr(store, "task_counts", None)
     won_here = sum(1 for entry in report.rows.values() if entry.source == index)
-    if (counted is not None or counts is not None) and won_here == report.sources[index].rows:
-        # every pipeline row read from this store won (always so for the disjoint stores of a
-        # sharded run): "its pipeline won" is "its pipeline row is in the same run selection",
-        # which the store can count in SQL instead of handing over every task row
-        if counted is None:
-            assert counts is not None
-            counted = counts(choice.run_id)
-        for name, states in counted.items():
+    if counts is not None and won_here == report.sources[index].rows:
+        # every pipeline row read from this store won (always so for disjoint stores): "its
+        # pipeline won" is "its pipeline row is in the same run selection", which the store can
+        # count in SQL instead of handing over every task row
+        for name, states in counts(choice.run_id).items():
             into = report.task_counts.setdefault(name, {})
             for state, n in states.items():
                 into[state] = into.get(state, 0) + n
@@ -462,19 +578,15 @@ def merge_stores(locations: Sequence[str], run_id: str | None = None) -> MergedR
 class StoreMerger:
     """``merge_stores`` one store at a time, in any order.
 
-    A sharded run adds each shard's store as soon as that shard ends, while the others still
-    run, so only the last store is read after the last shard: the merged report is out about
-    as soon as the run is. ``key`` orders the stores: the report lists them by key, and a full
-    tie between two rows goes to the lower key, so the result is the same whatever order they
-    are added in. ``prefetch_counts`` also reads each store's task counts while it is open
-    (used only if every row of the store wins, as in the disjoint stores of shards).
+    ``key`` orders the stores: the report lists them by key, and a full tie between two rows
+    goes to the lower key, so the result is the same whatever order they are added in (a caller
+    can fold each store as soon as it is complete).
     """
 
-    def __init__(self, run_id: str | None = None, *, prefetch_counts: bool = False) -> None:
+    def __init__(self, run_id: str | None = None) -> None:
         self.run_id = run_id
-        self.prefetch_counts = prefetch_counts
         self._report = MergedReport()
-        self._added: dict[int, tuple[str, RunChoice, SourceInfo, dict[str, dict[str, int]] | None]] = {}
+        self._added: dict[int, tuple[str, RunChoice, SourceInfo]] = {}
 
     def add(self, key: int, location: str) -> None:
         """Fold the rows of the store at ``location`` (opened read-only); ``key`` must be new."""
@@ -485,11 +597,7 @@ class StoreMerger:
             info = _source_info(location, choice)
             # while folding, a row's ``source`` is the key; ``result`` turns keys into positions
             _read_rows(self._report, store, key, choice, info)
-            counts = getattr(store, "task_counts", None)
-            counted = None
-            if self.prefetch_counts and counts is not None and choice.how != "empty":
-                counted = counts(choice.run_id)
-        self._added[key] = (location, choice, info, counted)
+        self._added[key] = (location, choice, info)
 
     def result(self) -> MergedReport:
         """The report over every store added (reads the details of the stores that won rows)."""
@@ -501,11 +609,11 @@ class StoreMerger:
             report.rows = {pid: e._replace(source=position[e.source]) for pid, e in report.rows.items()}
         winners = {entry.source for entry in report.rows.values()}
         for index, key in enumerate(keys):
-            location, choice, _info, counted = self._added[key]
+            location, choice, _info = self._added[key]
             if index in winners:
                 with read_only_store(location) as store:
                     _complete_failed(report, store, index)
-                    _read_details(report, store, index, choice, counted)
+                    _read_details(report, store, index, choice)
         return report
 
 

@@ -17,11 +17,14 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, PyAttackerError
 from .shard import SHARD_ENV, is_memory_store, shard_store_path, split_capacity
 from .shard_exec import ShardJob, ShardStatus, get_executor, run_shards
+
+if TYPE_CHECKING:
+    from .merge import ShardPart
 
 __all__ = ["CapacityPlan", "capacity_plan", "child_argv", "run_sharded"]
 
@@ -212,14 +215,17 @@ def _exit_code(outcomes: list[_Outcome]) -> int:
 
 class _Merge:
     """The merged report of the shard stores, built while the run goes on: each shard's store
-    is folded as soon as that shard ends, so after the last one only its own store is read."""
+    is read as soon as that shard ends, so after the last one only its own store is read.
+
+    A store that provably holds only its shard's pipelines is reduced to its aggregates
+    (``shard_part``), so the report holds about 8 bytes per pipeline, whatever the run's size;
+    if any store is not (another run wrote into it), the stores are folded at the end instead.
+    """
 
     def __init__(self, stores: list[str], run_id: str | None) -> None:
-        from .merge import StoreMerger
-
         self.stores = stores
-        self.merger = StoreMerger(run_id, prefetch_counts=True)  # shard stores are disjoint
-        self.added: set[int] = set()
+        self.run_id = run_id
+        self.parts: dict[int, ShardPart | None] = {}
         self.why: str | None = None
 
     def _present(self, index: int) -> bool:
@@ -229,25 +235,35 @@ class _Merge:
         return _scheme_of(store)[0] not in (None, "file") or os.path.exists(store)
 
     def add(self, index: int) -> None:
-        """Fold shard ``index``'s store if it exists (errors are kept for the report's line)."""
-        if self.why is not None or index in self.added or not self._present(index):
+        """Read shard ``index``'s store if it exists (errors are kept for the report's line)."""
+        from .merge import shard_part
+
+        if self.why is not None or index in self.parts or not self._present(index):
             return
-        self.added.add(index)
         try:
-            self.merger.add(index, self.stores[index])
+            self.parts[index] = shard_part(self.stores[index], self.run_id)
         except Exception as exc:  # called inside the shard loop: never let it stop the other shards
+            self.parts[index] = None
             self.why = f"{type(exc).__name__}: {exc}"
 
     def result(self) -> tuple[Any, str | None]:
         """The report over every shard store that exists (None and why, when there is none)."""
+        from .merge import merge_stores, shards_report
+
         for index in range(len(self.stores)):  # stores of shards that did not run this time
             self.add(index)
         if self.why is not None:
             return None, self.why
-        if not self.added:
+        if not self.parts:
             return None, "no shard store was written"
+        indexes = sorted(self.parts)
         try:
-            return self.merger.result(), None
+            parts = [self.parts[i] for i in indexes]
+            if all(part is not None for part in parts):
+                combined = shards_report([part for part in parts if part is not None])
+                if combined is not None:
+                    return combined, None
+            return merge_stores([self.stores[i] for i in indexes], self.run_id), None
         except (PyAttackerError, OSError) as exc:
             return None, f"{type(exc).__name__}: {exc}"
 
