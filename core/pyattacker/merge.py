@@ -322,6 +322,10 @@ class ShardsReport(StoreReport):
         return self.sources[self._origin[pid]].store
 
 
+#: ``pipeline_totals``: ``({state: count}, sorted durations in ms, attempts)``
+_Totals = tuple[dict[str, int], Sequence[float], int]
+
+
 class ShardPart(NamedTuple):
     """One shard store's aggregates, and which shard (``shard`` of ``shards``) it provably holds."""
 
@@ -353,16 +357,21 @@ def report_stores(locations: Sequence[str], run_id: str | None = None) -> Merged
 
 
 def shard_part(location: str, run_id: str | None) -> ShardPart | None:
-    """The aggregates of a shard store that provably holds only its shard's pipelines: every run
-    in it says the same ``meta.shard`` ``I/N`` (what ``--shard I/N`` records), and the key of
-    every pipeline in it is of shard ``I`` of ``N`` (``shard_index``). None when either does not
-    hold, or the store cannot aggregate: fold it instead."""
+    """The aggregates of a shard store whose shown pipelines are provably of its shard: every run
+    in it says the same ``meta.shard`` ``I/N`` (what ``--shard I/N`` records), and the key of every
+    pipeline of the run selection is of shard ``I`` of ``N`` (``shard_index``; checked while the
+    totals are read). None when either does not hold, or the store cannot aggregate: fold it."""
     with read_only_store(location) as store:
         claim = _shard_claim(store)
-        if claim is None or not _keys_in_shard(store, *claim):
+        if claim is None:
             return None
-        report = _store_report_of(store, location, run_id)
-    return None if report is None else ShardPart(claim[0], claim[1], report)
+        shard, shards = claim
+
+        def totals(selected: str | None) -> _Totals | None:
+            return _shard_totals(store, selected, shard, shards)
+
+        report = _store_report_of(store, location, run_id, totals)
+    return None if report is None else ShardPart(shard, shards, report)
 
 
 def shards_report(parts: Sequence[ShardPart]) -> ShardsReport | None:
@@ -388,13 +397,28 @@ def _shard_claim(store: Store) -> tuple[int, int] | None:
         return None
 
 
-def _keys_in_shard(store: Store, index: int, count: int) -> bool:
+def _shard_totals(store: Store, run_id: str | None, shard: int, shards: int) -> _Totals | None:
+    """``pipeline_totals`` of ``run_id`` read from its summaries in the same pass that checks
+    every key is of shard ``shard`` of ``shards`` (None as soon as one is not)."""
     summaries = getattr(store, "pipeline_summaries", None)
     if summaries is not None:
-        ids: Iterable[str] = (row[0] for row in summaries(None))
+        rows: Iterable[tuple[str, str, float | None, float | None, int]] = summaries(run_id)
     else:
-        ids = (row.pipeline_id for row in iter_rows(store, "pipelines"))
-    return all(shard_index(pid, count) == index for pid in ids)
+        rows = (
+            (r.pipeline_id, r.state, r.started_at, r.finished_at, r.attempts_total)
+            for r in iter_rows(store, "pipelines", run_id=run_id)
+        )
+    by_state: dict[str, int] = {}
+    durations = array("d")
+    attempts = 0
+    for pid, state, started, finished, tries in rows:
+        if shard_index(pid, shards) != shard:
+            return None
+        by_state[state] = by_state.get(state, 0) + 1
+        if started is not None and finished is not None:
+            durations.append((finished - started) * 1000.0)
+        attempts += tries
+    return by_state, array("d", sorted(durations)), attempts
 
 
 def _store_report(location: str, run_id: str | None) -> StoreReport | None:
@@ -402,15 +426,25 @@ def _store_report(location: str, run_id: str | None) -> StoreReport | None:
         return _store_report_of(store, location, run_id)
 
 
-def _store_report_of(store: Store, location: str, run_id: str | None) -> StoreReport | None:
-    totals = getattr(store, "pipeline_totals", None)
+def _store_report_of(
+    store: Store,
+    location: str,
+    run_id: str | None,
+    totals: Callable[[str | None], _Totals | None] | None = None,
+) -> StoreReport | None:
+    """One store's report from its aggregates (None: the store cannot aggregate, or ``totals``
+    returned None). ``totals``: how the pipeline totals are read (default ``pipeline_totals``)."""
+    totals = totals or getattr(store, "pipeline_totals", None)
     counts = getattr(store, "task_counts", None)
     if totals is None or counts is None:
         return None
     choice = choose_run(store, run_id)
     if choice.how == "empty":
         return None  # nothing to aggregate: the fold of nothing says the same
-    by_state, durations, attempts = totals(choice.run_id)
+    read = totals(choice.run_id)
+    if read is None:
+        return None
+    by_state, durations, attempts = read
     report = StoreReport(by_state, durations, attempts)
     info = _source_info(location, choice)
     report.sources.append(info)
