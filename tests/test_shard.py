@@ -522,6 +522,35 @@ def test_report_of_shard_stores_combines_their_aggregates(env: dict[str, str], t
     folded_instead, why = mixed.result()
     assert why is None and type(folded_instead) is MergedReport and folded_instead.duplicates > 0
 
+    # export: shard stores are concatenated without a winner map; the others are merged
+    import pyattacker.export as export
+    from pyattacker.merge import shard_stores
+
+    assert shard_stores(stores) and shard_stores(stores[::-1])
+    assert not shard_stores([stores[0], liar]) and not shard_stores([stores[1], both])
+    assert not shard_stores([stores[0], stores[0]])
+    merged_calls: list[int] = []
+    real_winners = export._winners
+
+    def spy(locations: Any, run_id: Any) -> Any:
+        merged_calls.append(len(locations))
+        return real_winners(locations, run_id)
+
+    for kind in ("pipelines", "results"):
+        fast = tmp_path / f"fast_{kind}.jsonl"
+        export.export_stores(stores, str(fast), rows=kind)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(export, "shard_stores", lambda locations, run_id=None: False)
+            m.setattr(export, "_winners", spy)
+            slow = tmp_path / f"slow_{kind}.jsonl"
+            export.export_stores(stores, str(slow), rows=kind)
+        assert fast.read_bytes() == slow.read_bytes() and fast.stat().st_size > 0
+    assert merged_calls == [2, 2]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(export, "_winners", spy)
+        export.export_stores([stores[0], liar], str(tmp_path / "l.jsonl"), rows="pipelines")
+    assert merged_calls == [2, 2, 2]  # a store that only claims its shard is merged
+
 
 def test_unknown_executor_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"no shard executor named 'ray'.*local"):

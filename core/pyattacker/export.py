@@ -2,7 +2,8 @@
 
 Nothing is capped: rows are read with keyset pages (``iter_rows``) and written as they come,
 so memory stays flat for millions of rows (the only per-pipeline state is the winner map of a
-multi-store ``pipelines``/``results`` merge). Files are written to a temporary file in the
+multi-store ``pipelines``/``results`` merge, which the stores of distinct shards of one run do
+not need: ``merge.shard_stores``). Files are written to a temporary file in the
 target directory and renamed into place, so a reader never sees half an export.
 """
 
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 from .errors import ConfigError
-from .merge import state_rank
+from .merge import shard_stores, state_rank
 from .model import ArtifactRecord, PipelineRecord
 from .store import Store, iter_rows
 from .view_common import (
@@ -471,10 +472,15 @@ def export_stores(
         from .codecs import CodecRegistry
 
         codecs = CodecRegistry.from_plugins()
-    winners = _winners(locations, run_id) if rows in MERGED_KINDS and len(locations) > 1 else None
     for location in locations:  # fail before creating anything if a store or run is wrong
         with read_only_store(location) as store:
             _run_filter(store, run_id)
+    winners = None
+    if rows in MERGED_KINDS and len(locations) > 1:
+        # the stores of distinct shards of one run hold no pipeline in common: nothing to merge
+        selected = None if run_id in (None, ALL_RUNS) else run_id
+        if not shard_stores(locations, selected):
+            winners = _winners(locations, run_id)
     count = 0
     with _Target(output) as fh:
         writer = _WRITERS[fmt](fh, rows)

@@ -34,6 +34,7 @@ __all__ = [
     "merge_stores",
     "report_stores",
     "shard_part",
+    "shard_stores",
     "shards_report",
     "state_rank",
     "wins",
@@ -322,6 +323,8 @@ class ShardsReport(StoreReport):
         return self.sources[self._origin[pid]].store
 
 
+#: ``pipeline_summaries``: ``(pipeline_id, state, started_at, finished_at, attempts_total)``
+_Summary = tuple[str, str, float | None, float | None, int]
 #: ``pipeline_totals``: ``({state: count}, sorted durations in ms, attempts)``
 _Totals = tuple[dict[str, int], Sequence[float], int]
 
@@ -397,21 +400,41 @@ def _shard_claim(store: Store) -> tuple[int, int] | None:
         return None
 
 
+def shard_stores(locations: Sequence[str], run_id: str | None = None) -> bool:
+    """Whether ``locations`` are stores of distinct shards of one count (``shard_part``'s rule)
+    whose pipelines of ``run_id`` (None: every run) are all of their store's shard: then no
+    pipeline is in two of them, and rows need no merging (``export`` uses it)."""
+    claims = set()
+    for location in locations:
+        with read_only_store(location) as store:
+            claim = _shard_claim(store)
+            if claim is None or claim in claims:
+                return False
+            shard, shards = claim
+            if any(shard_index(row[0], shards) != shard for row in _summaries(store, run_id)):
+                return False
+            claims.add(claim)
+    return len({shards for _shard, shards in claims}) == 1
+
+
+def _summaries(store: Store, run_id: str | None) -> Iterable[_Summary]:
+    """``pipeline_summaries`` of the store, or the same five values of its whole rows."""
+    summaries = getattr(store, "pipeline_summaries", None)
+    if summaries is not None:
+        return summaries(run_id)
+    return (
+        (r.pipeline_id, r.state, r.started_at, r.finished_at, r.attempts_total)
+        for r in iter_rows(store, "pipelines", run_id=run_id)
+    )
+
+
 def _shard_totals(store: Store, run_id: str | None, shard: int, shards: int) -> _Totals | None:
     """``pipeline_totals`` of ``run_id`` read from its summaries in the same pass that checks
     every key is of shard ``shard`` of ``shards`` (None as soon as one is not)."""
-    summaries = getattr(store, "pipeline_summaries", None)
-    if summaries is not None:
-        rows: Iterable[tuple[str, str, float | None, float | None, int]] = summaries(run_id)
-    else:
-        rows = (
-            (r.pipeline_id, r.state, r.started_at, r.finished_at, r.attempts_total)
-            for r in iter_rows(store, "pipelines", run_id=run_id)
-        )
     by_state: dict[str, int] = {}
     durations = array("d")
     attempts = 0
-    for pid, state, started, finished, tries in rows:
+    for pid, state, started, finished, tries in _summaries(store, run_id):
         if shard_index(pid, shards) != shard:
             return None
         by_state[state] = by_state.get(state, 0) + 1
