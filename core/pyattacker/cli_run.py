@@ -280,7 +280,10 @@ def _run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--executor",
             metavar="NAME",
-            help="With --shards: the shard executor plugin that starts shards (default `local`).",
+            help=(
+                "With --shards: the shard executor plugin that starts shards (default `local`, which"
+                " forks them when safe; PYATTACKER_SHARD_START=spawn starts fresh interpreters)."
+            ),
         ),
         click.option(
             "--full-capacity-per-shard",
