@@ -379,9 +379,14 @@ def shard_part(location: str, run_id: str | None) -> ShardPart | None:
 
 def shards_report(parts: Sequence[ShardPart]) -> ShardsReport | None:
     """``parts`` combined, in their order, if they are distinct shards of one count (else None)."""
-    if len({p.shards for p in parts}) != 1 or len({p.shard for p in parts}) != len(parts):
+    if not _distinct_shards([(p.shard, p.shards) for p in parts]):
         return None
     return ShardsReport([p.report for p in parts])
+
+
+def _distinct_shards(claims: Sequence[tuple[int, int]]) -> bool:
+    """Whether ``(shard, shards)`` claims name different shards of one shard count."""
+    return len({shards for _shard, shards in claims}) == 1 and len(set(claims)) == len(claims)
 
 
 def _shard_claim(store: Store) -> tuple[int, int] | None:
@@ -404,17 +409,17 @@ def shard_stores(locations: Sequence[str], run_id: str | None = None) -> bool:
     """Whether ``locations`` are stores of distinct shards of one count (``shard_part``'s rule)
     whose pipelines of ``run_id`` (None: every run) are all of their store's shard: then no
     pipeline is in two of them, and rows need no merging (``export`` uses it)."""
-    claims = set()
+    claims = []
     for location in locations:
         with read_only_store(location) as store:
             claim = _shard_claim(store)
-            if claim is None or claim in claims:
+            if claim is None:
                 return False
             shard, shards = claim
             if any(shard_index(row[0], shards) != shard for row in _summaries(store, run_id)):
                 return False
-            claims.add(claim)
-    return len({shards for _shard, shards in claims}) == 1
+            claims.append(claim)
+    return _distinct_shards(claims)
 
 
 def _summaries(store: Store, run_id: str | None) -> Iterable[_Summary]:
