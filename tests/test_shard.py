@@ -451,29 +451,79 @@ def test_exit_code_rules() -> None:
     assert config_error.code == 2 and config_error.problem == "Error: boom"
 
 
-def test_merged_report_folds_shard_stores_as_they_end(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fork", [False, True])
+def test_merged_report_folds_shard_stores_as_they_end(tmp_path: Path, fork: bool) -> None:
     """The sharded run folds each shard's store when that shard ends (in whatever order they
     end); the report equals ``merge_stores`` over the stores that exist. A store that cannot be
-    read makes the report unavailable with the reason, and never raises into the shard loop."""
+    read makes the report unavailable with the reason, and never raises into the shard loop.
+    With ``fork``, each store is read by a forked child while the loop goes on."""
     from _view_fixtures import build_store
 
+    if fork and not hasattr(os, "fork"):
+        pytest.skip("needs fork")
     stores = [str(tmp_path / f"m.shard{i}of3.db") for i in range(3)]
     build_store(stores[0], 6)
     build_store(stores[2], 6, start=6)  # shard 1 wrote no store
-    merge = _Merge(stores, None)
+    merge = _Merge(stores, None, fork=fork)
     merge.add(2)  # shard 2 ended first
     merge.add(1)
-    merged, why = merge.result()  # shard 0's store is folded here (it ended last)
-    assert why is None
+    assert sorted(merge.reading) == ([2] if fork else [])  # still being read, by a child
+    merged, why = merge.result()  # shard 0's store is read here (it ended last)
+    assert why is None and not merge.reading
     assert merged.to_dict(20) == merge_stores([stores[0], stores[2]]).to_dict(20)
     assert [s.store for s in merged.sources] == [stores[0], stores[2]]
-    nothing = _Merge([str(tmp_path / "none.shard0of1.db")], None)
+    nothing = _Merge([str(tmp_path / "none.shard0of1.db")], None, fork=fork)
     assert nothing.result() == (None, "no shard store was written")
     Path(stores[1]).write_bytes(b"not a database, " * 64)
-    broken = _Merge(stores, None)
+    broken = _Merge(stores, None, fork=fork)
     broken.add(1)  # no exception: the other shards keep running
+    broken.add(0)
     merged, why = broken.result()
     assert merged is None and why is not None and stores[1] in why
+    assert why.startswith("ConfigError: ")  # the same line whichever process read the store
+    assert not broken.reading  # the read of shard 0 was collected or stopped
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_an_interrupted_merge_leaves_no_reader_behind(tmp_path: Path) -> None:
+    from _view_fixtures import build_store
+
+    stores = [str(tmp_path / f"m.shard{i}of2.db") for i in range(2)]
+    for i, store in enumerate(stores):
+        build_store(store, 6, start=6 * i)
+    merge = _Merge(stores, None, fork=True)
+    merge.add(0)
+    merge.add(1)
+    pids = [call.pid for call in merge.reading.values()]
+    assert len(pids) == 2
+    merge.close()  # what run_sharded does when the command is interrupted
+    assert not merge.reading
+    for pid in pids:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reaped: no zombie, no orphan
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked shards are Linux-only")
+def test_the_shard_loop_wakes_when_a_forked_shard_ends(tmp_path: Path) -> None:
+    """The loop waits on a forked shard's pipes instead of sleeping its poll interval, so it
+    sees the end at once (with an hour's interval this would hang without it)."""
+    executor = get_executor("local", relay_stderr=False, grace_s=30.0, start="fork")
+    ended: list[int] = []
+
+    def make_job(index: int, slot: int) -> ShardJob:
+        return ShardJob(index=index, count=2, argv=["--version"], cwd=str(tmp_path))
+
+    run = run_shards(
+        executor,
+        2,
+        1,
+        make_job,
+        on_finish=lambda status: ended.append(status.index),
+        forward_signals=False,
+        poll_interval=3600,
+    )
+    assert ended == [0, 1] and all(s.exit_code == 0 for s in run.statuses.values())
 
 
 def test_report_of_shard_stores_combines_their_aggregates(env: dict[str, str], tmp_path: Path) -> None:

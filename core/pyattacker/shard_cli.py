@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, PyAttackerError
+from .forking import ForkedCall, ForkedCallError, fork_safe
 from .shard import SHARD_ENV, is_memory_store, shard_store_path, split_capacity
 from .shard_exec import ShardJob, ShardStatus, get_executor, run_shards
 
@@ -217,15 +218,20 @@ class _Merge:
     """The merged report of the shard stores, built while the run goes on: each shard's store
     is read as soon as that shard ends, so after the last one only its own store is read.
 
+    Where the parent may fork (``fork_safe``), each store is read by a forked child, so stores
+    of shards that end together are read on both cores at once instead of one after the other.
+
     A store that provably holds only its shard's pipelines is reduced to its aggregates
     (``shard_part``), so the report holds about 8 bytes per pipeline, whatever the run's size;
     if any store is not (another run wrote into it), the stores are folded at the end instead.
     """
 
-    def __init__(self, stores: list[str], run_id: str | None) -> None:
+    def __init__(self, stores: list[str], run_id: str | None, *, fork: bool | None = None) -> None:
         self.stores = stores
         self.run_id = run_id
+        self.fork = fork_safe() if fork is None else fork
         self.parts: dict[int, ShardPart | None] = {}
+        self.reading: dict[int, ForkedCall[ShardPart | None]] = {}
         self.why: str | None = None
 
     def _present(self, index: int) -> bool:
@@ -235,16 +241,43 @@ class _Merge:
         return _scheme_of(store)[0] not in (None, "file") or os.path.exists(store)
 
     def add(self, index: int) -> None:
-        """Read shard ``index``'s store if it exists (errors are kept for the report's line)."""
+        """Start reading shard ``index``'s store if it exists (in a forked child if allowed)."""
         from .merge import shard_part
 
-        if self.why is not None or index in self.parts or not self._present(index):
+        if self.why is not None or index in self.parts or index in self.reading or not self._present(index):
             return
+        if self.fork:
+            try:
+                self.reading[index] = ForkedCall(shard_part, self.stores[index], self.run_id)
+                return
+            except OSError:  # no process to spare: read it here
+                pass
         try:
             self.parts[index] = shard_part(self.stores[index], self.run_id)
         except Exception as exc:  # called inside the shard loop: never let it stop the other shards
-            self.parts[index] = None
+            self._failed(index, exc)
+
+    def _failed(self, index: int, exc: Exception) -> None:
+        self.parts[index] = None
+        if self.why is None:
             self.why = f"{type(exc).__name__}: {exc}"
+
+    def _collect(self) -> None:
+        """Wait for the forked reads, in shard order (the first error is the one reported)."""
+        for index in sorted(self.reading):
+            call = self.reading.pop(index)
+            try:
+                self.parts[index] = call.result()
+            except ForkedCallError as exc:
+                self._failed(index, exc)
+                self.why = str(exc)  # the child's own "<type>: <message>"
+                self.close()
+                return
+
+    def close(self) -> None:
+        """Stop the reads still running (after an error or an interrupt)."""
+        while self.reading:
+            self.reading.popitem()[1].cancel()
 
     def result(self) -> tuple[Any, str | None]:
         """The report over every shard store that exists (None and why, when there is none)."""
@@ -252,6 +285,7 @@ class _Merge:
 
         for index in range(len(self.stores)):  # stores of shards that did not run this time
             self.add(index)
+        self._collect()
         if self.why is not None:
             return None, self.why
         if not self.parts:
@@ -332,21 +366,26 @@ def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
     resuming = resume or bool(flags["resume"])
     merge = _Merge(stores, "all" if resuming else None)
     try:
-        run = run_shards(
-            executor,
-            count,
-            jobs,
-            make_job,
-            on_finish=lambda status: merge.add(status.index),
-            forward_signals=not flags["no_signals"],
-        )
+        try:
+            run = run_shards(
+                executor,
+                count,
+                jobs,
+                make_job,
+                on_finish=lambda status: merge.add(status.index),
+                forward_signals=not flags["no_signals"],
+            )
+        finally:
+            close = getattr(executor, "close", None)
+            if callable(close):
+                close()
+        outcomes = [
+            _outcome(i, count, stores[i], run.slots.get(i), run.statuses.get(i)) for i in range(count)
+        ]
+        code = _exit_code(outcomes)
+        merged, why = merge.result()
     finally:
-        close = getattr(executor, "close", None)
-        if callable(close):
-            close()
-    outcomes = [_outcome(i, count, stores[i], run.slots.get(i), run.statuses.get(i)) for i in range(count)]
-    code = _exit_code(outcomes)
-    merged, why = merge.result()
+        merge.close()  # only after an exception: no forked read outlives the parent's command
     if flags["summary_format"] == "json":
         doc = {
             "shards": [o.to_dict() for o in outcomes],

@@ -16,6 +16,7 @@ running shard, and -- whatever happens in the parent -- no shard left running wh
 from __future__ import annotations
 
 import heapq
+import select
 import signal
 import threading
 import time
@@ -152,6 +153,34 @@ def _interrupt(handle: Any) -> None:
         pass
 
 
+#: how often a shard whose output has closed is polled until it can be reaped
+_EXITING_S = 0.005
+
+
+def _pause(handles: list[Any], timeout: float) -> None:
+    """Wait ``timeout``, or less: until a handle's ``wait_fds()`` (optional) becomes readable.
+
+    A handle that reads its shard's output in ``poll`` (the local executor's forked shards)
+    offers its pipes, which become readable when the shard writes or ends; waiting on them wakes
+    the loop at once. If a running handle has no such method, the loop sleeps as before.
+    """
+    fds: list[int] = []
+    for handle in handles:
+        offered = getattr(handle, "wait_fds", None)
+        if not callable(offered):
+            time.sleep(timeout)
+            return
+        got = offered()
+        if not got:  # its output is closed: the shard is exiting, and is reaped in a moment
+            time.sleep(min(timeout, _EXITING_S))
+            return
+        fds.extend(got)
+    try:
+        select.select(fds, [], [], timeout)
+    except (OSError, ValueError):  # a descriptor closed meanwhile: the next poll sorts it out
+        time.sleep(min(timeout, 0.01))
+
+
 def run_shards(
     executor: ShardExecutor,
     count: int,
@@ -212,7 +241,7 @@ def run_shards(
             if result.interrupts and pending:
                 pending.clear()  # never started: nothing of theirs ran, resume runs them
             if running:
-                time.sleep(poll_interval)
+                _pause([handle for handle, _slot in running.values()], poll_interval)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

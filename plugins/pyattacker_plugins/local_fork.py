@@ -27,6 +27,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from typing import IO, NoReturn
 
+from pyattacker.forking import single_threaded
 from pyattacker.shard_exec import ShardJob, ShardStatus
 
 from .shard_output import ShardOutput
@@ -35,14 +36,6 @@ __all__ = ["ForkedHandle", "fork_shard", "single_threaded"]
 
 #: how long a finished shard's pipes are read for an end of file (a grandchild may hold them)
 EOF_WAIT_S = 5.0
-
-
-def single_threaded() -> bool:
-    """Whether this process runs one OS thread (threads that ``threading`` never saw count)."""
-    try:
-        return len(os.listdir("/proc/self/task")) == 1
-    except OSError:
-        return threading.active_count() == 1
 
 
 def fork_shard(job: ShardJob, env: dict[str, str], inherited: Iterable[int]) -> tuple[int, int, int]:
@@ -193,6 +186,11 @@ class ForkedHandle:
         del self._fds[fd]
         os.close(fd)
         self._on_close(fd)
+
+    def wait_fds(self) -> list[int]:
+        """The pipes that become readable when the shard writes or ends (``run_shards`` waits
+        on them instead of sleeping, so a shard's end is seen at once)."""
+        return list(self._fds)
 
     def _wait_for_output(self, timeout: float) -> None:
         if self._fds:
