@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from pyattacker.forking import ForkedCall, ForkedCallError, fork_safe, single_threaded
+from pyattacker.forking import (
+    ForkedCall,
+    ForkedCallError,
+    fork_safe,
+    parent_signals_held,
+    single_threaded,
+)
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
@@ -96,3 +102,25 @@ def test_fork_safe_only_with_a_single_thread() -> None:
     finally:
         release.set()
         thread.join()
+
+
+def _blocked_signals() -> set[int]:
+    return {int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])}
+
+
+def test_signals_are_held_around_the_fork_and_released_in_the_child() -> None:
+    """A signal that arrives while the parent forks waits until the fork is done (so the child
+    never runs the parent's handler), and the child accepts signals once its own are set."""
+    got: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        with parent_signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert got == []  # held back
+            assert {signal.SIGINT, signal.SIGTERM} <= _blocked_signals()
+        assert got == [signal.SIGTERM]  # delivered once the block ends
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert not {signal.SIGINT, signal.SIGTERM} & _blocked_signals()
+    child_blocked = ForkedCall(_blocked_signals).result()
+    assert not {signal.SIGINT, signal.SIGTERM} & child_blocked

@@ -484,6 +484,34 @@ def test_merged_report_folds_shard_stores_as_they_end(tmp_path: Path, fork: bool
     assert not broken.reading  # the read of shard 0 was collected or stopped
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked reads are Linux-only")
+def test_merge_decides_to_fork_at_each_read(tmp_path: Path) -> None:
+    """A spawning executor starts relay threads after the merge is set up: a read that starts
+    while another thread runs is done in-process (forking then is unsafe)."""
+    from _view_fixtures import build_store
+    from pyattacker.forking import single_threaded
+
+    if not single_threaded():
+        pytest.skip("the test process runs other threads")
+    stores = [str(tmp_path / f"m.shard{i}of2.db") for i in range(2)]
+    for i, store in enumerate(stores):
+        build_store(store, 6, start=6 * i)
+    merge = _Merge(stores, None)
+    merge.add(0)
+    assert list(merge.reading) == [0]  # forked
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait)
+    thread.start()
+    try:
+        merge.add(1)
+    finally:
+        release.set()
+        thread.join()
+    assert list(merge.reading) == [0] and 1 in merge.parts  # read here, not forked
+    merged, why = merge.result()
+    assert why is None and merged.to_dict(20) == merge_stores(stores).to_dict(20)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_an_interrupted_merge_leaves_no_reader_behind(tmp_path: Path) -> None:
     from _view_fixtures import build_store

@@ -22,12 +22,20 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Generic, NoReturn, TypeVar
 
 from .errors import PyAttackerError
 
-__all__ = ["ForkedCall", "ForkedCallError", "fork_safe", "single_threaded"]
+__all__ = [
+    "ForkedCall",
+    "ForkedCallError",
+    "fork_safe",
+    "parent_signals_held",
+    "release_signals",
+    "single_threaded",
+]
 
 T = TypeVar("T")
 
@@ -65,12 +73,13 @@ class ForkedCall(Generic[T]):
             except (OSError, ValueError, AttributeError):
                 pass
         try:
-            pid = os.fork()
+            with parent_signals_held():
+                pid = os.fork()
+                if pid == 0:
+                    _child(self._file.fileno(), fn, args)
         except OSError:
             self._file.close()
             raise
-        if pid == 0:
-            _child(self._file.fileno(), fn, args)
         self.pid = pid
         self._done = False
         self._code = 0
@@ -114,11 +123,31 @@ class ForkedCall(Generic[T]):
         return self._code
 
 
+@contextmanager
+def parent_signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back around a fork: a child must set its own handlers before it
+    can receive one, or it would run the parent's (which, in a shard loop, signal the shards).
+    The child unblocks them itself once its handlers are set (``release_signals``); a signal
+    that arrived meanwhile is delivered to the parent when the block ends."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def release_signals() -> None:
+    """In a forked child, after its handlers are set: accept SIGINT and SIGTERM again."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def _child(fd: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> NoReturn:
     code = 1
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        release_signals()
         gc.freeze()  # the parent's objects stay shared: a collection here would copy their pages
         try:
             payload: tuple[bool, Any] = (True, fn(*args))

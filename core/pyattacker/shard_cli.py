@@ -229,7 +229,7 @@ class _Merge:
     def __init__(self, stores: list[str], run_id: str | None, *, fork: bool | None = None) -> None:
         self.stores = stores
         self.run_id = run_id
-        self.fork = fork_safe() if fork is None else fork
+        self.fork = fork  # None: whether ``fork_safe()`` at each read (a spawning executor adds threads)
         self.parts: dict[int, ShardPart | None] = {}
         self.reading: dict[int, ForkedCall[ShardPart | None]] = {}
         self.why: str | None = None
@@ -246,7 +246,7 @@ class _Merge:
 
         if self.why is not None or index in self.parts or index in self.reading or not self._present(index):
             return
-        if self.fork:
+        if fork_safe() if self.fork is None else self.fork:
             try:
                 self.reading[index] = ForkedCall(shard_part, self.stores[index], self.run_id)
                 return

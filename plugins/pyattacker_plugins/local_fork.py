@@ -27,7 +27,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from typing import IO, NoReturn
 
-from pyattacker.forking import single_threaded
+from pyattacker.forking import parent_signals_held, release_signals, single_threaded
 from pyattacker.shard_exec import ShardJob, ShardStatus
 
 from .shard_output import ShardOutput
@@ -52,13 +52,14 @@ def fork_shard(job: ShardJob, env: dict[str, str], inherited: Iterable[int]) -> 
         except (OSError, ValueError, AttributeError):
             pass
     try:
-        pid = os.fork()
+        with parent_signals_held():  # the child must not run the parent's shard-loop handlers
+            pid = os.fork()
+            if pid == 0:
+                _child(job, env, out_w, err_w, [out_r, err_r, *inherited])
     except OSError:
         for fd in (out_r, out_w, err_r, err_w):
             os.close(fd)
         raise
-    if pid == 0:
-        _child(job, env, out_w, err_w, [out_r, err_r, *inherited])
     os.close(out_w)
     os.close(err_w)
     return pid, out_r, err_r
@@ -71,6 +72,7 @@ def _child(job: ShardJob, env: dict[str, str], out_w: int, err_w: int, close: li
         os.setsid()  # as the spawned shards: a Ctrl-C reaches the parent only, which forwards it
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        release_signals()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_w, 1)
