@@ -1346,26 +1346,28 @@ class Runner:
         """Record the attempt (write-behind); returns its duration in ms."""
         assert self._recorder is not None
         duration = round3((self._mono() - t0) * 1000.0)
-        self._recorder.attempt(
-            AttemptRecord(
-                run_id=self.run_id or "",
-                pipeline_id=state.spec.key,
-                task_run_id=ctx.task_run_id,
-                task_name=ctx.task.name,
-                seq=state.seq,
-                attempt=ctx.attempt,
-                started_at=wall0,
-                ended_at=wall0 + duration / 1000,
-                duration_ms=duration,
-                outcome=outcome,
-                error_class=None if error is None else error_class_of(error),
-                error_type=None if error is None else type(error).__name__,
-                error_message=None if error is None else _error_text(error),
-                decision=decision,
-                leases=ctx.lease_records,
-                metric_failures=ctx.metric_failures,
-            )
+        # at most 15 keyword arguments: CPython compiles a call with 16 or more into building a
+        # dict and unpacking it, about 1 µs more per call (the error fields default to None)
+        record = AttemptRecord(
+            run_id=self.run_id or "",
+            pipeline_id=state.spec.key,
+            task_run_id=ctx.task_run_id,
+            task_name=ctx.task.name,
+            seq=state.seq,
+            attempt=ctx.attempt,
+            started_at=wall0,
+            ended_at=wall0 + duration / 1000,
+            duration_ms=duration,
+            outcome=outcome,
+            decision=decision,
+            leases=ctx.lease_records,
+            metric_failures=ctx.metric_failures,
         )
+        if error is not None:
+            record.error_class = error_class_of(error)
+            record.error_type = type(error).__name__
+            record.error_message = _error_text(error)
+        self._recorder.attempt(record)
         return duration
 
     def _stage_checkpoint(
