@@ -513,6 +513,32 @@ def test_merge_decides_to_fork_at_each_read(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_read_that_fails_in_its_child_is_done_again_in_the_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forked read is only a faster way: when the child cannot hand its result back (here it
+    does not pickle), the parent reads the store itself and the report is the same."""
+    import pyattacker.merge as merge_module
+    from _view_fixtures import build_store
+
+    stores = [str(tmp_path / f"m.shard{i}of2.db") for i in range(2)]
+    for i, store in enumerate(stores):
+        build_store(store, 6, start=6 * i)
+    parent = os.getpid()
+    real = merge_module.shard_part
+
+    def only_here(location: str, run_id: Any) -> Any:
+        return real(location, run_id) if os.getpid() == parent else threading.Lock()
+
+    monkeypatch.setattr(merge_module, "shard_part", only_here)
+    merge = _Merge(stores, None, fork=True)
+    merge.add(1)
+    assert list(merge.reading) == [1]
+    merged, why = merge.result()
+    assert why is None and merged.to_dict(20) == merge_stores(stores).to_dict(20)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_an_interrupted_merge_leaves_no_reader_behind(tmp_path: Path) -> None:
     from _view_fixtures import build_store
 

@@ -252,27 +252,31 @@ class _Merge:
                 return
             except OSError:  # no process to spare: read it here
                 pass
+        self._read_here(index)
+
+    def _read_here(self, index: int) -> None:
+        from .merge import shard_part
+
         try:
             self.parts[index] = shard_part(self.stores[index], self.run_id)
         except Exception as exc:  # called inside the shard loop: never let it stop the other shards
-            self._failed(index, exc)
-
-    def _failed(self, index: int, exc: Exception) -> None:
-        self.parts[index] = None
-        if self.why is None:
-            self.why = f"{type(exc).__name__}: {exc}"
+            self.parts[index] = None
+            if self.why is None:
+                self.why = f"{type(exc).__name__}: {exc}"
 
     def _collect(self) -> None:
-        """Wait for the forked reads, in shard order (the first error is the one reported)."""
+        """Wait for the forked reads in shard order. A read that failed in its child (an error,
+        a result that does not pickle, a killed child) is done again here, so what is reported
+        is what an in-process read says; after the first error the other reads are stopped."""
         for index in sorted(self.reading):
+            if self.why is not None:
+                break
             call = self.reading.pop(index)
             try:
                 self.parts[index] = call.result()
-            except ForkedCallError as exc:
-                self._failed(index, exc)
-                self.why = str(exc)  # the child's own "<type>: <message>"
-                self.close()
-                return
+            except ForkedCallError:
+                self._read_here(index)
+        self.close()
 
     def close(self) -> None:
         """Stop the reads still running (after an error or an interrupt)."""
