@@ -558,6 +558,31 @@ def test_an_interrupted_merge_leaves_no_reader_behind(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(60)
+def test_the_shard_loop_pause_returns_on_output_or_an_ending_shard() -> None:
+    """``_pause`` with an hour's timeout returns at once when a handle's pipe is readable, and
+    soon when a handle's output is closed (its shard is exiting); a handle without
+    ``wait_fds`` makes it sleep the timeout (here 0). Without these, the test would hang."""
+    from pyattacker.shard_exec import _pause
+
+    class Offers:
+        def __init__(self, fds: list[int]) -> None:
+            self.fds = fds
+
+        def wait_fds(self) -> list[int]:
+            return self.fds
+
+    r, w = os.pipe()
+    try:
+        os.write(w, b"x")
+        _pause([Offers([r])], 3600)  # readable
+        _pause([Offers([r]), Offers([])], 3600)  # one shard is exiting
+        _pause([object()], 0)  # no wait_fds: sleeps the (zero) timeout
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked shards are Linux-only")
 def test_the_shard_loop_wakes_when_a_forked_shard_ends(tmp_path: Path) -> None:
     """The loop waits on a forked shard's pipes instead of sleeping its poll interval, so it

@@ -31,6 +31,7 @@ from .errors import PyAttackerError
 __all__ = [
     "ForkedCall",
     "ForkedCallError",
+    "fork_into",
     "fork_safe",
     "parent_signals_held",
     "release_signals",
@@ -67,26 +68,18 @@ class ForkedCall(Generic[T]):
     def __init__(self, fn: Callable[..., T], *args: Any) -> None:
         # already unlinked: nothing outlives the two processes; closed by result() or cancel()
         self._file = tempfile.TemporaryFile()  # noqa: SIM115
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError, AttributeError):
-                pass
+        fd = self._file.fileno()
         try:
-            with parent_signals_held():
-                pid = os.fork()
-                if pid == 0:
-                    _child(self._file.fileno(), fn, args)
+            self.pid = fork_into(lambda: _child(fd, fn, args))
         except OSError:
             self._file.close()
             raise
-        self.pid = pid
         self._done = False
         self._code = 0
 
     def result(self) -> T:
         """Wait for the child; its value, or ``ForkedCallError``."""
-        code = self._reap(0)
+        code = self._reap()
         try:
             self._file.seek(0)
             data = self._file.read()
@@ -107,14 +100,14 @@ class ForkedCall(Generic[T]):
                 os.kill(self.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            self._reap(0)
+            self._reap()
         self._file.close()
 
-    def _reap(self, flags: int) -> int:
+    def _reap(self) -> int:
         if self._done:
             return self._code
         try:
-            _pid, status = os.waitpid(self.pid, flags)
+            _pid, status = os.waitpid(self.pid, 0)
         except ChildProcessError:  # reaped by someone else: its status is lost
             self._code = 255
         else:
@@ -135,6 +128,23 @@ def parent_signals_held() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def fork_into(child: Callable[[], NoReturn]) -> int:
+    """Fork; the child runs ``child()`` (which must end the process, e.g. with ``os._exit``),
+    the parent gets the child's pid. The standard streams are flushed first, so the child cannot
+    write the parent's buffered output a second time, and SIGINT/SIGTERM are held across the
+    fork (``parent_signals_held``): ``child`` calls ``release_signals`` once its handlers are set."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    with parent_signals_held():
+        pid = os.fork()
+        if pid == 0:
+            child()
+    return pid
 
 
 def release_signals() -> None:

@@ -27,7 +27,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from typing import IO, NoReturn
 
-from pyattacker.forking import parent_signals_held, release_signals, single_threaded
+from pyattacker.forking import fork_into, release_signals, single_threaded
 from pyattacker.shard_exec import ShardJob, ShardStatus
 
 from .shard_output import ShardOutput
@@ -46,16 +46,8 @@ def fork_shard(job: ShardJob, env: dict[str, str], inherited: Iterable[int]) -> 
     """
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    for stream in (sys.stdout, sys.stderr):  # the child must not write the parent's buffers again
-        try:
-            stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
     try:
-        with parent_signals_held():  # the child must not run the parent's shard-loop handlers
-            pid = os.fork()
-            if pid == 0:
-                _child(job, env, out_w, err_w, [out_r, err_r, *inherited])
+        pid = fork_into(lambda: _child(job, env, out_w, err_w, [out_r, err_r, *inherited]))
     except OSError:
         for fd in (out_r, out_w, err_r, err_w):
             os.close(fd)
