@@ -10,7 +10,7 @@ import pytest
 
 from _pool_fixtures import Ctx, Recorder, algorithms_fixture, clock_fixture, run
 from pyattacker.bus import Bus
-from pyattacker.clock import VirtualClock
+from pyattacker.clock import Clock, VirtualClock
 from pyattacker.errors import AcquireTimeout, ConfigError, ResourceUnavailable
 from pyattacker.pool import (
     Lease,
@@ -707,3 +707,33 @@ def test_a_broken_where_filter_cannot_break_a_release(clock: VirtualClock) -> No
         assert pool.stats().active == 0
 
     run(clock, scenario)
+
+
+class _SteppingClock(Clock):
+    """``now()`` returns the queued readings one by one, then the last one for ever."""
+
+    def __init__(self, *readings: float) -> None:
+        self.readings = list(readings)
+
+    def now(self) -> float:
+        return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
+
+
+def test_a_cooldown_that_ends_between_the_check_and_the_wait_wakes_the_waiter() -> None:
+    """A waiter that found the resource blocked and registered after its cooldown ended is woken
+    (no timer is left that would see the end). The same gap opens when a timer fires a little
+    early, as uvloop's whole-millisecond timers do: runs then hung with every worker waiting."""
+    clock = _SteppingClock(0.0)
+    pool = Pool("p", [Resource.create("api", id="r", cooldown_s=10)], clock=clock)
+
+    async def scenario() -> bool:
+        lease = pool.try_acquire(Ctx())
+        assert lease is not None
+        lease.degrade("slow down")  # blocked until 10
+        lease.release_now()
+        # the check sees 9.999 (still blocked), the registration 10.001 (ended)
+        clock.readings = [9.999, 10.001]
+        return await asyncio.wait_for(pool.wait_slot(), 5.0)
+
+    assert asyncio.run(scenario()) is True
+    assert pool.try_acquire(Ctx()) is not None  # the cooldown is over, the slot is free

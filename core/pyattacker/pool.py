@@ -824,10 +824,22 @@ class Pool:
         return earliest
 
     def _arm_cooldown(self) -> None:
-        """Keep one timer on the earliest future cooldown while anybody waits."""
+        """Keep one timer on the earliest future cooldown while anybody waits.
+
+        A cooldown that has ended by now but is still recorded is ended here, and the waiters
+        are woken: no timer will see it end. That happens when a waiter checked the pool just
+        before the cooldown ended and registered just after, or when a timer fired a little
+        early (uvloop truncates delays to whole milliseconds) and the waiters it woke found the
+        resource still blocked. Without this, every worker could wait for a timer never armed.
+        """
         if not self._waiters or self._loop is None or self._loop.is_closed():
             return
         now = self.clock.now()
+        ended = [r for r in self._slots if r.blocked_until is not None and r.blocked_until <= now]
+        if ended:
+            for r in ended:
+                self._refresh(r, now)
+            self._wake_all()
         earliest = self._earliest_cooldown(now)
         if earliest is None:
             self._disarm_cooldown()
