@@ -575,3 +575,42 @@ def test_pipeline_totals_counts_sorts_and_sums_one_run(tmp_path: Path) -> None:
         assert store.pipeline_totals("nope") == ({}, type(durations)("d"), 0)
     finally:
         store.close()
+
+
+def test_wal_grown_behind_a_long_reader_shrinks_back_after_it_ends(tmp_path: Path) -> None:
+    """A reader holding one snapshot (the live view's statistics) keeps the WAL from restarting,
+    so the file grows while the run writes; once the reader is done, the log restarts and the
+    writer truncates the file back to ``WAL_SIZE_LIMIT`` instead of leaving it at its peak."""
+    from pyattacker_plugins.store_sqlite.store import WAL_SIZE_LIMIT
+
+    path = tmp_path / "runs.db"
+    wal = Path(str(path) + "-wal")
+    store = OPENER.open(str(path))
+    reader = sqlite3.connect(path, isolation_level=None)
+    payload = os.urandom(256 * 1024)
+    n = 0
+
+    def write(blobs: int) -> None:
+        nonlocal n
+        rows = [artifact(f"p{n + i}", 0, payload) for i in range(blobs)]
+        commit(store, pipelines=[pipeline(r.pipeline_id) for r in rows], artifacts=rows)
+        n += blobs
+
+    try:
+        write(1)
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT COUNT(*) FROM pipelines").fetchone()[0] == 1  # snapshot held
+        for _ in range(12):  # 12 x 8 x 256 KiB: far past the limit, none of it can be reset
+            write(8)
+        peak = wal.stat().st_size
+        assert peak > 1.5 * WAL_SIZE_LIMIT
+        reader.execute("COMMIT")
+        sizes = []
+        for _ in range(4):  # a checkpoint folds the log in, the next write restarts and truncates it
+            write(1)
+            sizes.append(wal.stat().st_size)
+        assert min(sizes) <= WAL_SIZE_LIMIT, (peak, sizes)
+        assert reader.execute("SELECT COUNT(*) FROM pipelines").fetchone()[0] == n  # nothing lost
+    finally:
+        reader.close()
+        store.close()

@@ -48,11 +48,16 @@ from .rows import (
 from .state_lookup import StateLookup
 from .statements import Statement
 
-__all__ = ["LOOKUP_CHUNK", "SqliteStore"]
+__all__ = ["LOOKUP_CHUNK", "WAL_SIZE_LIMIT", "SqliteStore"]
 
 #: ids per ``IN (...)`` query in ``lookup_pipelines`` (well under SQLite's variable limit)
 LOOKUP_CHUNK = 512
 BUSY_TIMEOUT_MS = 10_000
+#: Bytes of WAL file the writer leaves on disk after the log restarts. A reader that holds a
+#: snapshot (a live view's statistics, read in one transaction) keeps the WAL from restarting,
+#: so it grows past its usual 4 MB while the run writes; SQLite never shrinks the file by itself.
+#: With the limit, the first commit after the next restart truncates it back.
+WAL_SIZE_LIMIT = 16 * 2**20
 SYNCHRONOUS_MODES = ("normal", "full")
 
 
@@ -287,6 +292,7 @@ class SqliteStore:
             conn = _connect(path)
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+            conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
             schema.migrate(conn, version, time.time())
             return cls(path, conn, read_only=False, lock=lock, synchronous=synchronous)
         except BaseException as exc:
