@@ -374,6 +374,37 @@ def test_sticky_waits_for_its_resource_and_drops_a_dead_one(
     run(clock, scenario)
 
 
+@pytest.mark.parametrize("ends", ["dead", "revoked"])
+def test_sticky_drops_its_resource_when_it_dies_during_the_wait(
+    clock: VirtualClock, algorithms: Registry, ends: str
+) -> None:
+    """The preferred resource was usable when the wait began and dies (or is revoked) while the
+    attempt waits for it: the attempt moves to another resource instead of waiting for ever."""
+
+    async def scenario() -> None:
+        pool = pool_of(clock, algorithms, 2, degrade_after=1, dead_after=1)
+        attempt = Ctx()
+        mine = await pool.acquire(attempt, algorithm="sticky")
+        other = pool.try_acquire()  # the other resource is busy when the wait starts
+        assert other is not None and other.resource is not mine.resource
+        waiting = asyncio.ensure_future(pool.acquire(attempt, algorithm="sticky", timeout=50))
+        await asyncio.sleep(1)
+        assert not waiting.done()
+        if ends == "dead":
+            mine.report(ok=False)
+            mine.release_now()  # its last lease is back: only re-publishing could revive it now
+        else:
+            pool.revoke(mine.resource.id)
+            mine.release_now()
+        other_id = other.resource.id
+        release_at(2, other)
+        moved = await waiting
+        assert moved.resource.id == other_id and clock.now() == 3
+        assert attempt.meta["sticky"]["p"] == other_id
+
+    run(clock, scenario)
+
+
 # -- quota_aware -----------------------------------------------------------------------------------
 
 

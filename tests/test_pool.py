@@ -737,3 +737,149 @@ def test_a_cooldown_that_ends_between_the_check_and_the_wait_wakes_the_waiter() 
 
     assert asyncio.run(scenario()) is True
     assert pool.try_acquire(Ctx()) is not None  # the cooldown is over, the slot is free
+
+
+# -- wake-ups that must not be lost -----------------------------------------------------------------
+
+
+def test_a_wake_up_used_for_another_slot_is_passed_to_a_waiter_that_wants_the_first() -> None:
+    """A waiter woken for r1 that leases r2 (round-robin) must not leave a waiter that only
+    wants r1 asleep beside a free r1: the slot is handed on."""
+
+    async def scenario() -> str:
+        pool = Pool("p", [Resource.create("api", id="r1"), Resource.create("api", id="r2")])
+        l2 = pool.try_acquire(id="r2")
+        l1 = pool.try_acquire(id="r1")  # the next pick starts at r2
+        assert l1 is not None and l2 is not None
+        anyone = asyncio.ensure_future(pool.acquire())
+        await asyncio.sleep(0)
+        only_r1 = asyncio.ensure_future(pool.acquire(id="r1"))
+        await asyncio.sleep(0)
+        assert pool.waiting == 2
+        l1.release_now()  # wakes `anyone` for r1
+        l2.release_now()  # `anyone` is woken already, `only_r1` does not want r2: nobody
+        assert (await anyone).resource.id == "r2"
+        lease = await asyncio.wait_for(only_r1, 5.0)
+        return lease.resource.id
+
+    assert asyncio.run(scenario()) == "r1"
+
+
+def test_a_cooldown_seen_ended_by_another_pick_wakes_the_waiters() -> None:
+    """The notifier's timer waits for r1's cooldown; a pick for r2 sees it ended first (the loop
+    was busy) and the registration that follows finds no cooldown to arm a timer for. The
+    waiter for r1 must still be woken."""
+    clock = _SteppingClock(0.0)
+    pool = Pool(
+        "p",
+        [Resource.create("api", id="r1", cooldown_s=10), Resource.create("api", id="r2", cooldown_s=10)],
+        clock=clock,
+    )
+
+    async def scenario() -> str:
+        l1 = pool.try_acquire(id="r1")
+        l2 = pool.try_acquire(id="r2")  # r2 stays leased
+        assert l1 is not None and l2 is not None
+        l1.degrade("429")  # r1 blocked until 10
+        l1.release_now()
+        for_r1 = asyncio.ensure_future(pool.acquire(id="r1"))
+        await asyncio.sleep(0)
+        assert pool.waiting == 1
+        clock.readings = [10.001]  # the cooldown is over before the timer fires
+        for_r2 = asyncio.ensure_future(pool.wait_slot(selector={"id": "r2"}))
+        await asyncio.sleep(0)
+        lease = await asyncio.wait_for(for_r1, 5.0)
+        for_r2.cancel()
+        return lease.resource.id
+
+    assert asyncio.run(scenario()) == "r1"
+
+
+def test_a_woken_waiter_whose_filter_raises_hands_the_slot_on(clock: VirtualClock) -> None:
+    """The woken waiter's own ``where`` raises in its try: the error is its own, and the slot it
+    was woken for goes to the next waiter instead of staying free with everybody asleep."""
+
+    async def scenario() -> None:
+        pool = make_pool(clock)
+        held = pool.try_acquire()
+        assert held is not None
+
+        def broken(r: Resource) -> bool:
+            raise RuntimeError("filter bug")
+
+        bad = asyncio.ensure_future(pool.acquire(where=broken))
+        await asyncio.sleep(0)
+        good = asyncio.ensure_future(pool.acquire())
+        await asyncio.sleep(0)
+        held.release_now()  # wakes `bad` first (the broken filter counts as wanting the slot)
+        with pytest.raises(RuntimeError, match="filter bug"):
+            await bad
+        lease = await asyncio.wait_for(good, 5.0)
+        assert lease.resource.id == "r0"
+
+    run(clock, scenario)
+
+
+# -- waits that could never end ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ["wait", "backoff"])
+def test_a_wait_on_resources_that_are_all_dead_raises_instead_of_lasting_for_ever(
+    clock: VirtualClock, algorithms: Registry, algorithm: str
+) -> None:
+    """Only an ok report on a held lease or re-publishing revives a dead resource. Once every
+    matching resource is dead with no lease held (or revoked), a waiting acquisition raises
+    ResourceUnavailable naming them, both for a waiter that was already waiting and a new one."""
+
+    async def scenario() -> None:
+        pool = make_pool(clock, 2, registry=algorithms, degrade_after=1, dead_after=1)
+        a, b = pool.try_acquire(), pool.try_acquire()
+        assert a is not None and b is not None
+        early = asyncio.ensure_future(pool.acquire(algorithm=algorithm))
+        await asyncio.sleep(0.5)
+        pool.revoke("r0")
+        a.release_now()
+        await asyncio.sleep(0.5)
+        assert not early.done()  # r1 is dead-to-be but still held: its holder may report ok
+        b.report(ok=False)
+        assert pool.resource("r1").state is ResourceState.DEAD  # type: ignore[union-attr]
+        await asyncio.sleep(0.5)
+        assert not early.done()  # still held: an ok report would revive it
+        b.release_now()
+        with pytest.raises(ResourceUnavailable, match=r"r0 revoked; r1 dead after 1 consecutive"):
+            await asyncio.wait_for(early, 5.0)
+        with pytest.raises(ResourceUnavailable, match="can be leased again"):
+            await asyncio.wait_for(pool.acquire(algorithm=algorithm), 5.0)
+        assert pool.waiting == 0
+
+    run(clock, scenario)
+
+
+def test_a_dead_resource_whose_held_lease_reports_ok_serves_the_waiter(clock: VirtualClock) -> None:
+    async def scenario() -> str:
+        pool = make_pool(clock, degrade_after=1, dead_after=1)
+        held = pool.try_acquire()
+        assert held is not None
+        held.report(ok=False)
+        assert held.resource.state is ResourceState.DEAD
+        waiter = asyncio.ensure_future(pool.acquire())
+        await asyncio.sleep(1)
+        held.report(ok=True)  # revived through the lease it still holds
+        held.release_now()
+        return (await asyncio.wait_for(waiter, 5.0)).resource.id
+
+    assert run(clock, scenario) == "r0"
+
+
+def test_a_pool_with_nothing_matching_yet_waits_for_a_publish(clock: VirtualClock) -> None:
+    """Not beyond recovery: no resource matches, and a publish may bring one."""
+
+    async def scenario() -> str:
+        pool = make_pool(clock, degrade_after=1, dead_after=1)
+        waiter = asyncio.ensure_future(pool.acquire(kind="gpu"))
+        await asyncio.sleep(10)
+        assert not waiter.done()
+        pool.publish(Resource.create("gpu", id="g"))
+        return (await asyncio.wait_for(waiter, 5.0)).resource.id
+
+    assert run(clock, scenario) == "g"

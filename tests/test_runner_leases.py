@@ -231,3 +231,29 @@ def test_a_missing_pool_is_not_remembered_and_a_pool_added_later_is_used() -> No
     second = r.run(pipeline("p2", call).map(seeds(2)))
     assert second.succeeded == 2
     assert {a.leases[0]["pool"] for a in rows(r.store, "attempts") if a.outcome == "succeeded"} == {"late"}
+
+
+def test_a_run_whose_endpoints_all_died_ends_instead_of_waiting_for_ever() -> None:
+    """Every endpoint failed ``dead_after`` times in a row: the pipelines still waiting for a
+    lease fail with ResourceUnavailable naming the dead endpoints, and the run ends (before, it
+    waited for ever with every worker asleep)."""
+    clock = VirtualClock()
+    pool = Pool(
+        "apis",
+        [Resource.create("api", id=f"e{i}", degrade_after=1, dead_after=2, cooldown_s=1.0) for i in range(2)],
+        clock=clock,
+    )
+
+    @task(resource="apis", retry={"max_attempts": 3, "base": 0.1})
+    async def call(x: Any, ctx: Any) -> Any:
+        async with ctx.acquire() as lease:
+            lease.report(ok=False, error="HTTP 500")
+            raise RetryableError("HTTP 500")
+
+    with vrunner(pools=[pool], clock=clock, concurrency=2) as r:
+        rep = r.run(pipeline("p", call).map(seeds(6)))
+        atts = rows(r.store, "attempts")
+    assert rep.failed == 6 and rep.succeeded == 0 and pool.stats().active == 0
+    assert {res.state.value for res in pool.resources()} == {"dead"}
+    errors = {a.error_message for a in atts if a.error_type == "ResourceUnavailable"}
+    assert errors and all("e0 dead after 2" in e and "e1 dead after 2" in e for e in errors)

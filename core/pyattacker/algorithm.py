@@ -30,6 +30,7 @@ __all__ = [
     "FallbackRef",
     "algorithm_fingerprint",
     "backoff_delay",
+    "beyond_recovery_error",
     "ctx_emit",
     "ctx_rng",
     "number_param",
@@ -123,6 +124,19 @@ def unavailable(pool: Pool, selector: Mapping[str, Any], where: Any = None) -> R
     return ResourceUnavailable(f"pool {pool.name!r}: no resource free{asked}")
 
 
+def beyond_recovery_error(
+    pool: Pool, selector: Mapping[str, Any], where: Any, why: str
+) -> ResourceUnavailable:
+    """The error for a wait that would last for ever (see ``Pool.beyond_recovery``)."""
+    asked = f" matching {dict(selector)!r}" if selector else ""
+    if where is not None:
+        asked += " (with a where filter)"
+    return ResourceUnavailable(
+        f"pool {pool.name!r}: no resource{asked} can be leased again: {why}"
+        " (an ok report on a held lease or re-publishing the resource brings it back)"
+    )
+
+
 def backoff_delay(
     attempt: int,
     base: float,
@@ -182,6 +196,9 @@ async def wait_for_lease(
             remaining = None if deadline is None else deadline - clock.now()
             if remaining is not None and remaining <= 0:
                 raise _timed_out(pool, selector, timeout)
+            beyond = pool.beyond_recovery(where, selector)
+            if beyond is not None:
+                raise beyond_recovery_error(pool, selector, where, beyond)
             if not await pool.wait_slot(where=where, selector=selector, timeout=remaining):
                 continue
             waited = (clock.now() - start) * 1000.0

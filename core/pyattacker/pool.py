@@ -582,6 +582,8 @@ class Pool:
         resource.blocked_until = None
         if self._listened():
             self._emit("resource.revoked", resource.id, {"reason": reason})
+        if self._waiters:
+            self._wake_all()  # a wait that only this resource could end must find out
         return True
 
     def resources(self) -> list[Resource]:
@@ -641,6 +643,26 @@ class Pool:
                     break  # nothing beats an idle slot, and it is first in round-robin order
         return best
 
+    def beyond_recovery(self, where: Any = None, selector: Mapping[str, Any] | None = None) -> str | None:
+        """Why no matching resource can be leased again without outside help, or None.
+
+        That is the case when resources match and every one of them is revoked, or dead with
+        no lease held (only an ok report on a held lease, or re-publishing its id, revives a
+        dead resource). A wait would then last for ever, so the algorithms raise instead. A
+        pool where nothing matches yet is not beyond recovery: a publish may bring a match.
+        """
+        reasons: list[str] = []
+        for r in self._slots:
+            if (selector or where is not None) and not r.matches(selector, where):
+                continue
+            if r.state is REVOKED:
+                reasons.append(f"{r.id} revoked")
+            elif r.state is DEAD and r.active == 0:
+                reasons.append(f"{r.id} dead after {r.consecutive_failures} consecutive failures")
+            else:
+                return None
+        return "; ".join(reasons) if reasons else None
+
     def select(
         self, *, where: Any = None, score: Callable[[Resource], Any] | None = None, **selector: Any
     ) -> Resource | None:
@@ -673,7 +695,12 @@ class Pool:
                 and resource._built
             ):
                 return self._lease(ctx, 0, resource, waited_ms)
-        return self._try_general(ctx, where, score, waited_ms, selector)
+        if not self._waiters:
+            return self._try_general(ctx, where, score, waited_ms, selector)
+        try:
+            return self._try_general(ctx, where, score, waited_ms, selector)
+        finally:
+            self._settle()
 
     def _try_general(
         self,
@@ -722,6 +749,8 @@ class Pool:
                 resource.id,
                 {"active": resource.active, "capacity": resource.capacity, "waited_ms": waited_ms},
             )
+        if self._waiters:
+            self._settle()
         return lease
 
     def _build(self, resource: Resource) -> bool:
@@ -781,6 +810,8 @@ class Pool:
     def _wake_slot(self, resource: Resource, slots: int) -> None:
         """A slot of ``resource`` may be free: wake up to ``slots`` waiters that want it."""
         if not self._leasable(resource):
+            if resource.state is DEAD and resource.active == 0:
+                self._wake_all()  # its last lease is back: nothing held can revive it now
             return  # e.g. a degraded resource's lease came back: nothing usable was freed
         for waiter in self._waiters:
             if slots <= 0:
@@ -800,6 +831,40 @@ class Pool:
             self._wake_all()
         else:
             self._wake_slot(waiter.woken_by, 1)
+
+    def _settle(self) -> None:
+        """Wake pending waiters for the free slots that no woken waiter is on its way to take.
+
+        Runs after every try made while somebody waits. A targeted wake-up is a hint: the
+        waiter it wakes may take another slot than the one it was woken for, find that its
+        filter no longer wants it, or raise from its ``where``. Each of those leaves a free
+        slot that nobody will come for; this hands it to a waiter that wants it. When nothing
+        is free (the usual case under contention) it costs one pass over the resources.
+        """
+        free: dict[str, int] = {}
+        for r in self._slots:
+            if self._leasable(r):
+                free[r.id] = r.capacity - r.active
+        if not free:
+            return
+        pending: list[_Waiter] = []
+        for w in self._waiters:
+            fut = w.fut
+            if not fut.done():
+                pending.append(w)
+            elif w.woken_by is not None and w.woken_by.id in free and not fut.cancelled() and fut.result():
+                free[w.woken_by.id] -= 1
+        if not pending:
+            return
+        for r in self._slots:
+            n = free.get(r.id, 0)
+            for w in pending:
+                if n <= 0:
+                    break
+                if not w.fut.done() and w.wants(r):
+                    w.woken_by = r
+                    w.fut.set_result(True)
+                    n -= 1
 
     def reset_waiters(self) -> None:
         """Release every blocked waiter with False and drop the timers (shutdown, loop change)."""
@@ -978,6 +1043,10 @@ class Pool:
             resource.state = READY
             if self._listened():
                 self._emit("resource.recovered", resource.id, {"reason": "cooldown_elapsed"})
+        if self._waiters:
+            # seen ended by a pick or a wake-up before the notifier's timer fired: the waiters
+            # the timer would have woken are woken here (the timer may be disarmed next)
+            self._wake_all()
 
     def _report(
         self,
@@ -1024,6 +1093,8 @@ class Pool:
             resource.blocked_until = None
             if self._listened():
                 self._emit("resource.dead", resource.id, {"consecutive_failures": count, "error": error})
+            if self._waiters and resource.active == 0:
+                self._wake_all()  # see beyond_recovery(): the waiters re-check
         elif count >= resource.degrade_after:
             was = resource.state
             self._block(resource, DEGRADED)

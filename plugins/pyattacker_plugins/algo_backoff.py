@@ -13,6 +13,7 @@ from typing import Any
 from pyattacker.algorithm import (
     JITTERS,
     backoff_delay,
+    beyond_recovery_error,
     ctx_emit,
     ctx_rng,
     number_param,
@@ -57,6 +58,9 @@ class Backoff:
             if lease is not None:
                 pool.note_wait(waited, selector, lease.resource.id)
                 return lease
+            beyond = pool.beyond_recovery(where, selector)
+            if beyond is not None:  # polling would go on for ever
+                raise beyond_recovery_error(pool, selector, where, beyond)
             attempt += 1
             delay = backoff_delay(attempt, self.base, self.factor, self.cap, self.jitter, ctx_rng(ctx))
             elapsed = clock.now() - start

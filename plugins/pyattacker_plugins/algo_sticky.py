@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyattacker.algorithm import FallbackRef
+from pyattacker.errors import ResourceUnavailable
 from pyattacker.hookspecs import Register, hookimpl
 from pyattacker.pool import DEAD, REVOKED, Lease, Pool
 
@@ -32,7 +33,19 @@ class Sticky:
         preferred = memory.get(pool.name) if memory is not None else None
         if preferred is not None and _usable(pool, preferred, where, selector):
             pinned = {**selector, "id": preferred}
-            return await self.fallback.acquire(pool, ctx=ctx, where=where, timeout=timeout, selector=pinned)
+            clock = pool.clock
+            start = clock.now()
+            try:
+                return await self.fallback.acquire(
+                    pool, ctx=ctx, where=where, timeout=timeout, selector=pinned
+                )
+            except ResourceUnavailable:
+                # the resource died or was revoked during the wait: affinity ends, as it would
+                # have before the wait; anything else (a timeout) is the caller's
+                if _usable(pool, preferred, where, selector):
+                    raise
+            if timeout is not None:
+                timeout = max(0.0, timeout - (clock.now() - start))
         lease = await self.fallback.acquire(pool, ctx=ctx, where=where, timeout=timeout, selector=selector)
         if memory is not None:
             memory[pool.name] = lease.resource.id
