@@ -308,6 +308,33 @@ def test_failover_waits_only_on_the_first_listed_pool(clock: VirtualClock, algor
     run(clock, scenario)
 
 
+def test_failover_waits_on_the_first_pool_that_can_serve_the_request(
+    clock: VirtualClock, algorithms: Registry
+) -> None:
+    """When the first listed pool has nothing that matches, or only resources beyond recovery,
+    the wait goes to the next pool that can serve: waiting on the first would last for ever."""
+
+    async def scenario() -> None:
+        primary = pool_of(clock, algorithms, name="a", degrade_after=1, dead_after=1)
+        secondary = pool_of(clock, algorithms, name="b")
+        ctx = Ctx(pools={"a": primary, "b": secondary})
+        algo = Failover(pools=["a", "b"])
+        held_b = await secondary.acquire()
+        release_at(3, held_b)
+        only_b = await primary.acquire(ctx, algorithm=algo, timeout=50, id="b0")  # no match in a
+        assert only_b.pool == "b" and clock.now() == 3
+        only_b.release_now()
+        dying = await primary.acquire()
+        dying.report(ok=False)  # a0 is dead, and nothing held can revive it once returned
+        dying.release_now()
+        held_b = await secondary.acquire()
+        release_at(2, held_b)
+        moved = await primary.acquire(ctx, algorithm=algo, timeout=50)
+        assert moved.pool == "b" and clock.now() == 5
+
+    run(clock, scenario)
+
+
 def test_failover_names_every_pool_reason(clock: VirtualClock, algorithms: Registry) -> None:
     async def scenario() -> None:
         primary, secondary = pool_of(clock, algorithms, name="a"), pool_of(clock, algorithms, name="b")

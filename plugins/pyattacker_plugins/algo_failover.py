@@ -1,8 +1,10 @@
-"""The ``failover`` acquisition algorithm: try several pools in order, wait only on the first.
+"""The ``failover`` acquisition algorithm: try several pools in order, then wait on one.
 
 Each listed pool gets one immediate try, so a healthy secondary serves while the primary is
-saturated. When none has a free slot the fallback waits on the *first* pool only: waiting on
-all of them would need a lease race across pools, and the first is the preferred endpoint.
+saturated. When none has a free slot the fallback waits on one pool only (waiting on all of
+them would need a lease race across pools): the first listed pool that can serve the request,
+that is, one with a matching resource that is not beyond recovery. Waiting on the first pool
+regardless would wait for ever when only a later pool has what the selector asks for.
 """
 
 from __future__ import annotations
@@ -46,11 +48,13 @@ class Failover:
         names = self.pools or (pool.name,)
         reasons: dict[str, str] = {}
         first: Pool | None = None
+        known: list[Pool] = []
         for index, name in enumerate(names):
             target = self._lookup(pool, ctx, name)
             if target is None:
                 reasons[name] = "unknown pool"
                 continue
+            known.append(target)
             if index == 0:
                 first = target
             try:
@@ -62,13 +66,16 @@ class Failover:
                 target.note_wait(0.0, selector, lease.resource.id)
                 return lease
             reasons[name] = "no resource free"
-        if first is not None:
+        # the first pool that can serve the request; when none can, the first listed pool (a
+        # publish may still bring it a match), as before
+        wait_on = next((t for t in known if _can_serve(t, where, selector)), first)
+        if wait_on is not None:
             try:
                 return await self.fallback.acquire(
-                    first, ctx=ctx, where=where, timeout=timeout, selector=selector
+                    wait_on, ctx=ctx, where=where, timeout=timeout, selector=selector
                 )
             except ResourceUnavailable as exc:
-                reasons[first.name] = f"{reasons.get(first.name, 'no resource free')}; then {exc}"
+                reasons[wait_on.name] = f"{reasons.get(wait_on.name, 'no resource free')}; then {exc}"
                 raise _combined(type(exc), reasons) from exc
         raise _combined(ResourceUnavailable, reasons)
 
@@ -77,6 +84,13 @@ class Failover:
 
     def __repr__(self) -> str:
         return f"Failover(pools={list(self.pools)!r}, fallback={self.fallback.spec!r})"
+
+
+def _can_serve(pool: Pool, where: Any, selector: Mapping[str, Any]) -> bool:
+    """A resource of ``pool`` matches, and the matching ones are not beyond recovery."""
+    if not any(r.matches(selector, where) for r in pool.resources()):
+        return False
+    return pool.beyond_recovery(where, selector) is None
 
 
 def _combined(cls: type[ResourceUnavailable], reasons: Mapping[str, str]) -> ResourceUnavailable:
