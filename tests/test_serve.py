@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -209,3 +211,89 @@ def test_warm_catches_up_with_the_default_run_before_any_request(view_store: str
     assert list(api._digests) == [run_id] and api._digests[run_id].attempts_seen == attempts > 0
     Api(view_store, run_id="no-such-run").warm()
     Api(str(tmp_path / "missing.db")).warm()
+
+
+# -- hostile requests (found by fuzzing the server) -------------------------------------------------
+
+
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/events?after=99999999999999999999",
+        "/curves?pipeline_id=&key=k&after=-99999999999999999999",
+        "/pipelines?after=" + _b64("[{}, []]"),
+        "/errors?after=" + _b64('[11805916207174113034240, "x"]'),
+        "/metrics?after=" + _b64("[1, 2]"),
+        "/resources?after=" + _b64("[1, 2, 3]"),
+        "/pipelines?after=" + _b64("[" * 1100),
+    ],
+)
+def test_a_bad_after_parameter_is_a_400_naming_it(server: Server, path: str) -> None:
+    """Numbers SQLite cannot bind, cursors of the wrong shape or types, and nesting deep enough
+    to exhaust the JSON decoder are the client's mistakes: 400 naming ``after``, never a 500."""
+    status, _, body = server.request(path)
+    assert status == 400, (path, status, body)
+    assert "after" in json.loads(body)["error"]
+
+
+def test_errors_the_http_layer_detects_are_json_with_the_security_headers(server: Server) -> None:
+    """An unknown method is a 405 like the refused ones; a malformed request line is a JSON 400
+    that carries the same headers as every other answer."""
+    status, headers, body = server.request("/stats", method="TRACE")
+    assert status == 405 and headers["allow"] == "GET"
+    assert headers["content-type"].startswith("application/json") and "error" in json.loads(body)
+    assert headers["x-content-type-options"] == "nosniff"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(b"GARBAGE\r\n\r\n")
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400")
+    assert b"application/json" in head and b"Content-Security-Policy" in head
+    assert "error" in json.loads(payload)
+
+
+def test_the_token_redirect_stays_on_this_server_and_keeps_the_other_parameters(server: Server) -> None:
+    for path, location in (
+        ("//evil.example/?token=" + TOKEN, "/evil.example/"),
+        ("/\\evil.example/?token=" + TOKEN, "/evil.example/"),
+        ("/?a=%ZZ&token=" + TOKEN + "&b=%FF&z", "/?a=%ZZ&b=%FF&z"),
+    ):
+        status, headers, _ = server.request(path, auth=False)
+        assert status == 303 and headers["location"] == location, (path, headers.get("location"))
+
+
+def test_the_session_cookie_is_found_beside_cookies_of_other_local_apps(server: Server) -> None:
+    status, headers, _ = server.request("/?token=" + TOKEN, auth=False)
+    assert status == 303
+    pair = headers["set-cookie"].split(";", 1)[0]
+    for cookie in ('prefs={"theme":"dark"}; ' + pair, "note=hello world; " + pair, pair + "; x=1"):
+        assert server.request("/stats", auth=False, headers={"Cookie": cookie})[0] == 200, cookie
+    assert server.request("/stats", auth=False, headers={"Cookie": "x=1; " + pair + "x"})[0] == 401
+
+
+@pytest.mark.timeout(60)
+def test_an_idle_or_half_sent_connection_is_closed(view_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each connection holds a thread; one that never finishes its request (or idles after
+    one) is closed after the idle timeout instead of being held for ever."""
+    import threading
+
+    from pyattacker_plugins.serve import server as server_module
+
+    monkeypatch.setattr(server_module._Handler, "timeout", 0.5)
+    srv = server_module.ViewerServer(view_store, "127.0.0.1", 0, TOKEN, None)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(("127.0.0.1", srv.bound_port), timeout=30) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0")  # never finished
+            assert sock.recv(65536) == b""  # the server closed it (no answer to a half request)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(10)

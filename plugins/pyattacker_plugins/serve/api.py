@@ -44,13 +44,36 @@ def _cursor(values: list[Any]) -> str:
     return base64.urlsafe_b64encode(json.dumps(values, separators=(",", ":")).encode()).decode().rstrip("=")
 
 
-def _uncursor(text: str, n: int) -> tuple[Any, ...]:
+#: what SQLite can bind as an INTEGER; a larger number in a parameter is the client's mistake
+_INT64 = (-(2**63), 2**63 - 1)
+_NUMBER = (int, float)
+_TEXT = (str,)
+
+
+def _valid(value: Any, kinds: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        return False
+    if isinstance(value, int):
+        return _INT64[0] <= value <= _INT64[1]
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+def _uncursor(text: str, *kinds: tuple[type, ...]) -> tuple[Any, ...]:
+    """The values of an ``after`` cursor, one per entry of ``kinds`` (the types it may hold).
+
+    A cursor is opaque but comes from the client: anything that does not decode to exactly
+    these values is a 400, never an error of the store or of a comparison.
+    """
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         values = json.loads(raw)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, RecursionError) as exc:
         raise ApiError(400, "invalid 'after' cursor") from exc
-    if not isinstance(values, list) or len(values) != n:
+    if (
+        not isinstance(values, list)
+        or len(values) != len(kinds)
+        or not all(_valid(v, k) for v, k in zip(values, kinds, strict=True))
+    ):
         raise ApiError(400, "invalid 'after' cursor")
     return tuple(values)
 
@@ -71,9 +94,12 @@ def _int_param(params: dict[str, str], name: str, default: int) -> int:
     if raw is None or raw == "":
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError as exc:
         raise ApiError(400, f"{name} must be an integer") from exc
+    if not _INT64[0] <= value <= _INT64[1]:
+        raise ApiError(400, f"{name} must be an integer between {_INT64[0]} and {_INT64[1]}")
+    return value
 
 
 def _page(rows: list[Any], limit: int, key: Callable[[Any], list[Any]]) -> tuple[list[Any], str | None]:
@@ -172,7 +198,7 @@ class Api:
         pid = params.get("pipeline_id")
         rows = store.metrics(run_id=choice.run_id, pipeline_id=pid)
         if params.get("after"):
-            after = _uncursor(params["after"], 2)
+            after = _uncursor(params["after"], _TEXT, _TEXT)
             rows = [m for m in rows if (m.pipeline_id, m.name) > after]
         page, nxt = _page(rows[: limit + 1], limit, lambda m: [m.pipeline_id, m.name])
         return {"run_id": choice.run_id, "rows": [to_plain(m) for m in page], "limit": limit, "next": nxt}
@@ -193,7 +219,7 @@ class Api:
 
     def pipelines(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         limit = _limit(params)
-        after = _uncursor(params["after"], 2) if params.get("after") else None
+        after = _uncursor(params["after"], _NUMBER, _TEXT) if params.get("after") else None
         rows = store.page(
             "pipelines", run_id=choice.run_id, state=params.get("state") or None, after=after, limit=limit + 1
         )
@@ -215,7 +241,7 @@ class Api:
         if params.get("pool"):
             rows = [r for r in rows if r.pool == params["pool"]]
         if params.get("after"):
-            after = _uncursor(params["after"], 3)
+            after = _uncursor(params["after"], _TEXT, _TEXT, _TEXT)
             rows = [r for r in rows if (r.pool, r.resource_id, r.run_id) > after]
         rows.sort(key=lambda r: (r.pool, r.resource_id, r.run_id))
         page, nxt = _page(rows[: limit + 1], limit, lambda r: [r.pool, r.resource_id, r.run_id])
@@ -231,7 +257,7 @@ class Api:
 
     def errors(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         limit = _limit(params)
-        after = _uncursor(params["after"], 2) if params.get("after") else None
+        after = _uncursor(params["after"], _NUMBER, _TEXT) if params.get("after") else None
         rows = store.page("pipelines", run_id=choice.run_id, state="failed", after=after, limit=limit + 1)
         page, nxt = _page(rows, limit, lambda p: [p.created_at, p.pipeline_id])
         out = [

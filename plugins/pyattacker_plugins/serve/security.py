@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hmac
 import secrets
-from http.cookies import CookieError, SimpleCookie
-from urllib.parse import parse_qsl, urlencode
 
 __all__ = ["LOOPBACK_HOSTS", "MAX_QUERY_BYTES", "SECURITY_HEADERS", "Guard"]
 
@@ -60,20 +58,22 @@ class Guard:
     def token_ok(self, candidate: str) -> bool:
         return _same(candidate, self.token)
 
-    def authenticated(self, cookie_header: str | None, authorization: str | None) -> bool:
+    def authenticated(self, cookie_headers: list[str], authorization: str | None) -> bool:
+        """A Bearer token, or our session cookie in any ``Cookie`` header.
+
+        Cookies are split by hand: every local web app shares the host's cookie jar, and one
+        cookie that ``http.cookies`` cannot parse (a space or a brace in its value) must not
+        hide ours.
+        """
         if authorization:
             scheme, _, value = authorization.partition(" ")
             if scheme.lower() == "bearer" and value.strip() and self.token_ok(value.strip()):
                 return True
-        if cookie_header:
-            try:
-                jar = SimpleCookie()
-                jar.load(cookie_header)
-            except CookieError:
-                return False
-            morsel = jar.get(self.cookie_name)
-            if morsel is not None and _same(morsel.value, self.session):
-                return True
+        for header in cookie_headers:
+            for part in header.split(";"):
+                name, sep, value = part.strip().partition("=")
+                if sep and name == self.cookie_name and _same(value.strip().strip('"'), self.session):
+                    return True
         return False
 
     def set_cookie(self) -> str:
@@ -81,6 +81,12 @@ class Guard:
 
     @staticmethod
     def strip_token(path: str, query: str) -> str:
-        """The same URL without any ``token`` parameter (the 303 target)."""
-        kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "token"]
-        return path + ("?" + urlencode(kept) if kept else "")
+        """The same URL without any ``token`` parameter (the 303 target).
+
+        Always a path on this server: leading slashes and backslashes collapse to one slash,
+        so ``//host/`` or ``/\\host/`` cannot turn the redirect into another site. The other
+        parameters keep their exact bytes.
+        """
+        local = "/" + path.lstrip("/\\")
+        kept = [part for part in query.split("&") if part and part.partition("=")[0] != "token"]
+        return local + ("?" + "&".join(kept) if kept else "")

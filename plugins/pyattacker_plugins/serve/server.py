@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 import threading
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import IO, Any
 from urllib.parse import parse_qsl, urlsplit
@@ -24,7 +25,9 @@ from . import assets
 from .api import Api, ApiError
 from .security import MAX_QUERY_BYTES, SECURITY_HEADERS, Guard
 
-__all__ = ["ViewerServer", "run_server"]
+__all__ = ["IDLE_TIMEOUT_S", "ViewerServer", "run_server"]
+
+IDLE_TIMEOUT_S = 30.0
 
 _PROM_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _STATIC = {
@@ -52,12 +55,23 @@ class ViewerServer(ThreadingHTTPServer):
         shown = f"[{host.strip('[]')}]" if ":" in host else host
         self.url = f"http://{shown}:{self.bound_port}/"
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up or went idle is its own business: no traceback on stderr."""
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: ViewerServer
     server_version = "pyattacker-serve"
     sys_version = ""
     protocol_version = "HTTP/1.1"
+    #: a request line too broken to name its version is still answered with a status line
+    #: and headers (HTTP/0.9 has neither, and the viewer does not speak it)
+    default_request_version = "HTTP/1.1"
+    #: seconds a connection may sit idle or half-sent before it is closed (each holds a thread)
+    timeout = IDLE_TIMEOUT_S
 
     # -- plumbing ---------------------------------------------------------------------------
     def log_message(self, format: str, *args: Any) -> None:  # quiet: URLs may carry the token
@@ -80,6 +94,20 @@ class _Handler(BaseHTTPRequestHandler):
             doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str
         ).encode()
         self._send(status, body, "application/json; charset=utf-8", extra)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Errors the standard library detects (a malformed request line, an unknown method,
+        oversized headers) answer like every other error: JSON with the security headers. An
+        unknown method is a 405, as for the methods the viewer knows and refuses."""
+        self.close_connection = True
+        if code == HTTPStatus.NOT_IMPLEMENTED:
+            self._json(405, {"error": "method not allowed; the viewer is read-only"}, {"Allow": "GET"})
+            return
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = "error"
+        self._json(code, {"error": message or explain or phrase})
 
     def _refuse_early(self) -> bool:
         """Checks common to every method; True when an answer was already sent."""
@@ -138,7 +166,7 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._json(401, {"error": "invalid token"}, {"WWW-Authenticate": "Bearer"})
             return
-        if not guard.authenticated(self.headers.get("Cookie"), self.headers.get("Authorization")):
+        if not guard.authenticated(self.headers.get_all("Cookie") or [], self.headers.get("Authorization")):
             self._json(
                 401,
                 {
