@@ -614,3 +614,59 @@ def test_wal_grown_behind_a_long_reader_shrinks_back_after_it_ends(tmp_path: Pat
     finally:
         reader.close()
         store.close()
+
+
+@pytest.mark.timeout(120)
+def test_wal_stays_bounded_beside_readers_that_never_leave_a_gap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two readers take turns holding a snapshot, so one is always in the log (a dashboard
+    polled by many clients): SQLite alone never restarts the log and the file grows by all
+    that is written. The writer's RESTART checkpoint keeps it near ``RESTART_AT``, and closing
+    the store empties it although a reader is still connected."""
+    import threading
+    import time
+
+    from pyattacker_plugins.store_sqlite import wal_bound
+
+    monkeypatch.setattr(wal_bound, "RESTART_AT", 4 * 2**20)
+    monkeypatch.setattr(wal_bound, "CHECK_EVERY", 1)
+    path = tmp_path / "runs.db"
+    wal = Path(str(path) + "-wal")
+    store = OPENER.open(str(path))
+    payload = os.urandom(256 * 1024)
+    commit(store, pipelines=[pipeline("p-first")])
+    stop = threading.Event()
+
+    def reader(offset: float) -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        time.sleep(offset)
+        while not stop.is_set():
+            conn.execute("BEGIN")
+            conn.execute("SELECT COUNT(*) FROM pipelines").fetchone()
+            time.sleep(0.02)  # the snapshot is held; the other reader starts before this ends
+            conn.execute("COMMIT")
+        conn.close()
+
+    readers = [threading.Thread(target=reader, args=(d,)) for d in (0.0, 0.01)]
+    for t in readers:
+        t.start()
+    later = sqlite3.connect(path, isolation_level=None)  # still connected when the store closes
+    peak = 0
+    try:
+        time.sleep(0.05)
+        for i in range(160):  # 160 x 256 KiB = 40 MiB, ten times RESTART_AT
+            commit(store, pipelines=[pipeline(f"p{i}")], artifacts=[artifact(f"p{i}", 0, payload)])
+            peak = max(peak, wal.stat().st_size)
+        assert peak < 16 * 2**20, peak  # bounded near RESTART_AT, not 40 MiB
+        assert store.wal_bound is not None and store.wal_bound.restarts >= 1
+    finally:
+        stop.set()
+        for t in readers:
+            t.join(30)
+    assert later.execute("SELECT COUNT(*) FROM pipelines").fetchone()[0] == 161  # `later` uses the log
+    assert wal.stat().st_size > 0
+    store.close()
+    assert wal.stat().st_size == 0  # emptied at close although `later` is still connected
+    assert later.execute("SELECT COUNT(*) FROM pipelines").fetchone()[0] == 161  # nothing lost
+    later.close()

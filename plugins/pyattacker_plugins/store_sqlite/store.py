@@ -47,6 +47,7 @@ from .rows import (
 )
 from .state_lookup import StateLookup
 from .statements import Statement
+from .wal_bound import WalBound, truncate_wal
 
 __all__ = ["LOOKUP_CHUNK", "WAL_SIZE_LIMIT", "SqliteStore"]
 
@@ -277,6 +278,7 @@ class SqliteStore:
         self._known: dict[str, int] = {}
         self._states = StateLookup(self._query, LOOKUP_CHUNK)
         self._next_pk = self._next_id("pipeline_keys", "pk")
+        self.wal_bound = None if read_only else WalBound(path + "-wal", BUSY_TIMEOUT_MS)
 
     # -- opening ----------------------------------------------------------------------------
     @classmethod
@@ -378,6 +380,8 @@ class SqliteStore:
             self._next_event_id += len(batch.events)
             # only now: a rolled-back batch registered nothing and allocated no key
             self._next_pk += fresh
+            if self.wal_bound is not None:
+                self.wal_bound.after_commit(conn)
             if len(self._known) + len(pks) > _KNOWN_MAX:
                 self._known.clear()
             self._known.update(pks)
@@ -718,6 +722,9 @@ class SqliteStore:
                             conn.execute("PRAGMA optimize")
                         except sqlite3.Error:
                             pass
+                        # SQLite removes the WAL when its last connection closes; a viewer
+                        # still open would keep it at full size: empty it now if no reader is in it
+                        truncate_wal(conn, BUSY_TIMEOUT_MS)
                     conn.close()
             finally:
                 if self._writer_lock is not None:
