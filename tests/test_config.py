@@ -238,6 +238,41 @@ BAD = [
         "pools: {apis: {resources: []}}\n" + GOOD_TAIL,
         ["pools.apis.resources: a pool needs at least one"],
     ),
+    # found by fuzzing the config loader: each of these was a traceback, a silent surprise, or a
+    # run that filled the machine's memory
+    (
+        "concurrency_huge",
+        "run: {concurrency: 100000000000000000000}\n" + GOOD_TAIL,
+        ["run.concurrency: Expected `int` <= 100000"],
+    ),
+    ("grace_inf", "run: {grace_s: .inf}\n" + GOOD_TAIL, ["run.grace_s: must be a finite number"]),
+    (
+        "cooldown_inf",
+        "pools: {apis: {resources: [{id: a, cooldown_s: .inf}]}}\n" + GOOD_TAIL,
+        ["pools.apis.resources[0].cooldown_s: must be a finite number"],
+    ),
+    (
+        "kwargs_resource_int",
+        "pools: {apis: {resources: [{id: a}]}}\n"
+        "pipeline: {tasks: [{use: simulate_llm, kwargs: {resource: 5}}]}\nsource: {kind: range, n: 1}\n",
+        ["pipeline.tasks[0]", "resource must be a pool name (a string), got integer"],
+    ),
+    (
+        "pool_empty_name",
+        "pools: {'': {resources: [{id: a}]}}\n" + GOOD_TAIL,
+        ["a pool name must be a non-empty"],
+    ),
+    ("recursive_alias", "meta: &m {x: *m}\n" + GOOD_TAIL, ["nested too deeply"]),
+    (
+        "alias_bomb",
+        "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(
+            f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+            for p, c in zip("abcdef", "bcdefg", strict=True)
+        )
+        + GOOD_TAIL,
+        ["more than 1,000,000 values after expanding YAML aliases"],
+    ),
 ]
 
 
@@ -421,3 +456,40 @@ def test_event_sinks_and_events_in_the_run_block(tmp_path: Path) -> None:
         check_config(load_config(bad))
     text = str(info.value)
     assert "run.events" in text and "run.event_sinks[0]" in text and "console" in text
+
+
+def test_deeply_nested_json_is_a_config_error(tmp_path: Path) -> None:
+    text = '{"run": {}, "x": ' + "[" * 5000 + "]" * 5000 + "}"
+    assert "nested too deeply" in _errors(_write(tmp_path, text, "c.json"))
+
+
+def test_a_module_that_exits_while_imported_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sys.exit()`` in a task or exception module used to end ``validate``/``run`` with that
+    module's exit code and no message; it is the module's failure, named at its field."""
+    (tmp_path / "exiting_mod.py").write_text("import sys\nsys.exit(3)\n")
+    (tmp_path / "raising_mod.py").write_text("raise RuntimeError('boom at import')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    message = _errors(
+        _write(tmp_path, "pipeline: {tasks: [{use: 'exiting_mod:x'}]}\nsource: {kind: range, n: 1}\n")
+    )
+    assert "pipeline.tasks[0].use: importing module 'exiting_mod' failed: SystemExit: 3" in message
+    text = "pipeline: {tasks: [{use: echo, retry: {'on': ['raising_mod:X']}}]}\nsource: {kind: range, n: 1}\n"
+    assert "pipeline.tasks[0].retry.on[0]" in _errors(_write(tmp_path, text))
+
+
+def test_default_resource_ids_never_replace_an_explicit_one(tmp_path: Path) -> None:
+    """``{id: llm-1}`` beside a resource without an id: the second used to get ``llm-1`` from a
+    process-wide counter and silently replace the first. Ids are now counted within the pool,
+    skipping explicit ones; two resources with one id in the SDK are an error."""
+    from pyattacker.pool import Pool, Resource
+
+    text = (
+        "pools: {llm: {kind: llm, resources: [{id: llm-1, options: {m: a}}, {options: {m: b}}, {}]}}\n"
+        + GOOD_TAIL
+    )
+    checked = check_config(load_config(_write(tmp_path, text)))
+    assert [r["id"] for r in checked.pools["llm"].resources] == ["llm-1", "llm-2", "llm-3"]
+    with pytest.raises(ConfigError, match="two resources have the id 'x'"):
+        Pool("p", [Resource.create("api", id="x"), Resource.create("api", id="x")])

@@ -285,3 +285,26 @@ def test_rows_of_every_kind_are_json_ready_builtins(store: str) -> None:
             assert msgspec.json.decode(export_mod._encode_row(rows[0])) == rows[0]
     finally:
         s.close()
+
+
+def test_output_that_is_a_store_is_refused_and_left_unchanged(store: str, tmp_path: Path) -> None:
+    """``export a.db b.db`` with OUTPUT forgotten used to replace the second store with JSONL of
+    the first (exit 0). A store, or an input named again as OUTPUT, is refused with exit 2."""
+    import hashlib
+    import shutil
+
+    other = tmp_path / "other.db"
+    shutil.copy(store, other)
+    before = hashlib.sha256(other.read_bytes()).hexdigest()
+    for argv in ([store, str(other)], [str(other), str(other)]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "pyattacker", "export", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert str(other) in proc.stderr and "overwrit" in proc.stderr
+    assert hashlib.sha256(other.read_bytes()).hexdigest() == before
+    with pytest.raises(ConfigError, match="one of the stores"):
+        export_stores([store], store)

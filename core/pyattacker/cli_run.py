@@ -22,6 +22,7 @@ from typing import Any
 
 import rich_click as click
 
+from .config_model import MAX_CONCURRENCY
 from .errors import ConfigError, PyAttackerError, StoreUnavailable
 from .report import RunReport
 from .task import task
@@ -191,7 +192,9 @@ def _run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             "--store", help="Store location; overrides `run.store` (relative to the current folder)."
         ),
         click.option(
-            "--concurrency", type=click.IntRange(min=1), help="Attempts running at once (`run.concurrency`)."
+            "--concurrency",
+            type=click.IntRange(min=1, max=MAX_CONCURRENCY),
+            help="Attempts running at once (`run.concurrency`).",
         ),
         click.option(
             "--max-admitted",
@@ -623,7 +626,11 @@ def _demo_store() -> str:
     "--pipelines", type=click.IntRange(min=1), default=50, show_default=True, help="How many pipelines."
 )
 @click.option(
-    "--concurrency", type=click.IntRange(min=1), default=16, show_default=True, help="Attempts at once."
+    "--concurrency",
+    type=click.IntRange(min=1, max=MAX_CONCURRENCY),
+    default=16,
+    show_default=True,
+    help="Attempts at once.",
 )
 @click.option(
     "--fail-rate",

@@ -14,6 +14,7 @@ resolved from the config file's folder, so a config means the same thing from an
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -109,8 +110,15 @@ class Built:
 def load_config(path: str | os.PathLike[str], *, strict_env: bool = False) -> LoadedConfig:
     """Read ``path`` (parser by suffix) and expand ``${VAR}``; unset variables warn or, strict, fail."""
     p = Path(path).expanduser().absolute()
-    data = read_document(p)
-    expanded, unset = expand_env(data)
+    try:
+        data = read_document(p)
+        try:
+            expanded, unset = expand_env(data)
+        except ConfigError as exc:
+            raise ConfigError(f"{p}: {exc}") from None
+    except RecursionError:
+        why = "the config is nested too deeply (or a YAML alias refers to itself)"
+        raise ConfigError(f"{p}: {why}") from None
     if unset and strict_env:
         raise ConfigError("\n".join(f"{p}: {msg} (--strict-env)" for msg in unset))
     return LoadedConfig(path=p, data=expanded, warnings=[f"{p}: {msg}" for msg in unset])
@@ -149,8 +157,17 @@ def _resolve_backend_paths(spec: Any, base: Path) -> Any:
     return {"kind": "file", **params, "root": _resolve_path(root, base)}
 
 
+def _finite(values: Mapping[str, Any], path: str, errors: list[str]) -> None:
+    """An infinite grace, heartbeat, limit or cooldown is a typo for "never" (which is spelled
+    by leaving the setting out): ``grace_s: .inf`` made a first Ctrl-C wait for ever."""
+    for key, value in values.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            errors.append(f"{path}.{key}: must be a finite number, got {value}")
+
+
 def _check_run(data: Any, base: Path, errors: list[str]) -> dict[str, Any]:
     values = check_mapping(data, RunSection, "run", errors) or {}
+    _finite(values, "run", errors)
     if "store" in values and values["store"] and _is_plain_path(values["store"]):
         values["store"] = _resolve_path(values["store"], base)
     if values.get("write_behind", False) is None:
@@ -193,6 +210,9 @@ def _check_pools(data: Any, errors: list[str]) -> dict[str, PoolDef]:
     pools: dict[str, PoolDef] = {}
     for name, body in data.items():
         path = f"pools.{name}"
+        if isinstance(name, str) and not name.strip():
+            errors.append(f"pools.{name!r}: a pool name must be a non-empty string")
+            continue
         per_resource = {
             f: f"did you mean {path}.resources[i].{f}? {f} is set per resource"
             for f in ResourceSection.__struct_fields__
@@ -214,14 +234,36 @@ def _check_pools(data: Any, errors: list[str]) -> dict[str, PoolDef]:
             res = check_mapping(item, ResourceSection, f"{path}.resources[{i}]", errors)
             if res is None:
                 continue
+            _finite(res, f"{path}.resources[{i}]", errors)
             rid = res.get("id")
             if rid is not None:
                 if rid in seen:
                     errors.append(f"{path}.resources[{i}].id: duplicate resource id {rid!r} in pool {name!r}")
                 seen.add(rid)
             resources.append(res)
+        _default_ids(resources, values.get("kind") or str(name), seen)
         pools[str(name)] = PoolDef(str(name), values.get("kind"), values.get("algorithm"), resources)
     return pools
+
+
+def _default_ids(resources: list[dict[str, Any]], pool_kind: str, taken: set[str]) -> None:
+    """``<kind>-<n>`` for each resource without an id, counted within its pool and never equal to
+    an id given explicitly (a process-wide counter could hand out ``llm-1`` next to an explicit
+    ``llm-1``, and the second resource silently replaced the first)."""
+    counters: dict[str, int] = {}
+    for res in resources:
+        if res.get("id") is not None:
+            continue
+        kind = res.get("kind") or pool_kind
+        n = counters.get(kind, 0)
+        while True:
+            n += 1
+            candidate = f"{kind}-{n}"
+            if candidate not in taken:
+                break
+        counters[kind] = n
+        taken.add(candidate)
+        res["id"] = candidate
 
 
 def _check_pipeline(data: Any, pools: dict[str, PoolDef], errors: list[str]) -> PipelineTemplate | None:
@@ -259,7 +301,9 @@ def _check_pipeline(data: Any, pools: dict[str, PoolDef], errors: list[str]) -> 
         if spec is None:
             continue
         declared: Any = spec.resource
-        if declared is not None and declared not in pools and declared != own_resource:
+        if declared is not None and not isinstance(declared, str):
+            errors.append(f"{origin}: resource must be a pool name (a string), got {type_name(declared)}")
+        elif declared is not None and declared not in pools and declared != own_resource:
             errors.append(f"{origin}: no pool named {declared!r}{_pool_hint(declared, pools)}")
         specs.append(spec)
     if len(specs) != len(raw):

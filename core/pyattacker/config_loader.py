@@ -85,6 +85,10 @@ def _parse_yaml(path: Path, text: str) -> Any:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from None
 
 
+#: values a config may hold once YAML aliases are expanded (a real one holds thousands)
+MAX_NODES = 1_000_000
+
+
 def expand_env(data: Any, environ: Mapping[str, str] | None = None, path: str = "") -> tuple[Any, list[str]]:
     """Expand ``${VAR}`` and ``${VAR:-default}`` in every string value (``$$`` is a literal ``$``).
 
@@ -110,7 +114,13 @@ def expand_env(data: Any, environ: Mapping[str, str] | None = None, path: str = 
 
         return _VAR.sub(one, text)
 
+    nodes = 0
+
     def walk(value: Any, where: str) -> Any:
+        nonlocal nodes
+        nodes += 1
+        if nodes > MAX_NODES:  # YAML aliases can expand a small file into billions of nodes
+            raise ConfigError(f"more than {MAX_NODES:,} values after expanding YAML aliases (an alias bomb?)")
         if isinstance(value, str):
             return sub(value, where) if "$" in value else value
         if isinstance(value, dict):

@@ -6,6 +6,7 @@ the three accept and reject exactly the same values (precedence: flag > run bloc
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgspec
@@ -13,16 +14,22 @@ import msgspec
 from .errors import ConfigError
 from .event_loop import check_event_loop
 
-__all__ = ["JOURNALS", "RunConfig"]
+__all__ = ["JOURNALS", "MAX_CONCURRENCY", "RunConfig"]
 
 JOURNALS = ("full", "summary")
+#: The runner starts one worker per unit of concurrency up front (about 2 KB and 20 µs each).
+#: Far beyond any endpoint's limits, a typo such as ``1e20`` would otherwise fill the memory
+#: of the machine before the run could even be interrupted.
+MAX_CONCURRENCY = 100_000
 
 
-def _positive_int(name: str, value: Any, *, allow_none: bool = False) -> None:
+def _positive_int(name: str, value: Any, *, allow_none: bool = False, maximum: int | None = None) -> None:
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"run.{name}: must be a positive integer, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"run.{name}: must be at most {maximum:,}, got {value:,}")
 
 
 def _positive_number(name: str, value: Any, *, allow_none: bool = False, allow_zero: bool = False) -> None:
@@ -31,12 +38,12 @@ def _positive_number(name: str, value: Any, *, allow_none: bool = False, allow_z
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
+        or not math.isfinite(value)
         or value < 0
         or (value == 0 and not allow_zero)
     ):
-        raise ConfigError(
-            f"run.{name}: must be a {'non-negative' if allow_zero else 'positive'} number, got {value!r}"
-        )
+        kind = "non-negative" if allow_zero else "positive"
+        raise ConfigError(f"run.{name}: must be a finite {kind} number, got {value!r}")
 
 
 class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -80,7 +87,7 @@ class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         check_event_loop(self.event_loop)
         if self.events not in ("standard", "all"):
             raise ConfigError(f"run.events: must be 'standard' or 'all', got {self.events!r}")
-        _positive_int("concurrency", self.concurrency)
+        _positive_int("concurrency", self.concurrency, maximum=MAX_CONCURRENCY)
         _positive_int("max_admitted", self.max_admitted, allow_none=True)
         _positive_int("stop_after_failures", self.stop_after_failures, allow_none=True)
         _positive_int("write_batch", self.write_batch)

@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from .config_model import MAX_CONCURRENCY
+
 __all__ = [
     "PipelineSection",
     "PoolSection",
@@ -42,7 +44,7 @@ class RunSection(msgspec.Struct, kw_only=True):
 
     store: Name | None = None
     journal: Literal["full", "summary"] = "full"
-    concurrency: PositiveInt = 16
+    concurrency: Annotated[int, msgspec.Meta(ge=1, le=MAX_CONCURRENCY)] = 16
     max_admitted: PositiveInt | None = None
     label: str = ""
     heartbeat_s: PositiveFloat = 5.0

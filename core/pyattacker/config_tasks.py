@@ -53,7 +53,7 @@ def resolve_use(target: str, registry: Registry) -> Any:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise UseError(f"cannot import module {module_name!r}: {exc} (is it on PYTHONPATH?)") from None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in a module is its failure, not ours to obey
         raise UseError(f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -108,7 +108,7 @@ def _instantiate(
     except ConfigError as exc:
         errors.append(f"{path}.kwargs: {exc}")
         return None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         errors.append(f"{path}.use: factory {target} failed: {type(exc).__name__}: {exc}")
         return None
     if not isinstance(spec, TaskSpec):

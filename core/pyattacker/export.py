@@ -449,6 +449,34 @@ def _run_filter(store: Store, run_id: str | None) -> str | None:
     return choose_run(store, run_id).run_id
 
 
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _refuse_overwriting_a_store(output: str, locations: Sequence[str]) -> None:
+    """OUTPUT must never be a store: ``export a.db b.db`` (OUTPUT forgotten) would otherwise
+    replace the second store with rows of the first, and a run's records are not ours to lose."""
+    if output == "-":
+        return
+    target = os.path.realpath(output)
+    for location in locations:
+        path = location.split("?", 1)[0]
+        if "://" not in path and os.path.realpath(path) == target:
+            raise ConfigError(
+                f"export: OUTPUT {output} is one of the stores to export; it would be overwritten"
+                " (name a new .jsonl/.json/.csv file, or - for stdout)"
+            )
+    try:
+        with open(target, "rb") as fh:
+            head = fh.read(len(_SQLITE_HEADER))
+    except OSError:
+        return  # absent (or unreadable: writing it fails with its own error)
+    if head == _SQLITE_HEADER:
+        raise ConfigError(
+            f"export: OUTPUT {output} is an SQLite database (a store?); refusing to overwrite it"
+            " (name a new .jsonl/.json/.csv file, or - for stdout)"
+        )
+
+
 def export_stores(
     locations: Sequence[str],
     output: str,
@@ -467,6 +495,7 @@ def export_stores(
         raise ConfigError(f"--rows {rows!r}: expected one of {', '.join(ROW_KINDS)}")
     if not locations:
         raise ConfigError("export: name at least one store")
+    _refuse_overwriting_a_store(output, locations)
     fmt = infer_format(output, fmt)
     if codecs is None:
         from .codecs import CodecRegistry

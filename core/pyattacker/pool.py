@@ -526,7 +526,10 @@ class Pool:
         self.waits_total = 0
         self._waits: deque[float] = deque(maxlen=WAIT_WINDOW)
         for item in resources:
-            self.publish(item)
+            before = len(self._slots)
+            resource = self.publish(item)
+            if len(self._slots) == before:  # published over an earlier one: never silently
+                raise ConfigError(f"pool {name!r}: two resources have the id {resource.id!r}")
 
     def __repr__(self) -> str:
         return f"Pool({self.name!r}, resources={len(self._slots)})"

@@ -144,6 +144,10 @@ def resolve_exception_name(name: str) -> type[BaseException]:
             obj = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as exc:
             raise ConfigError(f"cannot import exception {name!r}: {exc}") from None
+        except (Exception, SystemExit) as exc:  # the module itself failed while importing
+            raise ConfigError(
+                f"cannot import exception {name!r}: importing {module!r} failed: {type(exc).__name__}: {exc}"
+            ) from None
         if isinstance(obj, type) and issubclass(obj, BaseException):
             return obj
     raise ConfigError(f"unknown exception name {name!r}")
