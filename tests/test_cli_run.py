@@ -351,3 +351,36 @@ def test_init_writes_a_valid_starter_and_never_overwrites(env: dict[str, str], t
     assert again.returncode == 2 and "already exists" in again.stderr
     run = cli(["run", "-c", str(starter), "--summary-format", "json"], env)
     assert run.returncode in (0, 1), run.stderr
+
+
+def test_a_folder_that_cannot_be_created_is_a_config_error_naming_the_setting(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """A parent that is a regular file used to end with an OSError traceback (exit 1), for the
+    export only after the whole demo had run."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a folder")
+    config = _config(tmp_path, "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 1}\n")
+    cases = [
+        (["run", "-c", str(config), "--store", str(blocker / "x.db")], "run.store"),
+        (["demo", "--pipelines", "5", "--store", str(blocker / "x.db")], "--store"),
+        (
+            [
+                "demo",
+                "--pipelines",
+                "5",
+                "--store",
+                str(tmp_path / "d.db"),
+                "--export",
+                str(blocker / "r.jsonl"),
+            ],
+            "--export",
+        ),
+        (["init", str(blocker / "new.toml")], "PATH"),
+    ]
+    for args, name in cases:
+        result = cli(args, env)
+        assert result.returncode == 2, (args, result.stderr)
+        assert f"{name}: cannot create the folder {blocker}" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "d.db").exists()  # refused before the demo ran

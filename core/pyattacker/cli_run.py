@@ -24,6 +24,7 @@ import rich_click as click
 
 from .config_model import MAX_CONCURRENCY
 from .errors import ConfigError, PyAttackerError, StoreUnavailable
+from .paths import make_parent
 from .report import RunReport
 from .task import task
 
@@ -579,11 +580,16 @@ def _export_results(store_location: str, run_id: str, path: str) -> int:
     from .codecs import CodecRegistry
     from .store import iter_rows, open_store
 
+    make_parent(path, "--export")
+    try:
+        fh = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed below, after the store
+    except OSError as exc:
+        raise ConfigError(f"--export: cannot write {path}: {exc.strerror or exc}") from None
     store = open_store(store_location, read_only=True)
     codecs = CodecRegistry.from_plugins()
     count = 0
     try:
-        with open(path, "w", encoding="utf-8") as fh:
+        with fh:
             for row in iter_rows(store, "pipelines", run_id=run_id):
                 result = None
                 if row.state == "succeeded" and row.n_tasks_total:
@@ -659,7 +665,9 @@ def demo_command(
     from .config_model import RunConfig
 
     location = os.path.abspath(store) if store else _demo_store()
-    Path(location).parent.mkdir(parents=True, exist_ok=True)
+    make_parent(location, "--store")
+    if export_path:
+        make_parent(export_path, "--export")  # before the run, not after it
     pools = _demo_pools(fail_rate)
     template = _demo_template(fail_rate)
     config = RunConfig(store=location, concurrency=concurrency, label="demo")
@@ -746,7 +754,7 @@ def init_command(path: str) -> None:
     target = Path(path)
     if target.exists():
         raise ConfigError(f"{target}: already exists; not overwriting it (choose another PATH)")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(target, "PATH")
     try:
         with open(target, "x", encoding="utf-8") as fh:
             fh.write(tomlkit.dumps(starter_document()))

@@ -39,6 +39,7 @@ from .config_schema import (
 )
 from .config_tasks import resolve_task_entry
 from .errors import ConfigError
+from .paths import make_parent
 from .pipeline import PipelineSpec, PipelineTemplate, pipeline
 from .task import TaskSpec
 
@@ -462,7 +463,7 @@ def build(
     if callable(check):
         check(checked.source.options, checked.loaded.base_dir)
     if config.store and _is_plain_path(config.store):
-        Path(config.store).parent.mkdir(parents=True, exist_ok=True)
+        make_parent(config.store, "run.store")
     return Built(
         config=config,
         pools=_make_pools(checked, capacity_share),
