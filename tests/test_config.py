@@ -258,6 +258,11 @@ BAD = [
         ["pipeline.tasks[0]", "resource must be a pool name (a string), got integer"],
     ),
     (
+        "pool_algorithm_value",
+        "pools: {apis: {algorithm: {name: backoff, base: -1}, resources: [{id: a}]}}\n" + GOOD_TAIL,
+        ["pools.apis.algorithm: algorithm 'backoff': parameter 'base' must be >= 0"],
+    ),
+    (
         "pool_empty_name",
         "pools: {'': {resources: [{id: a}]}}\n" + GOOD_TAIL,
         ["a pool name must be a non-empty"],
@@ -493,3 +498,27 @@ def test_default_resource_ids_never_replace_an_explicit_one(tmp_path: Path) -> N
     assert [r["id"] for r in checked.pools["llm"].resources] == ["llm-1", "llm-2", "llm-3"]
     with pytest.raises(ConfigError, match="two resources have the id 'x'"):
         Pool("p", [Resource.create("api", id="x"), Resource.create("api", id="x")])
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "needle"),
+    [
+        (
+            "c.json",
+            '{"run": {"concurrency": 8, "concurrency": 64}, "pipeline": {"tasks": [{"use": "echo"}]}, '
+            '"source": {"kind": "range", "n": 1}}',
+            "the key 'concurrency' is given twice",
+        ),
+        (
+            "c.yaml",
+            "pools:\n  sim: {resources: [{id: a}]}\n  sim: {resources: [{id: b}]}\n" + GOOD_TAIL,
+            "c.yaml:3:3: invalid YAML: while constructing a mapping the key 'sim' is given twice",
+        ),
+    ],
+)
+def test_a_key_given_twice_is_refused_in_every_format(
+    tmp_path: Path, name: str, text: str, needle: str
+) -> None:
+    """TOML refused duplicate keys; JSON and YAML kept the last value, so a second pool of the same
+    name silently replaced the first. All three formats accept the same content again."""
+    assert needle in _errors(_write(tmp_path, text, name))

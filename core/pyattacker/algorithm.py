@@ -332,7 +332,12 @@ def _build(name: str, factory: Any, params: dict[str, Any]) -> Algorithm:
 
 
 def validate_algorithm_spec(spec: Any, registry: Registry, path: str) -> list[str]:
-    """Errors (prefixed with ``path``) of an algorithm spec, found without building anything."""
+    """Errors (prefixed with ``path``) of an algorithm spec.
+
+    Names and parameter names are checked first (with did-you-mean hints); then the algorithm
+    is built once, because only its factory knows the values it accepts (``backoff`` with
+    ``base: -1`` passed ``validate`` and then failed every pipeline of the run).
+    """
     if spec is None or hasattr(spec, "acquire"):
         return []
     name, params, error = _split_spec(spec)
@@ -346,6 +351,11 @@ def validate_algorithm_spec(spec: Any, registry: Registry, path: str) -> list[st
         return errors
     if "fallback" in params:
         errors += validate_algorithm_spec(params["fallback"], registry, f"{path}.fallback")
+    if not errors:
+        try:
+            resolve_algorithm(spec, registry)
+        except ConfigError as exc:
+            errors.append(f"{path}: {exc}")
     return errors
 
 

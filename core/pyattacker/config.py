@@ -291,11 +291,14 @@ def _check_pipeline(data: Any, pools: dict[str, PoolDef], errors: list[str]) -> 
         )
         default_resource = None
     specs: list[TaskSpec] = []
+    bad_algorithm = False  # reported at its field: building the pipeline would repeat it
     for i, entry in enumerate(raw):
         path = f"pipeline.tasks[{i}]"
         own_resource = entry.get("resource") if isinstance(entry, dict) else None
         if isinstance(entry, dict) and entry.get("algorithm") is not None:
-            errors.extend(validate_algorithm_spec(entry["algorithm"], algorithms, f"{path}.algorithm"))
+            problems = validate_algorithm_spec(entry["algorithm"], algorithms, f"{path}.algorithm")
+            errors.extend(problems)
+            bad_algorithm = bad_algorithm or bool(problems)
         if isinstance(own_resource, str) and own_resource and own_resource not in pools:
             errors.append(f"{path}.resource: no pool named {own_resource!r}{_pool_hint(own_resource, pools)}")
         spec, origin = resolve_task_entry(entry, path, registry, errors, default_resource=default_resource)
@@ -307,7 +310,7 @@ def _check_pipeline(data: Any, pools: dict[str, PoolDef], errors: list[str]) -> 
         elif declared is not None and declared not in pools and declared != own_resource:
             errors.append(f"{origin}: no pool named {declared!r}{_pool_hint(declared, pools)}")
         specs.append(spec)
-    if len(specs) != len(raw):
+    if len(specs) != len(raw) or bad_algorithm:
         return None
     try:
         return pipeline(values.get("name", "pipeline"), *specs, tags=values.get("tags"))

@@ -59,11 +59,55 @@ def _parse_toml(path: Path, text: str) -> Any:
         raise ConfigError(f"{where}: invalid TOML: {_TOML_AT.sub('', message).strip()}") from None
 
 
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """JSON objects with a key given twice are refused, as TOML refuses them: the last value
+    silently winning (or a whole pool silently dropped) is a surprise, never an intent."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def _parse_json(path: Path, text: str) -> Any:
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_pairs)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+    except _DuplicateKey as exc:
+        raise ConfigError(
+            f"{path}: invalid JSON: the key {exc.args[0]!r} is given twice in one object"
+        ) from None
+
+
+def _unique_key_loader(yaml: Any) -> Any:
+    """A SafeLoader that refuses a mapping key given twice (PyYAML keeps the last one)."""
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    duplicate = key in seen
+                except TypeError:  # an unhashable key: the base class reports it
+                    break
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"the key {key!r} is given twice",
+                        key_node.start_mark,
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def _parse_yaml(path: Path, text: str) -> Any:
@@ -75,7 +119,7 @@ def _parse_yaml(path: Path, text: str) -> Any:
             ' (in a checkout: pip install -e ".[yaml]"), or write the config as .toml or .json'
         ) from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_unique_key_loader(yaml))  # a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
