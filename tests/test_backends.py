@@ -196,3 +196,19 @@ def test_plugin_modules_register_their_kind() -> None:
     for module in (backend_inline, backend_null, backend_file):
         module.pyattacker_artifact_backends(register=lambda kind, factory: seen.setdefault(kind, factory))
     assert seen == {"inline": InlineBackend, "null": NullBackend, "file": FileBackend}
+
+
+@pytest.mark.parametrize(
+    ("spec", "kind"), [("NULL", "null"), ("Null", "null"), ("blobs", "file"), ("./nul", "file")]
+)
+def test_backend_names_in_any_case_and_folders(spec: str, kind: str) -> None:
+    assert parse_backend_spec(spec)[0] == kind
+
+
+@pytest.mark.parametrize(("spec", "hint"), [("nul", "null"), ("inlnie", "inline"), ("nulls", "null")])
+def test_a_backend_name_typo_is_an_error_not_a_folder(spec: str, hint: str) -> None:
+    """``artifact_backend = "nul"`` used to become a file backend rooted at ./nul."""
+    with pytest.raises(
+        ConfigError, match=rf"did you mean '{hint}'\?\); for a folder of that name write \./{spec}"
+    ):
+        parse_backend_spec(spec)

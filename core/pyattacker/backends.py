@@ -13,6 +13,7 @@ side effects (config checking must not create directories) and builds the backen
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
@@ -63,8 +64,9 @@ class _SpecError(Exception):
 def parse_backend_spec(spec: Any) -> tuple[str, dict[str, Any]]:
     """``(kind, params)`` for a spec; raises ``ConfigError`` when it cannot be parsed.
 
-    None/""/"inline"/"none" → inline; "null" → null; "file://path" → file; a string starting
-    with ``{`` is JSON; any other string is a file root; a mapping has ``kind`` (default file).
+    None/""/"inline"/"none" → inline; "null" (any case) → null; "file://path" → file; a string
+    starting with ``{`` is JSON; a bare word close to one of those names is a typo (an error);
+    any other string is a file root; a mapping has ``kind`` (default file).
     """
     try:
         return _parse(spec)
@@ -86,8 +88,18 @@ def _parse_string(spec: str) -> tuple[str, dict[str, Any]]:
     text = spec.strip()
     if text.lower() in _INLINE_ALIASES:
         return DEFAULT_BACKEND, {}
-    if text == "null":
+    if text.lower() == "null":
         return "null", {}
+    if text.startswith("file://"):
+        return "file", {"root": text[len("file://") :]}
+    if not text.startswith("{") and _looks_like_a_name(text):
+        hint = difflib.get_close_matches(text.lower(), _NAMES, n=1, cutoff=0.6)
+        if hint:  # "nul" or "inlnie" is a typo, not a folder the user wanted blobs in
+            raise _SpecError(
+                "",
+                f"{spec!r} is not a backend name (did you mean {hint[0]!r}?); for a folder of"
+                f" that name write ./{text} or file://{text}",
+            )
     if text.startswith("{"):
         try:
             decoded = msgspec.json.decode(text.encode())
@@ -96,9 +108,16 @@ def _parse_string(spec: str) -> tuple[str, dict[str, Any]]:
         if not isinstance(decoded, dict):
             raise _SpecError("", "JSON spec must be an object")
         return _parse_mapping(decoded)
-    if text.startswith("file://"):
-        return "file", {"root": text[len("file://") :]}
     return "file", {"root": text}
+
+
+#: the names a bare word may mean; anything close to one of them is taken as a typo
+_NAMES = ("inline", "none", "null")
+
+
+def _looks_like_a_name(text: str) -> bool:
+    """A bare word: no folder separator, no leading dot or tilde (``./x``, ``~/x`` are paths)."""
+    return bool(text) and not any(c in text for c in "/\\") and text[0] not in ".~"
 
 
 def _parse_mapping(spec: Mapping[Any, Any]) -> tuple[str, dict[str, Any]]:
