@@ -461,6 +461,24 @@ def test_event_sinks_and_events_in_the_run_block(tmp_path: Path) -> None:
         check_config(load_config(bad))
     text = str(info.value)
     assert "run.events" in text and "run.event_sinks[0]" in text and "console" in text
+    assert built.config.event_sinks[1] == {"name": "jsonl", "path": str(tmp_path / "ev.jsonl")}
+
+
+@pytest.mark.parametrize(
+    ("sinks", "needle"),
+    [
+        ('["jsonl"]', "run.event_sinks[0]: event sink 'jsonl': missing a required argument: 'path'"),
+        ('[{name = "jsonl", path = "e.jsonl", bogus = 1}]', "unexpected keyword argument 'bogus'"),
+    ],
+)
+def test_event_sink_options_are_checked_by_validate(tmp_path: Path, sinks: str, needle: str) -> None:
+    """They used to pass ``validate`` and fail the run (one with a traceback)."""
+    path = tmp_path / "c.toml"
+    path.write_text(
+        'pipeline = {tasks = [{use = "echo"}]}\nsource = {kind = "range", n = 1}\n'
+        f"[run]\nevent_sinks = {sinks}\n"
+    )
+    assert needle in _errors(path)
 
 
 def test_deeply_nested_json_is_a_config_error(tmp_path: Path) -> None:

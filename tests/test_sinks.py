@@ -79,5 +79,7 @@ def test_console_format_is_one_line() -> None:
 
 
 def test_jsonl_sink_needs_a_path() -> None:
+    with pytest.raises(TypeError, match="path"):
+        JsonlSink()  # type: ignore[call-arg]
     with pytest.raises(ConfigError):
-        JsonlSink()
+        JsonlSink("")

@@ -181,14 +181,19 @@ def _check_run(data: Any, base: Path, errors: list[str]) -> dict[str, Any]:
         if not problems:
             values["artifact_backend"] = _resolve_backend_paths(values["artifact_backend"], base)
     errors.extend(_check_sinks(values.get("event_sinks") or []))
+    if values.get("event_sinks"):
+        values["event_sinks"] = _resolve_sink_paths(values["event_sinks"], base)
     return values
 
 
 def _check_sinks(items: list[Any]) -> list[str]:
-    """Every sink names a registered event-sink plugin (checked without building it)."""
+    """Every sink names a registered event-sink plugin, and its options fit the plugin's
+    factory (checked against its signature, without building it: a sink may open a file)."""
     import difflib
+    import inspect
 
-    known = _plugins().event_sinks.names()
+    registry = _plugins().event_sinks
+    known = registry.names()
     problems = []
     for i, item in enumerate(items):
         name = item if isinstance(item, str) else item.get("name")
@@ -196,7 +201,27 @@ def _check_sinks(items: list[Any]) -> list[str]:
             hint = difflib.get_close_matches(str(name), known, n=1)
             extra = f" (did you mean {hint[0]!r}?)" if hint else f" (known: {', '.join(known) or 'none'})"
             problems.append(f"run.event_sinks[{i}]: unknown event sink {name!r}{extra}")
+            continue
+        options = {} if isinstance(item, str) else {k: v for k, v in item.items() if k != "name"}
+        try:
+            signature = inspect.signature(registry.get(name))
+        except (TypeError, ValueError):
+            continue  # a factory Python cannot describe: its own errors will tell at run time
+        try:
+            signature.bind(**options)
+        except TypeError as exc:
+            problems.append(f"run.event_sinks[{i}]: event sink {name!r}: {exc}")
     return problems
+
+
+def _resolve_sink_paths(items: list[Any], base: Path) -> list[Any]:
+    """A sink's relative ``path`` option is relative to the config's folder, like every path."""
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("path"), str) and item["path"]:
+            item = {**item, "path": _resolve_path(item["path"], base)}
+        out.append(item)
+    return out
 
 
 def _check_pools(data: Any, errors: list[str]) -> dict[str, PoolDef]:

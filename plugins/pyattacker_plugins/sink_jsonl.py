@@ -21,7 +21,7 @@ __all__ = ["JsonlSink"]
 class JsonlSink:
     """Appends events to ``path`` (parent directories are created; the file is opened lazily)."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, fsync: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], fsync: bool = False) -> None:
         if not path:
             raise ConfigError("event sink 'jsonl' needs a path option")
         self.path = os.fspath(path)
