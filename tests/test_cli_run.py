@@ -384,3 +384,22 @@ def test_a_folder_that_cannot_be_created_is_a_config_error_naming_the_setting(
         assert f"{name}: cannot create the folder {blocker}" in result.stderr, result.stderr
         assert "Traceback" not in result.stderr
     assert not (tmp_path / "d.db").exists()  # refused before the demo ran
+
+
+def test_resume_of_a_store_that_does_not_exist_warns(env: dict[str, str], tmp_path: Path) -> None:
+    """A typo in ``--store`` used to start a fresh run silently."""
+    config = _config(tmp_path, "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 2}\n")
+    missing = tmp_path / "typo.db"
+    result = cli(["resume", "-c", str(config), "--store", str(missing)], env)
+    assert result.returncode == 0, result.stderr
+    assert f"resume: store {missing} does not exist; nothing to resume" in result.stderr
+    again = cli(["resume", "-c", str(config), "--store", str(missing)], env)
+    assert again.returncode == 0 and "does not exist" not in again.stderr
+
+
+def test_init_refuses_a_name_that_is_not_toml(env: dict[str, str], tmp_path: Path) -> None:
+    """``init new.json`` wrote TOML into a .json file, which ``validate`` then rejected."""
+    for name in ("new.json", "new.yaml"):
+        result = cli(["init", str(tmp_path / name)], env)
+        assert result.returncode == 2 and "init writes a TOML config; name it *.toml" in result.stderr
+        assert not (tmp_path / name).exists()

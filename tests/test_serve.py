@@ -297,3 +297,16 @@ def test_an_idle_or_half_sent_connection_is_closed(view_store: str, monkeypatch:
         srv.shutdown()
         srv.server_close()
         thread.join(10)
+
+
+def test_the_printed_url_of_a_wildcard_bind_names_loopback() -> None:
+    """``--host 0.0.0.0`` printed ``http://0.0.0.0:P/``, which the Host allow-list refuses (403)."""
+    from pyattacker_plugins.serve.server import url_host
+
+    assert [url_host(h) for h in ("0.0.0.0", "", "::", "[::]")] == [
+        "127.0.0.1",
+        "127.0.0.1",
+        "[::1]",
+        "[::1]",
+    ]
+    assert [url_host(h) for h in ("127.0.0.1", "::1", "box.lan")] == ["127.0.0.1", "[::1]", "box.lan"]

@@ -363,6 +363,8 @@ def _run(flags: dict[str, Any], *, resume: bool) -> None:
         share = parse_capacity_share(flags["capacity_share"])
     shard = _apply_shard(flags, checked, overrides, share)
     built = build(checked, overrides, limit=flags["limit"], capacity_share=share)
+    if resume:
+        _warn_nothing_to_resume(str(built.config.store))
     specs: Iterable[Any] = built.specs()
     total = built.total
     if shard is not None and shard[1] > 1:
@@ -440,6 +442,16 @@ def _stop_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, daemon=True, name="pyattacker-parent-watch").start()
+
+
+def _warn_nothing_to_resume(store: str) -> None:
+    """``resume`` of a store that does not exist starts from nothing: most likely a typo."""
+    from .store import _scheme_of
+
+    scheme, rest = _scheme_of(store)
+    path = rest.split("?", 1)[0] if scheme in (None, "sqlite", "jsonl") else None
+    if path and not os.path.exists(path):
+        _warn(f"resume: store {path} does not exist; nothing to resume, starting a fresh run")
 
 
 @click.command("run")
@@ -752,6 +764,8 @@ def init_command(path: str) -> None:
     import tomlkit
 
     target = Path(path)
+    if target.suffix.lower() != ".toml":  # the starter is TOML, with its comments
+        raise ConfigError(f"PATH {target}: init writes a TOML config; name it *.toml")
     if target.exists():
         raise ConfigError(f"{target}: already exists; not overwriting it (choose another PATH)")
     make_parent(target, "PATH")

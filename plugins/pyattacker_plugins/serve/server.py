@@ -25,7 +25,7 @@ from . import assets
 from .api import Api, ApiError
 from .security import MAX_QUERY_BYTES, SECURITY_HEADERS, Guard
 
-__all__ = ["IDLE_TIMEOUT_S", "ViewerServer", "run_server"]
+__all__ = ["IDLE_TIMEOUT_S", "ViewerServer", "run_server", "url_host"]
 
 IDLE_TIMEOUT_S = 30.0
 
@@ -52,14 +52,23 @@ class ViewerServer(ThreadingHTTPServer):
         self.api = Api(location, run_id)
         self.bound_port = int(self.server_address[1])
         self.guard = Guard(token, host.strip("[]"), self.bound_port)
-        shown = f"[{host.strip('[]')}]" if ":" in host else host
-        self.url = f"http://{shown}:{self.bound_port}/"
+        self.url = f"http://{url_host(host)}:{self.bound_port}/"
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hung up or went idle is its own business: no traceback on stderr."""
         if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
             return
         super().handle_error(request, client_address)
+
+
+def url_host(host: str) -> str:
+    """The host part of the printed URL. Bound to every interface (``0.0.0.0``, ``::`` or
+    ""), the URL names loopback: the wildcard itself is no address a browser can open, and the
+    Host allow-list would refuse it."""
+    bare = host.strip("[]")
+    if bare in ("", "0.0.0.0", "::"):
+        return "[::1]" if bare == "::" else "127.0.0.1"
+    return f"[{bare}]" if ":" in bare else bare
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -213,7 +222,8 @@ def run_server(
     server = ViewerServer(location, host, port, token or secrets.token_urlsafe(32), run_id)
     if host.strip("[]") not in ("127.0.0.1", "localhost", "::1"):
         print(
-            f"warning: serving on {host}, not loopback; anyone who can reach it and has the token can read"
+            f"warning: serving on {host or 'every interface'}, not loopback; anyone who can reach it"
+            " and has the token can read"
             " the store (put an authenticating proxy in front)",
             file=sys.stderr,
         )
