@@ -631,6 +631,7 @@ def test_wal_stays_bounded_beside_readers_that_never_leave_a_gap(
 
     monkeypatch.setattr(wal_bound, "RESTART_AT", 4 * 2**20)
     monkeypatch.setattr(wal_bound, "CHECK_EVERY", 1)
+    monkeypatch.setattr(wal_bound, "RETRY_S", 0.0)  # a restart that met a reader is tried at the next commit
     path = tmp_path / "runs.db"
     wal = Path(str(path) + "-wal")
     store = OPENER.open(str(path))
