@@ -700,10 +700,16 @@ class Pool:
                 return self._lease(ctx, 0, resource, waited_ms)
         if not self._waiters:
             return self._try_general(ctx, where, score, waited_ms, selector)
+        # somebody waits: a try that leases settles in ``_lease``; one that finds nothing or
+        # raises (a broken ``where``) may have been a woken waiter's, so it settles here
         try:
-            return self._try_general(ctx, where, score, waited_ms, selector)
-        finally:
+            lease = self._try_general(ctx, where, score, waited_ms, selector)
+        except BaseException:
             self._settle()
+            raise
+        if lease is None:
+            self._settle()
+        return lease
 
     def _try_general(
         self,
