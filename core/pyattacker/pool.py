@@ -458,6 +458,17 @@ class _Waiter:
             return True  # a broken where() must not break a release: the waiter re-checks and raises
 
 
+def _wake_for(resource: Resource, slots: int, waiters: Iterable[_Waiter]) -> None:
+    """Wake up to ``slots`` of ``waiters`` that are still asleep and want ``resource``."""
+    for waiter in waiters:
+        if slots <= 0:
+            return
+        if not waiter.fut.done() and waiter.wants(resource):
+            waiter.woken_by = resource
+            waiter.fut.set_result(True)
+            slots -= 1
+
+
 def _expire(fut: asyncio.Future[bool]) -> None:
     if not fut.done():
         fut.set_result(False)
@@ -822,13 +833,7 @@ class Pool:
             if resource.state is DEAD and resource.active == 0:
                 self._wake_all()  # its last lease is back: nothing held can revive it now
             return  # e.g. a degraded resource's lease came back: nothing usable was freed
-        for waiter in self._waiters:
-            if slots <= 0:
-                return
-            if not waiter.fut.done() and waiter.wants(resource):
-                waiter.woken_by = resource
-                waiter.fut.set_result(True)
-                slots -= 1
+        _wake_for(resource, slots, self._waiters)
 
     def _wake_all(self) -> None:
         for waiter in self._waiters:
@@ -866,14 +871,8 @@ class Pool:
         if not pending:
             return
         for r in self._slots:
-            n = free.get(r.id, 0)
-            for w in pending:
-                if n <= 0:
-                    break
-                if not w.fut.done() and w.wants(r):
-                    w.woken_by = r
-                    w.fut.set_result(True)
-                    n -= 1
+            if free.get(r.id, 0) > 0:
+                _wake_for(r, free[r.id], pending)
 
     def reset_waiters(self) -> None:
         """Release every blocked waiter with False and drop the timers (shutdown, loop change)."""
