@@ -493,11 +493,14 @@ def test_a_module_that_exits_while_imported_is_a_config_error(
     module's exit code and no message; it is the module's failure, named at its field."""
     (tmp_path / "exiting_mod.py").write_text("import sys\nsys.exit(3)\n")
     (tmp_path / "raising_mod.py").write_text("raise RuntimeError('boom at import')\n")
+    (tmp_path / "exiting_factory.py").write_text("import sys\n\ndef make():\n    sys.exit(5)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     message = _errors(
         _write(tmp_path, "pipeline: {tasks: [{use: 'exiting_mod:x'}]}\nsource: {kind: range, n: 1}\n")
     )
     assert "pipeline.tasks[0].use: importing module 'exiting_mod' failed: SystemExit: 3" in message
+    factory = "pipeline: {tasks: [{use: 'exiting_factory:make'}]}\nsource: {kind: range, n: 1}\n"
+    assert "factory exiting_factory:make failed: SystemExit: 5" in _errors(_write(tmp_path, factory))
     text = "pipeline: {tasks: [{use: echo, retry: {'on': ['raising_mod:X']}}]}\nsource: {kind: range, n: 1}\n"
     assert "pipeline.tasks[0].retry.on[0]" in _errors(_write(tmp_path, text))
 
@@ -540,3 +543,23 @@ def test_a_key_given_twice_is_refused_in_every_format(
     """TOML refused duplicate keys; JSON and YAML kept the last value, so a second pool of the same
     name silently replaced the first. All three formats accept the same content again."""
     assert needle in _errors(_write(tmp_path, text, name))
+
+
+def test_the_sdk_run_config_has_the_same_bounds() -> None:
+    """``Runner(concurrency=...)`` and friends take the same values a config file does."""
+    from pyattacker.config_model import MAX_CONCURRENCY, RunConfig
+
+    RunConfig(concurrency=MAX_CONCURRENCY)
+    with pytest.raises(ConfigError, match=r"run\.concurrency: must be at most 100,000"):
+        RunConfig(concurrency=MAX_CONCURRENCY + 1)
+    with pytest.raises(ConfigError, match=r"run\.grace_s: must be a finite non-negative number"):
+        RunConfig(grace_s=float("inf"))
+
+
+def test_local_file_of_a_store_location() -> None:
+    from pyattacker.store import local_file
+
+    assert local_file("runs/x.db") == "runs/x.db"
+    assert local_file("sqlite:///tmp/x.db?synchronous=full") == "/tmp/x.db"
+    assert local_file("jsonl://runs/x") == "runs/x"
+    assert local_file(":memory:") is None and local_file("s3://bucket/x.db") is None

@@ -310,3 +310,24 @@ def test_the_printed_url_of_a_wildcard_bind_names_loopback() -> None:
         "[::1]",
     ]
     assert [url_host(h) for h in ("127.0.0.1", "::1", "box.lan")] == ["127.0.0.1", "[::1]", "box.lan"]
+
+
+def test_a_client_that_hangs_up_leaves_no_traceback(
+    view_store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A disconnect is the client's business (each one printed about 1.6 KB of traceback);
+    any other error in a handler still reaches stderr."""
+    from pyattacker_plugins.serve.server import ViewerServer
+
+    srv = ViewerServer(view_store, "127.0.0.1", 0, TOKEN, None)
+    try:
+        for exc in (BrokenPipeError(), ConnectionResetError(), TimeoutError(), RuntimeError("handler bug")):
+            try:
+                raise exc
+            except Exception:
+                srv.handle_error(None, ("127.0.0.1", 1))
+    finally:
+        srv.server_close()
+    err = capsys.readouterr().err
+    assert "handler bug" in err
+    assert "BrokenPipeError" not in err and "ConnectionResetError" not in err and "TimeoutError" not in err

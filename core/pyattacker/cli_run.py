@@ -446,10 +446,9 @@ def _stop_with_parent() -> None:
 
 def _warn_nothing_to_resume(store: str) -> None:
     """``resume`` of a store that does not exist starts from nothing: most likely a typo."""
-    from .store import _scheme_of
+    from .store import local_file
 
-    scheme, rest = _scheme_of(store)
-    path = rest.split("?", 1)[0] if scheme in (None, "sqlite", "jsonl") else None
+    path = local_file(store)
     if path and not os.path.exists(path):
         _warn(f"resume: store {path} does not exist; nothing to resume, starting a fresh run")
 

@@ -20,7 +20,7 @@ from typing import IO, Any
 from .errors import ConfigError
 from .merge import shard_stores, state_rank
 from .model import ArtifactRecord, PipelineRecord
-from .store import Store, iter_rows
+from .store import Store, iter_rows, local_file
 from .view_common import (
     ALL_RUNS,
     choose_run,
@@ -459,8 +459,8 @@ def _refuse_overwriting_a_store(output: str, locations: Sequence[str]) -> None:
         return
     target = os.path.realpath(output)
     for location in locations:
-        path = location.split("?", 1)[0]
-        if "://" not in path and os.path.realpath(path) == target:
+        path = local_file(location)
+        if path is not None and os.path.realpath(path) == target:
             raise ConfigError(
                 f"export: OUTPUT {output} is one of the stores to export; it would be overwritten"
                 " (name a new .jsonl/.json/.csv file, or - for stdout)"

@@ -24,7 +24,7 @@ from .model import (
     RunRecord,
 )
 
-__all__ = ["PAGE_KINDS", "Store", "StoreOpener", "iter_rows", "open_store", "resolve_opener"]
+__all__ = ["PAGE_KINDS", "Store", "StoreOpener", "iter_rows", "local_file", "open_store", "resolve_opener"]
 
 #: Row kinds with keyset paging, and the order each is returned in (the last key is unique).
 PAGE_KINDS: dict[str, tuple[str, ...]] = {
@@ -105,6 +105,21 @@ class StoreOpener(Protocol):
 
     def open(self, location: str, *, read_only: bool = False) -> Store:
         """Open (creating if allowed) the store at ``location`` (scheme already stripped)."""
+
+
+#: schemes whose location is a path on this machine (a third-party scheme may be anything)
+_FILE_SCHEMES = (None, "sqlite", "jsonl")
+
+
+def local_file(location: str) -> str | None:
+    """The path on this machine a store location names (scheme and ``?options`` removed), or
+    None for an in-memory or a third-party location. Used where a command must not mistake a
+    store for something else: ``export``'s OUTPUT, ``resume`` of a store that is not there."""
+    scheme, rest = _scheme_of(location)
+    if scheme not in _FILE_SCHEMES:
+        return None
+    path = rest.split("?", 1)[0]
+    return path or None
 
 
 def _scheme_of(uri: str) -> tuple[str | None, str]:
