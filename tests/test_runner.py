@@ -468,3 +468,57 @@ def test_concurrency_bounds_attempts_in_flight_not_workers() -> None:
     with vrunner(concurrency=3) as r:
         rep = r.run(pipeline("p", body, body.with_overrides(name="again")).map(seeds(20)))
     assert rep.succeeded == 20 and running["max"] == 3
+
+
+def _worker_count() -> int:
+    return sum(1 for t in asyncio.all_tasks() if t.get_name().startswith("pyattacker-worker-"))
+
+
+def test_workers_start_as_work_arrives_not_up_front() -> None:
+    """A run of five pipelines at concurrency 10,000 starts at most five workers (it used to
+    start ten thousand coroutines before the first pipeline was admitted)."""
+    seen: list[int] = []
+
+    @task
+    async def body(x: Any) -> Any:
+        seen.append(_worker_count())
+        await asyncio.sleep(1)
+        return x
+
+    with vrunner(concurrency=10_000) as r:
+        rep = r.run(pipeline("p", body).map(seeds(5)))
+    assert rep.succeeded == 5
+    assert seen and max(seen) <= 5
+
+
+def test_idle_workers_are_reused_before_new_ones_start() -> None:
+    """Pipelines that arrive one after another reuse the idle worker; concurrency still bounds
+    how many run at once when they all arrive together."""
+    seen: list[int] = []
+    running = {"now": 0, "max": 0}
+
+    @task
+    def quick(x: Any) -> Any:
+        seen.append(_worker_count())
+        return x
+
+    @task
+    async def slow(x: Any) -> Any:
+        running["now"] += 1
+        running["max"] = max(running["max"], running["now"])
+        await asyncio.sleep(1)
+        running["now"] -= 1
+        return x
+
+    with vrunner(concurrency=64, max_admitted=1) as r:
+        assert r.run(pipeline("q", quick).map(seeds(30))).succeeded == 30
+    assert max(seen) == 1  # one pipeline admitted at a time: one worker did all of them
+    with vrunner(concurrency=4) as r:
+        assert r.run(pipeline("s", slow).map(seeds(40))).succeeded == 40
+    assert running["max"] == 4
+
+
+def test_a_run_with_nothing_to_do_starts_no_worker_and_ends() -> None:
+    with vrunner(concurrency=8) as r:
+        rep = r.run(pipeline("p", task(lambda x: x, name="id")).map([]))
+    assert rep.succeeded == 0 and rep.exit_code == 0

@@ -1,7 +1,7 @@
-"""The runner: admission, a fixed pool of workers, a delay queue, checkpoints, resume, stop.
+"""The runner: admission, a pool of workers, a delay queue, checkpoints, resume, stop.
 
-One coroutine drives one pipeline at a time on each of ``concurrency`` workers, pulling from a
-bounded queue fed lazily by the producer (memory stays O(concurrency), never O(dataset)). A
+One coroutine drives one pipeline at a time on each of up to ``concurrency`` workers, pulling
+from a bounded queue fed lazily by the producer (memory stays O(concurrency), never O(dataset)). A
 retry backoff parks the pipeline in a delay queue and frees its worker. Every task output is
 checkpointed (group-committed) before the next task starts; on resume a pipeline continues
 from the first task without a durable artifact, so a paid request is never sent twice.
@@ -384,6 +384,10 @@ class Runner:
         self._trace = False
         self._in_sync = False
         self._skipped_quietly = 0
+        #: workers are started as work arrives (a run of ten pipelines at concurrency 10,000 starts
+        #: ten, not ten thousand); ``_idle`` counts those waiting on the queue
+        self._workers: list[asyncio.Task[Any]] = []
+        self._idle = 0
 
     def _wake_all(self) -> None:
         for ev in (self._capacity, self._pump_wake):
@@ -494,12 +498,7 @@ class Runner:
         listeners = self._attach_pools()
         signals = self._install_signals(loop) if cfg.handle_signals else []
         queue: asyncio.Queue[_Pipeline | None] = asyncio.Queue(maxsize=max(2, 2 * cfg.concurrency))
-        workers = [
-            loop.create_task(self._worker(queue, i), name=f"pyattacker-worker-{i}")
-            for i in range(cfg.concurrency)
-        ]
-        for w in workers:
-            w.add_done_callback(self._supervise)
+        workers = self._workers
         producer = loop.create_task(self._produce(specs, queue), name="pyattacker-producer")
         producer.add_done_callback(self._supervise)
         pump = loop.create_task(self._pump(queue), name="pyattacker-pump")
@@ -697,7 +696,11 @@ class Runner:
         if not self._hard:
             for _ in workers:
                 await queue.put(None)
-            _, pending = await asyncio.wait(workers, timeout=self.config.grace_s if self._stopping else None)
+            pending: set[asyncio.Task[Any]] = set()
+            if workers:
+                _, pending = await asyncio.wait(
+                    workers, timeout=self.config.grace_s if self._stopping else None
+                )
         else:
             pending = {w for w in workers if not w.done()}
         for w in pending:
@@ -906,6 +909,7 @@ class Runner:
                     self._admitted += 1
                     self.counters["pipelines_admitted"] += 1
                     self._active.add(spec.key)
+                    self._staff(queue)
                     try:
                         await queue.put(state)
                     except asyncio.CancelledError:
@@ -1144,6 +1148,7 @@ class Runner:
             now = self.clock.now()
             while self._parked and self._parked[0][0] <= now and not self._stopping:
                 item = heapq.heappop(self._parked)
+                self._staff(queue)
                 try:
                     await queue.put(item[2])
                 except asyncio.CancelledError:
@@ -1163,10 +1168,30 @@ class Runner:
         self._check_complete()
 
     # -- workers ------------------------------------------------------------------------------------
+    def _staff(self, queue: asyncio.Queue[_Pipeline | None]) -> None:
+        """Start a worker for the pipeline about to be queued unless an idle one will take it.
+
+        Items already queued are claimed by idle workers first (a woken worker counts as idle
+        until it has taken its item), so a new one starts only when every idle worker is spoken
+        for, up to ``concurrency``. Called once per admitted or un-parked pipeline, never per task.
+        """
+        workers = self._workers
+        if self._idle <= queue.qsize() and len(workers) < self.config.concurrency:
+            index = len(workers)
+            worker = asyncio.get_running_loop().create_task(
+                self._worker(queue, index), name=f"pyattacker-worker-{index}"
+            )
+            worker.add_done_callback(self._supervise)
+            workers.append(worker)
+
     async def _worker(self, queue: asyncio.Queue[_Pipeline | None], index: int) -> None:
         me = asyncio.current_task()
         while True:
-            state = await queue.get()
+            self._idle += 1
+            try:
+                state = await queue.get()
+            finally:
+                self._idle -= 1
             if state is None:
                 return
             if me is not None:
