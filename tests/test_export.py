@@ -192,7 +192,15 @@ def test_children_read_in_batches_equal_reading_them_per_pipeline(
             with monkeypatch.context() as m:
                 m.setattr(SqliteStore, "rows_by_pipeline", None)
                 m.setattr(SqliteStore, "metrics_by_pipeline", None)
+                m.setattr(SqliteStore, "final_artifacts", None)
                 assert export_stores(stores, str(slow), rows=kind, run_id=run_id) == n
+            if kind == "results":  # batched artifacts without the final-only read: the same rows
+                mid = tmp_path / "mid.jsonl"
+                with monkeypatch.context() as m:
+                    m.setattr(SqliteStore, "final_artifacts", None)
+                    assert export_stores(stores, str(mid), rows=kind, run_id=run_id) == n
+                assert mid.read_text() == fast.read_text()
+                assert any(r["artifact_available"] for r in _read(fast, "jsonl"))
             assert n >= 20 and fast.read_text() == slow.read_text(), (stores, run_id, kind)
             if kind == "pipelines":
                 rows = _read(fast, "jsonl")
@@ -219,6 +227,12 @@ def test_sqlite_rows_by_pipeline_groups_in_seq_order(store: str) -> None:
             assert metrics.get(pid, []) == s.metrics(run_id=run_id, pipeline_id=pid)
         with pytest.raises(ValueError, match="tasks or artifacts"):
             s.rows_by_pipeline("events", pipelines)  # type: ignore[attr-defined]
+        finals = s.final_artifacts(wanted)  # type: ignore[attr-defined]
+        for pid in (pipelines[0], pipelines[3]):
+            expected = next((a for a in s.page("artifacts", pipeline_id=pid, limit=100) if a.is_final), None)
+            assert finals.get(pid) == expected
+        assert "no-such-pipeline" not in finals
+        assert any(finals.values()) and all(a.is_final for a in finals.values())
     finally:
         s.close()
 

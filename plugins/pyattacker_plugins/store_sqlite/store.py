@@ -189,6 +189,18 @@ def _children_sql(kind: str, n: int) -> str:
 
 
 @lru_cache(maxsize=64)
+def _finals_sql(n: int) -> str:
+    """The artifacts marked final of n pipeline ids, in (pipeline_id, seq) order: the filter runs
+    in SQLite, so the other artifacts of a pipeline are never fetched or decoded."""
+    cols = ", ".join(f't."{c}"' for c in ARTIFACTS.columns)
+    marks = ", ".join("?" for _ in range(n))
+    return (
+        f"SELECT {cols} FROM pipeline_keys AS k JOIN artifacts AS t ON t.pk = k.pk"
+        f' WHERE k."pipeline_id" IN ({marks}) AND t."is_final" ORDER BY k."pipeline_id", t."seq"'
+    )
+
+
+@lru_cache(maxsize=64)
 def _metrics_sql(n: int) -> str:
     """The latest metrics of run ? for n pipeline ids, through the (run_id, pipeline_id, name) key."""
     marks = ", ".join("?" for _ in range(n))
@@ -491,6 +503,13 @@ class SqliteStore:
         if codec is None:
             raise ValueError(f"rows_by_pipeline: kind must be tasks or artifacts, got {kind!r}")
         return self._grouped(lambda n: _children_sql(kind, n), codec, ids, ())
+
+    def final_artifacts(self, ids: Sequence[str]) -> dict[str, ArtifactRecord]:
+        """``{pipeline_id: final artifact}`` for those of ``ids`` that have one (the first marked
+        final, in seq order): what ``export --rows results`` shows, read without the other
+        artifacts (optional method; a pipeline's seed and intermediate outputs can be most of
+        its rows)."""
+        return {pid: rows[0] for pid, rows in self._grouped(_finals_sql, ARTIFACTS, ids, ()).items()}
 
     def metrics_by_pipeline(self, run_id: str, ids: Sequence[str]) -> dict[str, list[MetricRecord]]:
         """``{pipeline_id: metrics}`` of run ``run_id`` for ``ids``, each list by name:
