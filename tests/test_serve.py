@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import re
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -331,3 +334,107 @@ def test_a_client_that_hangs_up_leaves_no_traceback(
     err = capsys.readouterr().err
     assert "handler bug" in err
     assert "BrokenPipeError" not in err and "ConnectionResetError" not in err and "TimeoutError" not in err
+
+
+# -- connection cap, HEAD, the token variable, a vanished store, strict parameters ------------------
+
+
+@contextlib.contextmanager
+def _in_process(store: str, **kw: Any) -> Iterator[Any]:
+    """A ``ViewerServer`` on a free loopback port, served on a thread; always stopped and closed.
+    Clients must be closed before it exits (``server_close`` joins the handler threads)."""
+    from pyattacker_plugins.serve.server import ViewerServer
+
+    srv = ViewerServer(store, "127.0.0.1", 0, TOKEN, None, **kw)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(10)
+
+
+def _held(port: int) -> http.client.HTTPConnection:
+    """A keep-alive connection that has had one answer: its handler thread is running and holds
+    a slot until the connection closes."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", "/healthz", headers={"Host": f"127.0.0.1:{port}"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("connection") != "close"
+    resp.read()
+    return conn
+
+
+def _until_idle(srv: Any) -> None:
+    """Wait (hang guard only, no timing claim) until every handler thread has given its slot back."""
+    deadline = time.monotonic() + 20
+    while srv.active_connections and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert srv.active_connections == 0
+
+
+@pytest.mark.timeout(60)
+def test_connections_over_the_cap_get_a_503_and_a_hung_up_one_frees_its_slot(view_store: str) -> None:
+    """Each connection holds a thread until it ends or idles out: over the cap, a new one is
+    answered at once with 503 + Retry-After (JSON, security headers) and closed, instead of
+    getting a thread of its own. A client that hangs up gives its slot back."""
+    with _in_process(view_store, max_connections=2) as srv:
+        port = srv.bound_port
+        held = [_held(port), _held(port)]
+        try:
+            assert srv.active_connections == 2
+            for _ in range(3):  # refused connections never take a slot
+                status, headers, body = Server(port).request("/stats")
+                assert status == 503, (status, body)
+                assert headers["retry-after"] == "1" and headers["connection"] == "close"
+                assert headers["content-type"].startswith("application/json")
+                assert headers["x-content-type-options"] == "nosniff"
+                assert headers["content-security-policy"].startswith("default-src 'self'")
+                assert "error" in json.loads(body)
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+                reply = b""  # the refusal needs no request and is followed by the close
+                while chunk := sock.recv(65536):
+                    reply += chunk
+            assert reply.startswith(b"HTTP/1.1 503 ")
+        finally:
+            for conn in held:
+                conn.close()
+        _until_idle(srv)
+        assert Server(port).request("/stats")[0] == 200
+
+
+@pytest.mark.timeout(60)
+def test_a_connection_that_idles_out_or_whose_handler_fails_frees_its_slot(
+    view_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyattacker_plugins.serve import server as server_module
+
+    monkeypatch.setattr(server_module._Handler, "timeout", 0.3)
+    with _in_process(view_store, max_connections=1) as srv:
+        port = srv.bound_port
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0")  # never finished
+            assert sock.recv(65536) == b""  # closed by the idle timeout
+        _until_idle(srv)
+        assert Server(port).request("/stats")[0] == 200
+
+        def broken(self: Any) -> None:
+            raise RuntimeError("handler bug")
+
+        monkeypatch.setattr(srv, "handle_error", lambda *a: None)  # keep stderr quiet
+        monkeypatch.setattr(server_module._Handler, "do_GET", broken)
+        with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
+            Server(port).request("/stats")
+        _until_idle(srv)
+        monkeypatch.undo()
+        assert Server(port).request("/stats")[0] == 200
+
+
+def test_the_connection_cap_is_a_module_constant() -> None:
+    from pyattacker_plugins.serve import server as server_module
+
+    assert server_module.MAX_CONNECTIONS == 64
+    with pytest.raises(ValueError):
+        server_module.ViewerServer("unused.db", "127.0.0.1", 0, TOKEN, None, max_connections=0)
