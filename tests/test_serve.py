@@ -6,6 +6,7 @@ import base64
 import contextlib
 import http.client
 import json
+import os
 import re
 import socket
 import subprocess
@@ -438,3 +439,50 @@ def test_the_connection_cap_is_a_module_constant() -> None:
     assert server_module.MAX_CONNECTIONS == 64
     with pytest.raises(ValueError):
         server_module.ViewerServer("unused.db", "127.0.0.1", 0, TOKEN, None, max_connections=0)
+
+
+def test_the_token_can_come_from_the_environment_and_stays_out_of_ps(view_store: str) -> None:
+    """``--token`` is on the command line every local user can read (``ps``);
+    ``PYATTACKER_SERVE_TOKEN`` is not. ``--token`` wins when both are given."""
+    secret = "env-token-456"
+    with serving(view_store, None, env_token=secret, expect=secret) as (port, _url):
+        server = Server(port)
+        assert server.request("/stats", headers={"Authorization": f"Bearer {secret}"})[0] == 200
+        assert server.request("/stats")[0] == 401  # TOKEN is not this server's token
+        cmdlines = [_cmdline(p) for p in Path("/proc").glob("[0-9]*/cmdline")]
+        assert any(b"serve" in c for c in cmdlines) and not any(secret.encode() in c for c in cmdlines)
+    with serving(view_store, TOKEN, env_token=secret) as (port, _url):
+        assert Server(port).request("/stats")[0] == 200
+
+
+def _cmdline(path: Path) -> bytes:
+    """A process's command line as ``ps`` shows it (empty if it ended meanwhile)."""
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_token_variable_is_a_usage_error_naming_it(view_store: str, value: str) -> None:
+    env = {**os.environ, "PYATTACKER_SERVE_TOKEN": value}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyattacker", "serve", view_store, "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "PYATTACKER_SERVE_TOKEN" in proc.stderr and "token=" not in proc.stdout
+
+
+def test_serve_help_names_the_token_variable() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyattacker", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 0 and "PYATTACKER_SERVE_TOKEN" in proc.stdout
