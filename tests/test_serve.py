@@ -248,7 +248,7 @@ def test_errors_the_http_layer_detects_are_json_with_the_security_headers(server
     """An unknown method is a 405 like the refused ones; a malformed request line is a JSON 400
     that carries the same headers as every other answer."""
     status, headers, body = server.request("/stats", method="TRACE")
-    assert status == 405 and headers["allow"] == "GET"
+    assert status == 405 and headers["allow"] == "GET, HEAD"
     assert headers["content-type"].startswith("application/json") and "error" in json.loads(body)
     assert headers["x-content-type-options"] == "nosniff"
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
@@ -486,3 +486,56 @@ def test_serve_help_names_the_token_variable() -> None:
         env={**os.environ, "COLUMNS": "200"},
     )
     assert proc.returncode == 0 and "PYATTACKER_SERVE_TOKEN" in proc.stdout
+
+
+#: answers whose bytes do not change between two requests (``/stats`` carries the time)
+_STABLE = [
+    "/",
+    "/app.js",
+    "/healthz",
+    "/events?limit=3",
+    "/pipelines?limit=2",
+    "/errors",
+    "/curves?pipeline_id=k1&key=loss",
+    "/nope",
+    "/pipelines?limit=abc",
+    "/curves?run_id=all",
+    "/stats?run_id=nope",
+]
+
+
+def test_head_answers_every_get_route_without_a_body(server: Server) -> None:
+    """Same status and headers as GET, Content-Length of the body GET sends, no body; auth,
+    Host and Origin checks apply as for GET."""
+    for path in _STABLE:
+        get_status, get_headers, get_body = server.request(path)
+        head_status, head_headers, head_body = server.request(path, method="HEAD")
+        assert head_status == get_status, path
+        get_headers.pop("date", None)
+        head_headers.pop("date", None)
+        assert head_headers == get_headers, path
+        assert int(head_headers["content-length"]) == len(get_body) > 0 and head_body == b""
+    for path in ("/stats", "/metrics", "/metrics?format=prometheus", "/resources"):
+        status, headers, _ = server.request(path, method="HEAD")
+        assert status == 200 and int(headers["content-length"]) > 0, path
+    assert server.request("/stats", method="HEAD", auth=False)[0] == 401
+    assert server.request("/healthz", method="HEAD", headers={"Host": "evil.example:80"})[0] == 403
+    assert server.request("/stats", method="HEAD", headers={"Origin": "http://evil.example"})[0] == 403
+    status, headers, _ = server.request("/?token=" + TOKEN, method="HEAD", auth=False)
+    assert status == 303 and headers["location"] == "/" and "set-cookie" in headers
+    # on the wire: the next answer on the same connection follows the HEAD's headers directly
+    host = f"Host: 127.0.0.1:{server.port}\r\nAuthorization: Bearer {TOKEN}\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        head = f"HEAD /errors HTTP/1.1\r\n{host}\r\n"
+        sock.sendall(f"{head}GET /healthz HTTP/1.1\r\n{host}Connection: close\r\n\r\n".encode())
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    first, sep, rest = reply.partition(b"\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 200") and sep and rest.startswith(b"HTTP/1.1 200"), reply
+
+
+def test_other_methods_are_refused_with_allow_naming_get_and_head(server: Server) -> None:
+    for method in ("POST", "OPTIONS", "TRACE"):
+        status, headers, _ = server.request("/stats", method=method)
+        assert status == 405 and headers["allow"] == "GET, HEAD", method

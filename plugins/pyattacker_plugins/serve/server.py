@@ -1,10 +1,11 @@
-"""The viewer's HTTP server: stdlib ``ThreadingHTTPServer``, GET only, every answer hardened.
+"""The viewer's HTTP server: stdlib ``ThreadingHTTPServer``, GET and HEAD only, every answer hardened.
 
 Each connection gets a handler thread, at most ``MAX_CONNECTIONS`` at a time: a connection over
 the cap is answered 503 from the accept loop and closed. Order of checks for each request:
 query length (414), Host and Origin allow-lists (403),
 method (405) and body (413), ``/healthz`` (no auth), token exchange (303 + cookie), then
-authentication (401). Every response, errors included, carries the security headers.
+authentication (401). Every response, errors included, carries the security headers. HEAD runs
+exactly the GET path (checks, auth, the body built for its Content-Length) and sends no body.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ IDLE_TIMEOUT_S = 30.0
 MAX_CONNECTIONS = 64
 
 _PROM_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: the methods the viewer answers (the ``Allow`` header of every 405)
+_ALLOW = "GET, HEAD"
 _STATIC = {
     "/": ("text/html; charset=utf-8", assets.INDEX_HTML),
     "/app.js": ("text/javascript; charset=utf-8", assets.APP_JS),
@@ -204,7 +207,7 @@ class _Handler(BaseHTTPRequestHandler):
         unknown method is a 405, as for the methods the viewer knows and refuses."""
         self.close_connection = True
         if code == HTTPStatus.NOT_IMPLEMENTED:
-            self._json(405, {"error": "method not allowed; the viewer is read-only"}, {"Allow": "GET"})
+            self._json(405, {"error": "method not allowed; the viewer is read-only"}, {"Allow": _ALLOW})
             return
         try:
             phrase = HTTPStatus(code).phrase
@@ -235,13 +238,15 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.close_connection = True  # never read a body we refuse
         self._json(
-            405, {"error": f"method {self.command} not allowed; the viewer is read-only"}, {"Allow": "GET"}
+            405, {"error": f"method {self.command} not allowed; the viewer is read-only"}, {"Allow": _ALLOW}
         )
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = _refuse_method
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse_method
 
-    # -- GET ------------------------------------------------------------------------------------
+    # -- GET and HEAD ---------------------------------------------------------------------------
     def do_GET(self) -> None:
+        """Answer a GET, or a HEAD: ``_send`` leaves the body out for HEAD, so both get the same
+        status and headers (Content-Length included) through the same checks."""
         if self._refuse_early():
             return
         length = self.headers.get("Content-Length")
@@ -293,6 +298,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(exc.status, exc.body)
         except Exception as exc:  # one bad request must not kill the server
             self._json(500, {"error": f"{type(exc).__name__}: {exc}"})
+
+    do_HEAD = do_GET
 
     def _wants_prometheus(self, params: dict[str, str]) -> bool:
         if params.get("format") == "prometheus":
