@@ -539,3 +539,38 @@ def test_other_methods_are_refused_with_allow_naming_get_and_head(server: Server
     for method in ("POST", "OPTIONS", "TRACE"):
         status, headers, _ = server.request("/stats", method=method)
         assert status == 405 and headers["allow"] == "GET, HEAD", method
+
+
+@pytest.mark.timeout(120)
+def test_a_store_deleted_or_corrupted_while_serving_answers_503_naming_it(tmp_path: Path) -> None:
+    """Each request opens its own read-only connection: a store gone from under the viewer is a
+    503 naming it, never a 500, and the viewer neither recreates nor touches the file."""
+    from _view_fixtures import build_store
+
+    db = build_store(tmp_path / "gone.db", 3)
+    paths = ["/stats", "/pipelines", "/events", "/errors", "/metrics", "/metrics?format=prometheus"]
+    with _in_process(db) as srv:
+        server = Server(srv.bound_port)
+        for path in paths:
+            assert server.request(path)[0] == 200, path
+        os.remove(db)
+        for method in ("GET", "HEAD"):
+            for path in paths:
+                status, headers, body = server.request(path, method=method)
+                assert status == 503, (method, path, status, body)
+                assert headers["content-type"].startswith("application/json")
+                if method == "GET":
+                    doc = json.loads(body)
+                    assert db in doc["error"] and doc["store"] == db, doc
+        assert not os.path.exists(db)
+        for sibling in (db + "-wal", db + "-shm"):
+            if os.path.exists(sibling):
+                os.remove(sibling)
+        garbage = b"this is not a SQLite database\n" * 200
+        Path(db).write_bytes(garbage)
+        for path in paths:
+            status, _, body = server.request(path)
+            assert status == 503 and db in json.loads(body)["error"], (path, status, body)
+        assert server.request("/healthz")[0] == 200
+    assert Path(db).read_bytes() == garbage
+    assert not os.path.exists(db + "-wal")

@@ -3,7 +3,8 @@
 Lists are paged: ``limit`` (default 50, at most 1000) and an opaque ``after`` cursor taken
 from the previous page's ``next``. Stored text comes back as raw JSON strings (the dashboard
 renders it as text nodes). Status and list endpoints never read metric curves; only
-``/curves`` does, one series at a time.
+``/curves`` does, one series at a time. A store that cannot be read (deleted, replaced,
+corrupt, unreadable while serving) is a 503 naming it.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from pyattacker.errors import ConfigError
+from pyattacker.errors import ConfigError, StoreUnavailable
 from pyattacker.store import Store
-from pyattacker.view_common import ALL_RUNS, RunChoice, choose_run, read_only_store, to_plain
+from pyattacker.view_common import ALL_RUNS, RunChoice, choose_run, open_view, to_plain
 from pyattacker.view_live import LiveDigest, snapshot
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Api", "ApiError", "prometheus_text"]
@@ -151,11 +153,34 @@ class Api:
         except Exception:  # a missing run or an unreadable store answers the requests instead
             pass
 
+    @contextmanager
+    def _store(self) -> Iterator[Store]:
+        """This request's own read-only connection, closed after it.
+
+        The file is the writer's: it may be deleted, replaced or damaged while the viewer
+        runs. Opening it then, or a read that fails on it, is the store's state, not a bug of
+        the viewer: a 503 naming the location instead of a 500. ``mode=ro`` means the viewer
+        never creates or changes the file meanwhile.
+        """
+        try:
+            store = open_view(self.location)
+        except (ConfigError, StoreUnavailable) as exc:
+            raise self._unavailable(exc) from exc
+        try:
+            yield store
+        except StoreUnavailable as exc:
+            raise self._unavailable(exc) from exc
+        finally:
+            store.close()
+
+    def _unavailable(self, exc: Exception) -> ApiError:
+        return ApiError(503, f"store {self.location} cannot be read: {exc}", store=self.location)
+
     def call(self, path: str, params: dict[str, str]) -> Any:
         route = self.routes.get(path)
         if route is None:
             raise ApiError(404, f"no such path {path!r}", paths=self.paths)
-        with read_only_store(self.location) as store:
+        with self._store() as store:
             try:
                 choice = choose_run(store, params.get("run_id") or self.run_id)
             except ConfigError as exc:
@@ -164,7 +189,7 @@ class Api:
 
     def prometheus(self, params: dict[str, str]) -> str:
         """``/metrics`` in the Prometheus text format (run-scope application metrics only)."""
-        with read_only_store(self.location) as store:
+        with self._store() as store:
             try:
                 choice = choose_run(store, params.get("run_id") or self.run_id)
             except ConfigError as exc:
