@@ -574,3 +574,38 @@ def test_a_store_deleted_or_corrupted_while_serving_answers_503_naming_it(tmp_pa
         assert server.request("/healthz")[0] == 200
     assert Path(db).read_bytes() == garbage
     assert not os.path.exists(db + "-wal")
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/stats?run_id=all&run_id=nope", "run_id"),
+        ("/pipelines?limit=1&limit=2", "limit"),
+        ("/events?after=1&after=2", "after"),
+        ("/pipelines?state=failed&state=succeeded", "state"),
+        ("/metrics?format=prometheus&format=json", "format"),
+        ("/curves?pipeline_id=k1&key=loss&key=loss", "key"),
+        ("/resources?pool=api&pool=api", "pool"),
+    ],
+)
+def test_a_parameter_given_twice_is_a_400_naming_it(server: Server, path: str, name: str) -> None:
+    status, _, body = server.request(path)
+    assert status == 400, (path, status, body)
+    assert f"'{name}'" in json.loads(body)["error"], body
+
+
+def test_a_bad_state_or_format_is_a_400_naming_it(server: Server) -> None:
+    from pyattacker.model import PIPELINE_STATES
+
+    status, _, body = server.request("/pipelines?state=bogus")
+    assert status == 400, body
+    error = json.loads(body)["error"]
+    assert "state" in error and all(s in error for s in PIPELINE_STATES), error
+    for state, count in (("failed", 2), ("", 20)):
+        rows = server.json(f"/pipelines?limit=1000&state={state}")["rows"]
+        assert len(rows) == count and (not state or {r["state"] for r in rows} == {state})
+    status, _, body = server.request("/metrics?format=xml")
+    assert status == 400 and "format" in json.loads(body)["error"], body
+    prometheus_accept = {"Accept": "text/plain; version=0.0.4"}
+    status, headers, _ = server.request("/metrics?format=json", headers=prometheus_accept)
+    assert status == 200 and headers["content-type"].startswith("application/json")

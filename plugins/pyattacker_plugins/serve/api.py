@@ -21,11 +21,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from pyattacker.errors import ConfigError, StoreUnavailable
+from pyattacker.model import PIPELINE_STATES
 from pyattacker.store import Store
 from pyattacker.view_common import ALL_RUNS, RunChoice, choose_run, open_view, to_plain
 from pyattacker.view_live import LiveDigest, snapshot
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Api", "ApiError", "prometheus_text"]
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Api", "ApiError", "prometheus_text", "single_values"]
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
@@ -78,6 +79,35 @@ def _uncursor(text: str, *kinds: tuple[type, ...]) -> tuple[Any, ...]:
     ):
         raise ApiError(400, "invalid 'after' cursor")
     return tuple(values)
+
+
+def single_values(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """The query parameters as a dict, each given at most once.
+
+    A parameter given twice is ambiguous (``?state=failed&state=succeeded``): taking one of
+    the values silently answers a question the client did not ask, so it is a 400 naming it.
+    """
+    params: dict[str, str] = {}
+    for name, value in pairs:
+        if name in params:
+            raise ApiError(400, f"parameter {name!r} given more than once")
+        params[name] = value
+    return params
+
+
+def _state(params: dict[str, str]) -> str | None:
+    """The ``state`` filter, or None for every state. A state no pipeline can be in would
+    match nothing and look like an empty run: a 400 listing the states instead."""
+    raw = params.get("state")
+    if not raw:
+        return None
+    if raw not in PIPELINE_STATES:
+        raise ApiError(
+            400,
+            f"parameter 'state' must be one of {', '.join(PIPELINE_STATES)}",
+            states=list(PIPELINE_STATES),
+        )
+    return raw
 
 
 def _limit(params: dict[str, str]) -> int:
@@ -176,10 +206,20 @@ class Api:
     def _unavailable(self, exc: Exception) -> ApiError:
         return ApiError(503, f"store {self.location} cannot be read: {exc}", store=self.location)
 
-    def call(self, path: str, params: dict[str, str]) -> Any:
+    def _route(self, path: str) -> Callable[[Store, RunChoice, dict[str, str]], Any]:
         route = self.routes.get(path)
         if route is None:
             raise ApiError(404, f"no such path {path!r}", paths=self.paths)
+        return route
+
+    def params(self, path: str, pairs: list[tuple[str, str]]) -> dict[str, str]:
+        """The parameters of a request to ``path``: an unknown path is a 404 before any
+        parameter is looked at, then a parameter given twice is a 400."""
+        self._route(path)
+        return single_values(pairs)
+
+    def call(self, path: str, params: dict[str, str]) -> Any:
+        route = self._route(path)
         with self._store() as store:
             try:
                 choice = choose_run(store, params.get("run_id") or self.run_id)
@@ -244,10 +284,9 @@ class Api:
 
     def pipelines(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         limit = _limit(params)
+        state = _state(params)
         after = _uncursor(params["after"], _NUMBER, _TEXT) if params.get("after") else None
-        rows = store.page(
-            "pipelines", run_id=choice.run_id, state=params.get("state") or None, after=after, limit=limit + 1
-        )
+        rows = store.page("pipelines", run_id=choice.run_id, state=state, after=after, limit=limit + 1)
         page, nxt = _page(rows, limit, lambda p: [p.created_at, p.pipeline_id])
         out = []
         for p in page:

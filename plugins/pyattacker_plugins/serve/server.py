@@ -36,6 +36,8 @@ IDLE_TIMEOUT_S = 30.0
 MAX_CONNECTIONS = 64
 
 _PROM_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: values of ``/metrics?format=`` ("" = by the Accept header)
+_FORMATS = ("", "json", "prometheus")
 #: the methods the viewer answers (the ``Allow`` header of every 405)
 _ALLOW = "GET, HEAD"
 _STATIC = {
@@ -288,8 +290,8 @@ class _Handler(BaseHTTPRequestHandler):
             content_type, text = _STATIC[path]
             self._send(200, text.encode(), content_type)
             return
-        params = dict(pairs)
         try:
+            params = self.server.api.params(path, pairs)
             if path == "/metrics" and self._wants_prometheus(params):
                 self._send(200, self.server.api.prometheus(params).encode(), _PROM_TYPE)
                 return
@@ -302,8 +304,13 @@ class _Handler(BaseHTTPRequestHandler):
     do_HEAD = do_GET
 
     def _wants_prometheus(self, params: dict[str, str]) -> bool:
-        if params.get("format") == "prometheus":
-            return True
+        """``format=prometheus``, or a Prometheus scraper's Accept header when no format is
+        given; any other ``format`` than ``json`` would be silently ignored: a 400."""
+        fmt = params.get("format") or ""
+        if fmt not in _FORMATS:
+            raise ApiError(400, "parameter 'format' must be json or prometheus")
+        if fmt:
+            return fmt == "prometheus"
         accept = self.headers.get("Accept") or ""
         return "text/plain" in accept and "version=0.0.4" in accept
 
