@@ -2,10 +2,10 @@
 
 Each connection gets a handler thread, at most ``MAX_CONNECTIONS`` at a time: a connection over
 the cap is answered 503 from the accept loop and closed. Order of checks for each request:
-query length (414), Host and Origin allow-lists (403),
-method (405) and body (413), ``/healthz`` (no auth), token exchange (303 + cookie), then
-authentication (401). Every response, errors included, carries the security headers. HEAD runs
-exactly the GET path (checks, auth, the body built for its Content-Length) and sends no body.
+query length (414), Host and Origin allow-lists (403), method (405) and body (413),
+``/healthz`` (no auth), token exchange (303 + cookie), then authentication (401). Every
+response, errors included, carries the security headers. HEAD runs exactly the GET path
+(checks, auth, the body built for its Content-Length) and sends no body.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ class ViewerServer(ThreadingHTTPServer):
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {max_connections}")
         self.max_connections = max_connections
+        self._busy = _busy_answer(max_connections)
         self._active = 0
         self._slots_lock = threading.Lock()
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -103,7 +104,7 @@ class ViewerServer(ThreadingHTTPServer):
         """Runs on the accept loop: a free slot starts a handler thread; none left, the
         connection is refused at once (the loop never waits for a slot)."""
         if not self._take_slot():
-            _refuse_busy(request, _busy_answer(self.max_connections))
+            _refuse_busy(request, self._busy)
             self.shutdown_request(request)
             return
         try:
