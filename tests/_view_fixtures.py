@@ -94,21 +94,28 @@ def sibling(tmp: Path, name: str) -> str:
 
 
 @contextlib.contextmanager
-def serving(store: str, token: str) -> Iterator[tuple[int, str]]:
+def serving(
+    store: str, token: str | None, *, env_token: str | None = None, expect: str | None = None
+) -> Iterator[tuple[int, str]]:
     """``pyattacker serve STORE`` on a free loopback port, as users start it; yields the port and
-    the URL it printed (with the token), and stops the process by its pid."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pyattacker", "serve", store, "--port", "0", "--token", token],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    the URL it printed (with the token), and stops the process by its pid.
+
+    ``token`` goes on the command line (``--token``), ``env_token`` into
+    ``PYATTACKER_SERVE_TOKEN`` (never inherited from the caller's environment); ``expect`` is the
+    token the printed URL must carry (default: ``token``)."""
+    argv = [sys.executable, "-m", "pyattacker", "serve", store, "--port", "0"]
+    if token is not None:
+        argv += ["--token", token]
+    env = {k: v for k, v in os.environ.items() if k != "PYATTACKER_SERVE_TOKEN"}
+    if env_token is not None:
+        env["PYATTACKER_SERVE_TOKEN"] = env_token
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         match = re.search(r"http://127\.0\.0\.1:(\d+)/\?token=(\S+)", line)
         assert match, (line, proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
-        assert match.group(2) == token
+        assert match.group(2) == (expect if expect is not None else token)
         yield int(match.group(1)), match.group(0)
     finally:
         if proc.poll() is None:

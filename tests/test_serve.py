@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
+import os
 import re
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -244,7 +248,7 @@ def test_errors_the_http_layer_detects_are_json_with_the_security_headers(server
     """An unknown method is a 405 like the refused ones; a malformed request line is a JSON 400
     that carries the same headers as every other answer."""
     status, headers, body = server.request("/stats", method="TRACE")
-    assert status == 405 and headers["allow"] == "GET"
+    assert status == 405 and headers["allow"] == "GET, HEAD"
     assert headers["content-type"].startswith("application/json") and "error" in json.loads(body)
     assert headers["x-content-type-options"] == "nosniff"
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
@@ -331,3 +335,277 @@ def test_a_client_that_hangs_up_leaves_no_traceback(
     err = capsys.readouterr().err
     assert "handler bug" in err
     assert "BrokenPipeError" not in err and "ConnectionResetError" not in err and "TimeoutError" not in err
+
+
+# -- connection cap, HEAD, the token variable, a vanished store, strict parameters ------------------
+
+
+@contextlib.contextmanager
+def _in_process(store: str, **kw: Any) -> Iterator[Any]:
+    """A ``ViewerServer`` on a free loopback port, served on a thread; always stopped and closed.
+    Clients must be closed before it exits (``server_close`` joins the handler threads)."""
+    from pyattacker_plugins.serve.server import ViewerServer
+
+    srv = ViewerServer(store, "127.0.0.1", 0, TOKEN, None, **kw)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(10)
+
+
+def _held(port: int) -> http.client.HTTPConnection:
+    """A keep-alive connection that has had one answer: its handler thread is running and holds
+    a slot until the connection closes."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", "/healthz", headers={"Host": f"127.0.0.1:{port}"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("connection") != "close"
+    resp.read()
+    return conn
+
+
+def _until_idle(srv: Any) -> None:
+    """Wait (hang guard only, no timing claim) until every handler thread has given its slot back."""
+    deadline = time.monotonic() + 20
+    while srv.active_connections and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert srv.active_connections == 0
+
+
+@pytest.mark.timeout(60)
+def test_connections_over_the_cap_get_a_503_and_a_hung_up_one_frees_its_slot(view_store: str) -> None:
+    """Each connection holds a thread until it ends or idles out: over the cap, a new one is
+    answered at once with 503 + Retry-After (JSON, security headers) and closed, instead of
+    getting a thread of its own. A client that hangs up gives its slot back."""
+    with _in_process(view_store, max_connections=2) as srv:
+        port = srv.bound_port
+        held = [_held(port), _held(port)]
+        try:
+            assert srv.active_connections == 2
+            for _ in range(3):  # refused connections never take a slot
+                status, headers, body = Server(port).request("/stats")
+                assert status == 503, (status, body)
+                assert headers["retry-after"] == "1" and headers["connection"] == "close"
+                assert headers["content-type"].startswith("application/json")
+                assert headers["x-content-type-options"] == "nosniff"
+                assert headers["content-security-policy"].startswith("default-src 'self'")
+                assert "error" in json.loads(body)
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+                reply = b""  # the refusal needs no request and is followed by the close
+                while chunk := sock.recv(65536):
+                    reply += chunk
+            assert reply.startswith(b"HTTP/1.1 503 ")
+        finally:
+            for conn in held:
+                conn.close()
+        _until_idle(srv)
+        assert Server(port).request("/stats")[0] == 200
+
+
+@pytest.mark.timeout(60)
+def test_a_connection_that_idles_out_or_whose_handler_fails_frees_its_slot(
+    view_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyattacker_plugins.serve import server as server_module
+
+    monkeypatch.setattr(server_module._Handler, "timeout", 0.3)
+    with _in_process(view_store, max_connections=1) as srv:
+        port = srv.bound_port
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0")  # never finished
+            assert sock.recv(65536) == b""  # closed by the idle timeout
+        _until_idle(srv)
+        assert Server(port).request("/stats")[0] == 200
+
+        def broken(self: Any) -> None:
+            raise RuntimeError("handler bug")
+
+        monkeypatch.setattr(srv, "handle_error", lambda *a: None)  # keep stderr quiet
+        monkeypatch.setattr(server_module._Handler, "do_GET", broken)
+        with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
+            Server(port).request("/stats")
+        _until_idle(srv)
+        monkeypatch.undo()
+        assert Server(port).request("/stats")[0] == 200
+
+
+def test_the_connection_cap_is_a_module_constant() -> None:
+    from pyattacker_plugins.serve import server as server_module
+
+    assert server_module.MAX_CONNECTIONS == 64
+    with pytest.raises(ValueError):
+        server_module.ViewerServer("unused.db", "127.0.0.1", 0, TOKEN, None, max_connections=0)
+
+
+def test_the_token_can_come_from_the_environment_and_stays_out_of_ps(view_store: str) -> None:
+    """``--token`` is on the command line every local user can read (``ps``);
+    ``PYATTACKER_SERVE_TOKEN`` is not. ``--token`` wins when both are given."""
+    secret = "env-token-456"
+    with serving(view_store, None, env_token=secret, expect=secret) as (port, _url):
+        server = Server(port)
+        assert server.request("/stats", headers={"Authorization": f"Bearer {secret}"})[0] == 200
+        assert server.request("/stats")[0] == 401  # TOKEN is not this server's token
+        cmdlines = [_cmdline(p) for p in Path("/proc").glob("[0-9]*/cmdline")]
+        assert any(b"serve" in c for c in cmdlines) and not any(secret.encode() in c for c in cmdlines)
+    with serving(view_store, TOKEN, env_token=secret) as (port, _url):
+        assert Server(port).request("/stats")[0] == 200
+
+
+def _cmdline(path: Path) -> bytes:
+    """A process's command line as ``ps`` shows it (empty if it ended meanwhile)."""
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_token_variable_is_a_usage_error_naming_it(view_store: str, value: str) -> None:
+    env = {**os.environ, "PYATTACKER_SERVE_TOKEN": value}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyattacker", "serve", view_store, "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "PYATTACKER_SERVE_TOKEN" in proc.stderr and "token=" not in proc.stdout
+
+
+def test_serve_help_names_the_token_variable() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyattacker", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 0 and "PYATTACKER_SERVE_TOKEN" in proc.stdout
+
+
+#: answers whose bytes do not change between two requests (``/stats`` carries the time)
+_STABLE = [
+    "/",
+    "/app.js",
+    "/healthz",
+    "/events?limit=3",
+    "/pipelines?limit=2",
+    "/errors",
+    "/curves?pipeline_id=k1&key=loss",
+    "/nope",
+    "/pipelines?limit=abc",
+    "/curves?run_id=all",
+    "/stats?run_id=nope",
+]
+
+
+def test_head_answers_every_get_route_without_a_body(server: Server) -> None:
+    """Same status and headers as GET, Content-Length of the body GET sends, no body; auth,
+    Host and Origin checks apply as for GET."""
+    for path in _STABLE:
+        get_status, get_headers, get_body = server.request(path)
+        head_status, head_headers, head_body = server.request(path, method="HEAD")
+        assert head_status == get_status, path
+        get_headers.pop("date", None)
+        head_headers.pop("date", None)
+        assert head_headers == get_headers, path
+        assert int(head_headers["content-length"]) == len(get_body) > 0 and head_body == b""
+    for path in ("/stats", "/metrics", "/metrics?format=prometheus", "/resources"):
+        status, headers, _ = server.request(path, method="HEAD")
+        assert status == 200 and int(headers["content-length"]) > 0, path
+    assert server.request("/stats", method="HEAD", auth=False)[0] == 401
+    assert server.request("/healthz", method="HEAD", headers={"Host": "evil.example:80"})[0] == 403
+    assert server.request("/stats", method="HEAD", headers={"Origin": "http://evil.example"})[0] == 403
+    status, headers, _ = server.request("/?token=" + TOKEN, method="HEAD", auth=False)
+    assert status == 303 and headers["location"] == "/" and "set-cookie" in headers
+    # on the wire: the next answer on the same connection follows the HEAD's headers directly
+    host = f"Host: 127.0.0.1:{server.port}\r\nAuthorization: Bearer {TOKEN}\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        head = f"HEAD /errors HTTP/1.1\r\n{host}\r\n"
+        sock.sendall(f"{head}GET /healthz HTTP/1.1\r\n{host}Connection: close\r\n\r\n".encode())
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    first, sep, rest = reply.partition(b"\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 200") and sep and rest.startswith(b"HTTP/1.1 200"), reply
+
+
+def test_other_methods_are_refused_with_allow_naming_get_and_head(server: Server) -> None:
+    for method in ("POST", "OPTIONS", "TRACE"):
+        status, headers, _ = server.request("/stats", method=method)
+        assert status == 405 and headers["allow"] == "GET, HEAD", method
+
+
+@pytest.mark.timeout(120)
+def test_a_store_deleted_or_corrupted_while_serving_answers_503_naming_it(tmp_path: Path) -> None:
+    """Each request opens its own read-only connection: a store gone from under the viewer is a
+    503 naming it, never a 500, and the viewer neither recreates nor touches the file."""
+    from _view_fixtures import build_store
+
+    db = build_store(tmp_path / "gone.db", 3)
+    paths = ["/stats", "/pipelines", "/events", "/errors", "/metrics", "/metrics?format=prometheus"]
+    with _in_process(db) as srv:
+        server = Server(srv.bound_port)
+        for path in paths:
+            assert server.request(path)[0] == 200, path
+        os.remove(db)
+        for method in ("GET", "HEAD"):
+            for path in paths:
+                status, headers, body = server.request(path, method=method)
+                assert status == 503, (method, path, status, body)
+                assert headers["content-type"].startswith("application/json")
+                if method == "GET":
+                    doc = json.loads(body)
+                    assert db in doc["error"] and doc["store"] == db, doc
+        assert not os.path.exists(db)
+        for sibling in (db + "-wal", db + "-shm"):
+            if os.path.exists(sibling):
+                os.remove(sibling)
+        garbage = b"this is not a SQLite database\n" * 200
+        Path(db).write_bytes(garbage)
+        for path in paths:
+            status, _, body = server.request(path)
+            assert status == 503 and db in json.loads(body)["error"], (path, status, body)
+        assert server.request("/healthz")[0] == 200
+    assert Path(db).read_bytes() == garbage
+    assert not os.path.exists(db + "-wal")
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/stats?run_id=all&run_id=nope", "run_id"),
+        ("/pipelines?limit=1&limit=2", "limit"),
+        ("/events?after=1&after=2", "after"),
+        ("/pipelines?state=failed&state=succeeded", "state"),
+        ("/metrics?format=prometheus&format=json", "format"),
+        ("/curves?pipeline_id=k1&key=loss&key=loss", "key"),
+        ("/resources?pool=api&pool=api", "pool"),
+    ],
+)
+def test_a_parameter_given_twice_is_a_400_naming_it(server: Server, path: str, name: str) -> None:
+    status, _, body = server.request(path)
+    assert status == 400, (path, status, body)
+    assert f"'{name}'" in json.loads(body)["error"], body
+
+
+def test_a_bad_state_or_format_is_a_400_naming_it(server: Server) -> None:
+    from pyattacker.model import PIPELINE_STATES
+
+    status, _, body = server.request("/pipelines?state=bogus")
+    assert status == 400, body
+    error = json.loads(body)["error"]
+    assert "state" in error and all(s in error for s in PIPELINE_STATES), error
+    for state, count in (("failed", 2), ("", 20)):
+        rows = server.json(f"/pipelines?limit=1000&state={state}")["rows"]
+        assert len(rows) == count and (not state or {r["state"] for r in rows} == {state})
+    status, _, body = server.request("/metrics?format=xml")
+    assert status == 400 and "format" in json.loads(body)["error"], body
+    prometheus_accept = {"Accept": "text/plain; version=0.0.4"}
+    status, headers, _ = server.request("/metrics?format=json", headers=prometheus_accept)
+    assert status == 200 and headers["content-type"].startswith("application/json")

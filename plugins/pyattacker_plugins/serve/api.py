@@ -3,7 +3,8 @@
 Lists are paged: ``limit`` (default 50, at most 1000) and an opaque ``after`` cursor taken
 from the previous page's ``next``. Stored text comes back as raw JSON strings (the dashboard
 renders it as text nodes). Status and list endpoints never read metric curves; only
-``/curves`` does, one series at a time.
+``/curves`` does, one series at a time. A store that cannot be read (deleted, replaced,
+corrupt, unreadable while serving) is a 503 naming it.
 """
 
 from __future__ import annotations
@@ -15,15 +16,17 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from pyattacker.errors import ConfigError
+from pyattacker.errors import ConfigError, StoreUnavailable
+from pyattacker.model import PIPELINE_STATES
 from pyattacker.store import Store
-from pyattacker.view_common import ALL_RUNS, RunChoice, choose_run, read_only_store, to_plain
+from pyattacker.view_common import ALL_RUNS, RunChoice, choose_run, open_view, to_plain
 from pyattacker.view_live import LiveDigest, snapshot
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Api", "ApiError", "prometheus_text"]
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Api", "ApiError", "prometheus_text", "single_values"]
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
@@ -76,6 +79,35 @@ def _uncursor(text: str, *kinds: tuple[type, ...]) -> tuple[Any, ...]:
     ):
         raise ApiError(400, "invalid 'after' cursor")
     return tuple(values)
+
+
+def single_values(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """The query parameters as a dict, each given at most once.
+
+    A parameter given twice is ambiguous (``?state=failed&state=succeeded``): taking one of
+    the values silently answers a question the client did not ask, so it is a 400 naming it.
+    """
+    params: dict[str, str] = {}
+    for name, value in pairs:
+        if name in params:
+            raise ApiError(400, f"parameter {name!r} given more than once")
+        params[name] = value
+    return params
+
+
+def _state(params: dict[str, str]) -> str | None:
+    """The ``state`` filter, or None for every state. A state no pipeline can be in would
+    match nothing and look like an empty run: a 400 listing the states instead."""
+    raw = params.get("state")
+    if not raw:
+        return None
+    if raw not in PIPELINE_STATES:
+        raise ApiError(
+            400,
+            f"parameter 'state' must be one of {', '.join(PIPELINE_STATES)}",
+            states=list(PIPELINE_STATES),
+        )
+    return raw
 
 
 def _limit(params: dict[str, str]) -> int:
@@ -151,11 +183,44 @@ class Api:
         except Exception:  # a missing run or an unreadable store answers the requests instead
             pass
 
-    def call(self, path: str, params: dict[str, str]) -> Any:
+    @contextmanager
+    def _store(self) -> Iterator[Store]:
+        """This request's own read-only connection, closed after it.
+
+        The file is the writer's: it may be deleted, replaced or damaged while the viewer
+        runs. Opening it then, or a read that fails on it, is the store's state, not a bug of
+        the viewer: a 503 naming the location instead of a 500. ``mode=ro`` means the viewer
+        never creates or changes the file meanwhile.
+        """
+        try:
+            store = open_view(self.location)
+        except (ConfigError, StoreUnavailable) as exc:
+            raise self._unavailable(exc) from exc
+        try:
+            yield store
+        except StoreUnavailable as exc:
+            raise self._unavailable(exc) from exc
+        finally:
+            store.close()
+
+    def _unavailable(self, exc: Exception) -> ApiError:
+        return ApiError(503, f"store {self.location} cannot be read: {exc}", store=self.location)
+
+    def _route(self, path: str) -> Callable[[Store, RunChoice, dict[str, str]], Any]:
         route = self.routes.get(path)
         if route is None:
             raise ApiError(404, f"no such path {path!r}", paths=self.paths)
-        with read_only_store(self.location) as store:
+        return route
+
+    def params(self, path: str, pairs: list[tuple[str, str]]) -> dict[str, str]:
+        """The parameters of a request to ``path``: an unknown path is a 404 before any
+        parameter is looked at, then a parameter given twice is a 400."""
+        self._route(path)
+        return single_values(pairs)
+
+    def call(self, path: str, params: dict[str, str]) -> Any:
+        route = self._route(path)
+        with self._store() as store:
             try:
                 choice = choose_run(store, params.get("run_id") or self.run_id)
             except ConfigError as exc:
@@ -164,7 +229,7 @@ class Api:
 
     def prometheus(self, params: dict[str, str]) -> str:
         """``/metrics`` in the Prometheus text format (run-scope application metrics only)."""
-        with read_only_store(self.location) as store:
+        with self._store() as store:
             try:
                 choice = choose_run(store, params.get("run_id") or self.run_id)
             except ConfigError as exc:
@@ -219,10 +284,9 @@ class Api:
 
     def pipelines(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         limit = _limit(params)
+        state = _state(params)
         after = _uncursor(params["after"], _NUMBER, _TEXT) if params.get("after") else None
-        rows = store.page(
-            "pipelines", run_id=choice.run_id, state=params.get("state") or None, after=after, limit=limit + 1
-        )
+        rows = store.page("pipelines", run_id=choice.run_id, state=state, after=after, limit=limit + 1)
         page, nxt = _page(rows, limit, lambda p: [p.created_at, p.pipeline_id])
         out = []
         for p in page:

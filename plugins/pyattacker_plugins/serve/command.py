@@ -6,11 +6,36 @@ The server, the endpoints and the dashboard assets load when the command runs, s
 
 from __future__ import annotations
 
+import os
 import sys
 
 import rich_click as click
 
-__all__ = ["serve_command"]
+__all__ = ["TOKEN_ENV", "serve_command"]
+
+#: the token when ``--token`` is not given: a command line is visible to every local user
+#: (``ps``, ``/proc/PID/cmdline``), a process's environment only to its owner
+TOKEN_ENV = "PYATTACKER_SERVE_TOKEN"
+
+
+def resolve_token(option: str | None) -> str | None:
+    """``--token`` if given, else ``$PYATTACKER_SERVE_TOKEN``, else None (a random token).
+
+    A variable that is set but empty (or blank) is a usage error rather than a silent random
+    token: it usually means a script exported a secret that was not there, and its clients
+    would then fail with 401s and no hint why.
+    """
+    if option is not None:
+        return option
+    value = os.environ.get(TOKEN_ENV)
+    if value is None:
+        return None
+    if not value.strip():
+        raise click.UsageError(
+            f"environment variable {TOKEN_ENV} is set but empty; give it a token,"
+            " or unset it for a random one"
+        )
+    return value
 
 
 @click.command("serve")
@@ -20,14 +45,21 @@ __all__ = ["serve_command"]
     "--port", type=click.IntRange(0, 65535), default=8787, show_default=True, help="Port (0 = a free port)."
 )
 @click.option("--run-id", default=None, help="A run id, or `all` (default: follow the latest started run).")
-@click.option("--token", default=None, help="Access token (default: a fresh random one per start).")
+@click.option(
+    "--token",
+    default=None,
+    help=f"Access token (default: ${TOKEN_ENV}, else a fresh random one per start)."
+    f" Visible to other local users in `ps`: prefer {TOKEN_ENV}.",
+)
 def serve_command(store: str, host: str, port: int, run_id: str | None, token: str | None) -> None:
     """Serve a read-only dashboard and JSON API of STORE (safe beside a live run).
 
     Prints a URL carrying `?token=...`; opening it swaps the token for an HttpOnly cookie.
-    Scripts send `Authorization: Bearer <token>`. Every request opens its own read-only
-    connection. Stop with Ctrl+C.
+    Scripts send `Authorization: Bearer <token>`. The token is `--token`, else the environment
+    variable PYATTACKER_SERVE_TOKEN (kept out of `ps`; empty is an error), else a random one.
+    Every request opens its own read-only connection. Stop with Ctrl+C.
     """
     from .server import run_server
 
+    token = resolve_token(token)
     run_server(store, host=host, port=port, run_id=run_id, token=token, out=sys.stdout)

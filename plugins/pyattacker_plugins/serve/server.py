@@ -1,12 +1,16 @@
-"""The viewer's HTTP server: stdlib ``ThreadingHTTPServer``, GET only, every answer hardened.
+"""The viewer's HTTP server: stdlib ``ThreadingHTTPServer``, GET and HEAD only, every answer hardened.
 
-Order of checks for each request: query length (414), Host and Origin allow-lists (403),
-method (405) and body (413), ``/healthz`` (no auth), token exchange (303 + cookie), then
-authentication (401). Every response, errors included, carries the security headers.
+Each connection gets a handler thread, at most ``MAX_CONNECTIONS`` at a time: a connection over
+the cap is answered 503 from the accept loop and closed. Order of checks for each request:
+query length (414), Host and Origin allow-lists (403), method (405) and body (413),
+``/healthz`` (no auth), token exchange (303 + cookie), then authentication (401). Every
+response, errors included, carries the security headers. HEAD runs exactly the GET path
+(checks, auth, the body built for its Content-Length) and sends no body.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import signal
@@ -25,11 +29,17 @@ from . import assets
 from .api import Api, ApiError
 from .security import MAX_QUERY_BYTES, SECURITY_HEADERS, Guard
 
-__all__ = ["IDLE_TIMEOUT_S", "ViewerServer", "run_server", "url_host"]
+__all__ = ["IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "ViewerServer", "run_server", "url_host"]
 
 IDLE_TIMEOUT_S = 30.0
+#: handler threads (open connections) at most; one more connection is answered 503 and closed
+MAX_CONNECTIONS = 64
 
 _PROM_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: values of ``/metrics?format=`` ("" = by the Accept header)
+_FORMATS = ("", "json", "prometheus")
+#: the methods the viewer answers (the ``Allow`` header of every 405)
+_ALLOW = "GET, HEAD"
 _STATIC = {
     "/": ("text/html; charset=utf-8", assets.INDEX_HTML),
     "/app.js": ("text/javascript; charset=utf-8", assets.APP_JS),
@@ -38,12 +48,32 @@ _STATIC = {
 
 
 class ViewerServer(ThreadingHTTPServer):
-    """Threading server holding the API and the guard its handlers use."""
+    """Threading server holding the API and the guard its handlers use.
+
+    Each connection holds a thread until it ends or idles out (``IDLE_TIMEOUT_S``), so the
+    threads are capped at ``max_connections``: a local client that opens connections and never
+    closes them cannot make the process start threads without end.
+    """
 
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, location: str, host: str, port: int, token: str, run_id: str | None) -> None:
+    def __init__(
+        self,
+        location: str,
+        host: str,
+        port: int,
+        token: str,
+        run_id: str | None,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, not {max_connections}")
+        self.max_connections = max_connections
+        self._busy = _busy_answer(max_connections)
+        self._active = 0
+        self._slots_lock = threading.Lock()
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
             super().__init__((host.strip("[]"), port), _Handler)
@@ -54,11 +84,81 @@ class ViewerServer(ThreadingHTTPServer):
         self.guard = Guard(token, host.strip("[]"), self.bound_port)
         self.url = f"http://{url_host(host)}:{self.bound_port}/"
 
+    @property
+    def active_connections(self) -> int:
+        """Connections that hold a handler thread right now."""
+        return self._active
+
+    def _take_slot(self) -> bool:
+        with self._slots_lock:
+            if self._active >= self.max_connections:
+                return False
+            self._active += 1
+            return True
+
+    def _free_slot(self) -> None:
+        with self._slots_lock:
+            self._active -= 1
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Runs on the accept loop: a free slot starts a handler thread; none left, the
+        connection is refused at once (the loop never waits for a slot)."""
+        if not self._take_slot():
+            _refuse_busy(request, self._busy)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # the thread did not start: nobody else will free the slot
+            self._free_slot()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """The handler thread: its slot is freed however the connection ends (done, idle
+        timeout, hang-up, an error in the handler)."""
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._free_slot()
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hung up or went idle is its own business: no traceback on stderr."""
         if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
             return
         super().handle_error(request, client_address)
+
+
+def _busy_answer(cap: int) -> bytes:
+    """The whole 503 a connection over the cap gets: JSON like every other error, with the
+    security headers, ``Retry-After: 1`` and ``Connection: close``."""
+    body = json.dumps(
+        {"error": f"too many open connections (at most {cap}); retry in a second"},
+        separators=(",", ":"),
+    ).encode()
+    headers = {
+        "Server": _Handler.server_version,
+        **SECURITY_HEADERS,
+        "Retry-After": "1",
+        "Content-Type": "application/json; charset=utf-8",
+        "Content-Length": str(len(body)),
+        "Connection": "close",
+    }
+    head = "HTTP/1.1 503 Service Unavailable\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    return head.encode("latin-1") + b"\r\n" + body
+
+
+def _refuse_busy(request: socket.socket, answer: bytes) -> None:
+    """Answer a connection over the cap without blocking the accept loop: the socket goes
+    non-blocking, the bytes already received are read (closing a socket with unread input
+    resets the connection, which can cost the client the answer), and the small answer fits a
+    fresh socket's send buffer. Any failure just drops the connection."""
+    try:
+        request.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            request.recv(65536)
+        request.send(answer)
+    except OSError:
+        pass
 
 
 def url_host(host: str) -> str:
@@ -110,7 +210,7 @@ class _Handler(BaseHTTPRequestHandler):
         unknown method is a 405, as for the methods the viewer knows and refuses."""
         self.close_connection = True
         if code == HTTPStatus.NOT_IMPLEMENTED:
-            self._json(405, {"error": "method not allowed; the viewer is read-only"}, {"Allow": "GET"})
+            self._json(405, {"error": "method not allowed; the viewer is read-only"}, {"Allow": _ALLOW})
             return
         try:
             phrase = HTTPStatus(code).phrase
@@ -141,13 +241,15 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.close_connection = True  # never read a body we refuse
         self._json(
-            405, {"error": f"method {self.command} not allowed; the viewer is read-only"}, {"Allow": "GET"}
+            405, {"error": f"method {self.command} not allowed; the viewer is read-only"}, {"Allow": _ALLOW}
         )
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = _refuse_method
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse_method
 
-    # -- GET ------------------------------------------------------------------------------------
+    # -- GET and HEAD ---------------------------------------------------------------------------
     def do_GET(self) -> None:
+        """Answer a GET, or a HEAD: ``_send`` leaves the body out for HEAD, so both get the same
+        status and headers (Content-Length included) through the same checks."""
         if self._refuse_early():
             return
         length = self.headers.get("Content-Length")
@@ -189,8 +291,8 @@ class _Handler(BaseHTTPRequestHandler):
             content_type, text = _STATIC[path]
             self._send(200, text.encode(), content_type)
             return
-        params = dict(pairs)
         try:
+            params = self.server.api.params(path, pairs)
             if path == "/metrics" and self._wants_prometheus(params):
                 self._send(200, self.server.api.prometheus(params).encode(), _PROM_TYPE)
                 return
@@ -200,9 +302,16 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # one bad request must not kill the server
             self._json(500, {"error": f"{type(exc).__name__}: {exc}"})
 
+    do_HEAD = do_GET
+
     def _wants_prometheus(self, params: dict[str, str]) -> bool:
-        if params.get("format") == "prometheus":
-            return True
+        """``format=prometheus``, or a Prometheus scraper's Accept header when no format is
+        given; any other ``format`` than ``json`` would be silently ignored: a 400."""
+        fmt = params.get("format") or ""
+        if fmt not in _FORMATS:
+            raise ApiError(400, "parameter 'format' must be json or prometheus")
+        if fmt:
+            return fmt == "prometheus"
         accept = self.headers.get("Accept") or ""
         return "text/plain" in accept and "version=0.0.4" in accept
 
