@@ -477,6 +477,19 @@ def test_an_empty_token_variable_is_a_usage_error_naming_it(view_store: str, val
     assert "PYATTACKER_SERVE_TOKEN" in proc.stderr and "token=" not in proc.stdout
 
 
+def test_an_empty_token_option_is_a_usage_error_naming_it(view_store: str) -> None:
+    """`--token "$SECRET"` with SECRET unset: a random token would make every client fail with
+    401s and no hint why."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyattacker", "serve", view_store, "--port", "0", "--token", " "],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "--token" in proc.stderr and "token=" not in proc.stdout
+
+
 def test_serve_help_names_the_token_variable() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pyattacker", "serve", "--help"],

@@ -21,11 +21,13 @@ TOKEN_ENV = "PYATTACKER_SERVE_TOKEN"
 def resolve_token(option: str | None) -> str | None:
     """``--token`` if given, else ``$PYATTACKER_SERVE_TOKEN``, else None (a random token).
 
-    A variable that is set but empty (or blank) is a usage error rather than a silent random
+    An empty (or blank) ``--token`` or variable is a usage error rather than a silent random
     token: it usually means a script exported a secret that was not there, and its clients
     would then fail with 401s and no hint why.
     """
     if option is not None:
+        if not option.strip():  # `--token "$UNSET_VAR"`: the same mistake as an empty variable
+            raise click.UsageError("--token is empty; give a token, or leave the option out for a random one")
         return option
     value = os.environ.get(TOKEN_ENV)
     if value is None:
