@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -622,3 +622,107 @@ def test_a_bad_state_or_format_is_a_400_naming_it(server: Server) -> None:
     prometheus_accept = {"Accept": "text/plain; version=0.0.4"}
     status, headers, _ = server.request("/metrics?format=json", headers=prometheus_accept)
     assert status == 200 and headers["content-type"].startswith("application/json")
+
+
+# -- identical requests share one read -------------------------------------------------------------
+
+
+class _Ticks:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_identical_requests_share_one_answer_until_it_is_older_than_the_ttl(tmp_path: Path) -> None:
+    from pyattacker_plugins.serve.shared_answers import SharedAnswers
+
+    db = tmp_path / "s.db"
+    db.write_bytes(b"x")
+    ticks = _Ticks()
+    answers = SharedAnswers(str(db), 1.0, clock=ticks)
+    calls: list[str] = []
+
+    def compute(tag: str) -> Callable[[], str]:
+        def inner() -> str:
+            calls.append(tag)
+            return f"{tag}{len(calls)}"
+
+        return inner
+
+    assert answers.get("a", compute("a")) == "a1"
+    ticks.now += 0.9
+    assert answers.get("a", compute("a")) == "a1"  # reused: younger than the ttl
+    assert answers.get("b", compute("b")) == "b2"  # another request is its own answer
+    ticks.now += 0.2
+    assert answers.get("a", compute("a")) == "a3"  # older than the ttl: read again
+    assert calls == ["a", "b", "a"] and (answers.computed, answers.shared) == (3, 1)
+
+
+def test_a_failure_is_never_reused_and_a_replaced_store_is_read_again(tmp_path: Path) -> None:
+    from pyattacker_plugins.serve.shared_answers import SharedAnswers
+
+    db = tmp_path / "s.db"
+    db.write_bytes(b"x")
+    answers = SharedAnswers(str(db), 60.0, clock=_Ticks())
+    n = {"calls": 0}
+
+    def flaky() -> int:
+        n["calls"] += 1
+        if n["calls"] == 1:
+            raise RuntimeError("store busy")
+        return n["calls"]
+
+    with pytest.raises(RuntimeError):
+        answers.get("k", flaky)
+    assert answers.get("k", flaky) == 2
+    assert answers.get("k", flaky) == 2
+    other = tmp_path / "other.db"
+    other.write_bytes(b"y")
+    os.replace(other, db)  # a new file under the same name (a new inode while `other` lives on)
+    assert answers.get("k", flaky) == 3
+    db.unlink()
+    assert answers.get("k", flaky) == 4  # gone: never answered from memory
+    assert answers.get("k", flaky) == 5
+
+
+def test_requests_that_arrive_while_one_is_answered_wait_for_its_answer(tmp_path: Path) -> None:
+    from pyattacker_plugins.serve.shared_answers import SharedAnswers
+
+    db = tmp_path / "s.db"
+    db.write_bytes(b"x")
+    answers = SharedAnswers(str(db), 1.0, clock=_Ticks())
+    release = threading.Event()
+    calls = {"n": 0}
+
+    def slow() -> int:
+        calls["n"] += 1
+        assert release.wait(30)
+        return 42
+
+    got: list[Any] = []
+    threads = [threading.Thread(target=lambda: got.append(answers.get("k", slow))) for _ in range(5)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30  # hang guard, not a timing assertion
+    while answers.computed + answers.shared < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release.set()
+    for t in threads:
+        t.join(30)
+    assert got == [42] * 5 and calls["n"] == 1 and (answers.computed, answers.shared) == (1, 4)
+
+
+def test_the_viewer_shares_answers_and_a_ttl_of_zero_reads_every_time(view_store: str) -> None:
+    """Through the HTTP server: two identical /stats requests get one read (the same
+    `generated_at`), a different request its own; with `answer_ttl_s=0` each request reads."""
+    for ttl, same in ((60.0, True), (0.0, False)):
+        with _in_process(view_store, answer_ttl_s=ttl) as srv:
+            server = Server(srv.bound_port)
+            first = json.loads(server.request("/stats")[2])
+            second = json.loads(server.request("/stats")[2])
+            assert (first["generated_at"] == second["generated_at"]) is same
+            assert server.request("/stats?run_id=all")[0] == 200
+            answers = srv.api.answers
+            assert (answers.computed, answers.shared) == ((2, 1) if same else (3, 0))

@@ -26,6 +26,8 @@ from pyattacker.store import Store
 from pyattacker.view_common import ALL_RUNS, RunChoice, choose_run, open_view, to_plain
 from pyattacker.view_live import LiveDigest, snapshot
 
+from .shared_answers import ANSWER_TTL_S, SharedAnswers
+
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Api", "ApiError", "prometheus_text", "single_values"]
 
 DEFAULT_LIMIT = 50
@@ -144,9 +146,13 @@ def _page(rows: list[Any], limit: int, key: Callable[[Any], list[Any]]) -> tuple
 class Api:
     """Answers ``GET path?params`` for one store location."""
 
-    def __init__(self, location: str, run_id: str | None = None) -> None:
+    def __init__(
+        self, location: str, run_id: str | None = None, *, answer_ttl_s: float = ANSWER_TTL_S
+    ) -> None:
         self.location = location
         self.run_id = run_id
+        #: identical requests share one read of the store (``shared_answers``; 0 turns it off)
+        self.answers = SharedAnswers(location, answer_ttl_s)
         self._digests: OrderedDict[str | None, LiveDigest] = OrderedDict()
         self._lock = threading.Lock()
         self.routes: dict[str, Callable[[Store, RunChoice, dict[str, str]], Any]] = {
@@ -220,6 +226,11 @@ class Api:
 
     def call(self, path: str, params: dict[str, str]) -> Any:
         route = self._route(path)
+        return self.answers.get((path, *sorted(params.items())), lambda: self._answer(route, params))
+
+    def _answer(
+        self, route: Callable[[Store, RunChoice, dict[str, str]], Any], params: dict[str, str]
+    ) -> Any:
         with self._store() as store:
             try:
                 choice = choose_run(store, params.get("run_id") or self.run_id)
@@ -229,6 +240,12 @@ class Api:
 
     def prometheus(self, params: dict[str, str]) -> str:
         """``/metrics`` in the Prometheus text format (run-scope application metrics only)."""
+        text: str = self.answers.get(
+            ("prometheus", *sorted(params.items())), lambda: self._prometheus(params)
+        )
+        return text
+
+    def _prometheus(self, params: dict[str, str]) -> str:
         with self._store() as store:
             try:
                 choice = choose_run(store, params.get("run_id") or self.run_id)

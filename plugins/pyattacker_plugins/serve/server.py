@@ -28,6 +28,7 @@ from pyattacker.view_common import read_only_store
 from . import assets
 from .api import Api, ApiError
 from .security import MAX_QUERY_BYTES, SECURITY_HEADERS, Guard
+from .shared_answers import ANSWER_TTL_S
 
 __all__ = ["IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "ViewerServer", "run_server", "url_host"]
 
@@ -67,6 +68,7 @@ class ViewerServer(ThreadingHTTPServer):
         run_id: str | None,
         *,
         max_connections: int = MAX_CONNECTIONS,
+        answer_ttl_s: float = ANSWER_TTL_S,
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {max_connections}")
@@ -79,7 +81,7 @@ class ViewerServer(ThreadingHTTPServer):
             super().__init__((host.strip("[]"), port), _Handler)
         except OSError as exc:
             raise ConfigError(f"serve: cannot bind {host}:{port}: {exc}") from exc
-        self.api = Api(location, run_id)
+        self.api = Api(location, run_id, answer_ttl_s=answer_ttl_s)
         self.bound_port = int(self.server_address[1])
         self.guard = Guard(token, host.strip("[]"), self.bound_port)
         self.url = f"http://{url_host(host)}:{self.bound_port}/"
