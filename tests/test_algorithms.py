@@ -240,6 +240,48 @@ def test_backoff_times_out_before_max_wait_would_be_exceeded(
     run(clock, scenario)
 
 
+def test_backoff_polls_warn_once_when_nothing_in_the_pool_matches(
+    clock: VirtualClock, algorithms: Registry
+) -> None:
+    """``backoff`` never queues on the pool, but it waits all the same: one
+    ``acquire.waiting_unmatched`` for the whole request, not one per poll."""
+
+    async def scenario() -> None:
+        events: list[Any] = []
+        pool = pool_of(clock, algorithms)
+        pool.listeners.append(events.append)
+        ctx = Ctx(task_name="poll")
+        algo = Backoff(base=1, factor=1, cap=1, jitter="none", max_wait=5)
+        with pytest.raises(AcquireTimeout):
+            await pool.acquire(ctx, algorithm=algo, kind="gpu")
+        assert len(ctx.events) == 5  # five sleeps, six tries
+        (event,) = [e for e in events if e.kind == "acquire.waiting_unmatched"]
+        assert event.data["selector"] == {"kind": "'gpu'"} and event.data["task"] == "poll"
+
+        held = await pool.acquire()
+        release_at(2, held)
+        await pool.acquire(ctx, algorithm=algo)  # busy, but it matches: nothing said
+        assert len([e for e in events if e.kind == "acquire.waiting_unmatched"]) == 1
+
+    run(clock, scenario)
+
+
+def test_failover_with_no_pool_that_matches_warns_on_the_pool_it_waits_on(
+    clock: VirtualClock, algorithms: Registry
+) -> None:
+    async def scenario() -> None:
+        primary, secondary = pool_of(clock, algorithms, name="a"), pool_of(clock, algorithms, name="b")
+        events: list[Any] = []
+        primary.listeners.append(events.append)
+        secondary.listeners.append(events.append)
+        ctx = Ctx(pools={"a": primary, "b": secondary})
+        with pytest.raises(AcquireTimeout):
+            await secondary.acquire(ctx, algorithm=Failover(pools=["a", "b"]), timeout=2, id="c0")
+        assert [(e.pool, e.kind) for e in events] == [("a", "acquire.waiting_unmatched")]
+
+    run(clock, scenario)
+
+
 def test_backoff_jitter_uses_the_context_rng(clock: VirtualClock, algorithms: Registry) -> None:
     def delays(seed: int) -> list[float]:
         async def scenario() -> list[float]:

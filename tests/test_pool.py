@@ -680,6 +680,190 @@ def test_slow_wait_and_suspected_deadlock_events(clock: VirtualClock, algorithms
     run(clock, scenario)
 
 
+# -- the unmatched-wait hint ----------------------------------------------------------------
+
+UNMATCHED = "acquire.waiting_unmatched"
+
+
+def count_waits(pool: Pool) -> list[int]:
+    """Count the pool's ``wait_slot`` calls (each is one wait: the first, or one after a wake-up)."""
+    calls = [0]
+    original = pool.wait_slot
+
+    async def counting(**kw: Any) -> bool:
+        calls[0] += 1
+        return await original(**kw)
+
+    pool.wait_slot = counting  # type: ignore[method-assign]
+    return calls
+
+
+def test_a_wait_nothing_matches_emits_one_unmatched_event_across_wake_ups(
+    clock: VirtualClock, algorithms: Registry
+) -> None:
+    """A selector that matches no resource waits for a publish; the pool says so, once."""
+
+    async def scenario() -> None:
+        rec = Recorder()
+        pool = Pool(
+            "p",
+            [Resource.create("api", id="r0", options={"region": "eu"}, cooldown_s=10.0)],
+            clock=clock,
+            on_event=rec,
+            algorithms=algorithms,
+        )
+        waits = count_waits(pool)
+        ctx = Ctx(task_name="fetch", pipeline_id="pipe-1")
+        waiter = asyncio.create_task(pool.acquire(ctx, region="mars", tier=1, timeout=100))
+        await asyncio.sleep(0)
+        assert pool.waiting == 1
+        (event,) = rec.of(UNMATCHED)
+        assert event.pool == "p" and event.resource_id is None
+        assert event.data == {
+            "pool": "p",
+            "selector": {"region": "'mars'", "tier": "1"},
+            "where": False,
+            "resources": 1,
+            "task": "fetch",
+            "pipeline_id": "pipe-1",
+            "hint": (
+                "none of the 1 resource(s) of pool 'p' matches region='mars', tier=1: this lease waits"
+                " until a matching resource is published (check the selector, or publish such a resource)"
+            ),
+        }
+        msgspec.json.encode(event.data)  # plain data: any store can keep it
+
+        # wake-ups that bring no match: the end of a cooldown, a revoke; the waiter waits again
+        lease = pool.try_acquire()
+        assert lease is not None
+        lease.degrade("429")
+        lease.release_now()
+        await asyncio.sleep(11)
+        pool.publish(Resource.create("api", id="other"))
+        pool.revoke("other")
+        await asyncio.sleep(0)
+        assert waits[0] == 3 and not waiter.done()  # the first wait and two after wake-ups
+        assert len(rec.of(UNMATCHED)) == 1
+
+        # a publish that matches ends the wait, and says nothing more
+        pool.publish(Resource.create("api", id="mars", options={"region": "mars", "tier": 1}))
+        got = await waiter
+        assert got.resource.id == "mars" and len(rec.of(UNMATCHED)) == 1
+
+    run(clock, scenario)
+
+
+def test_an_unmatched_wait_in_an_empty_pool_names_the_where_filter_and_masks_secrets(
+    clock: VirtualClock, algorithms: Registry
+) -> None:
+    async def scenario() -> None:
+        rec = Recorder()
+        pool = Pool("dyn", clock=clock, on_event=rec, algorithms=algorithms)
+        with pytest.raises(AcquireTimeout):
+            await pool.acquire(None, where=lambda r: True, api_key="sk-abcdef123456", timeout=3)
+        (event,) = rec.of(UNMATCHED)
+        assert event.data["where"] is True and event.data["resources"] == 0
+        assert event.data["selector"] == {"api_key": "****456'"}
+        assert event.data["task"] is None and event.data["pipeline_id"] is None
+        assert event.data["hint"].startswith("pool 'dyn' has no resource yet: this lease waits")
+        assert "abcdef" not in repr(event)
+
+    run(clock, scenario)
+
+
+def test_a_wait_that_starts_matched_warns_once_when_the_match_goes_away(
+    clock: VirtualClock, algorithms: Registry
+) -> None:
+    """The check runs before every wait until it fires: a resource re-published with other
+    options no longer matches, and the next wake-up finds out."""
+
+    async def scenario() -> None:
+        rec = Recorder()
+        pool = Pool(
+            "p",
+            [Resource.create("api", id="r0", options={"region": "eu"})],
+            clock=clock,
+            on_event=rec,
+            algorithms=algorithms,
+        )
+        held = pool.try_acquire(region="eu")
+        assert held is not None
+        waiter = asyncio.create_task(pool.acquire(Ctx(), region="eu", timeout=100))
+        await asyncio.sleep(0)
+        assert pool.waiting == 1 and not rec.of(UNMATCHED)  # busy, but it matches
+
+        pool.publish(Resource.create("api", id="r0", options={"region": "us"}))
+        held.release_now()  # wakes the waiter (the old r0 wanted it): now nothing matches
+        await asyncio.sleep(0)
+        (event,) = rec.of(UNMATCHED)
+        assert event.data["selector"] == {"region": "'eu'"} and event.data["resources"] == 1
+        await asyncio.sleep(50)
+        assert len(rec.of(UNMATCHED)) == 1 and not waiter.done()
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+
+    run(clock, scenario)
+
+
+def test_no_unmatched_event_for_a_busy_or_cooling_match_or_an_immediate_lease(
+    clock: VirtualClock, algorithms: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario() -> None:
+        rec = Recorder()
+        pool = Pool(
+            "p",
+            [Resource.create("api", id=f"r{i}", tags={"zone": "a"}, cooldown_s=5.0) for i in range(2)],
+            clock=clock,
+            on_event=rec,
+            algorithms=algorithms,
+        )
+        checked: list[Any] = []
+        original = Pool.warn_unmatched
+
+        def spy(self: Pool, *args: Any, **kw: Any) -> bool:
+            checked.append(args)
+            return original(self, *args, **kw)
+
+        monkeypatch.setattr(Pool, "warn_unmatched", spy)
+
+        # leased at once (also through the coroutine path): no check at all
+        first = await pool.acquire(Ctx(), zone="a")
+        second = await pool.acquire(Ctx(), algorithm="least_busy", zone="a")
+        assert checked == []
+
+        # busy: the wait is checked, finds a match, and ends with the release
+        loop = asyncio.get_running_loop()
+        loop.call_later(1, first.release_now)
+        third = await pool.acquire(Ctx(), zone="a", timeout=10)
+        assert len(checked) == 1
+
+        # cooling down: both degraded for 5 s, the wait ends when the cooldown does
+        second.degrade("slow")
+        third.degrade("slow")
+        second.release_now()
+        third.release_now()
+        fourth = await pool.acquire(Ctx(), zone="a", timeout=10)
+        assert fourth.resource.state is ResourceState.READY
+        assert not rec.of(UNMATCHED)
+
+        # ``immediate`` never waits: ResourceUnavailable, no event
+        with pytest.raises(ResourceUnavailable):
+            await pool.acquire(Ctx(), algorithm="immediate", zone="b")
+        assert not rec.of(UNMATCHED)
+
+    run(clock, scenario)
+
+
+def test_warn_unmatched_builds_nothing_when_nobody_listens(clock: VirtualClock) -> None:
+    pool = Pool("p", clock=clock)
+    assert pool.warn_unmatched(None, None, {"region": "mars"}) is False
+    rec = Recorder()
+    pool.listeners.append(rec)
+    assert pool.warn_unmatched(None, None, {"region": "mars"}) is True
+    assert rec.kinds() == [UNMATCHED]
+
+
 def test_pool_validates_inputs() -> None:
     with pytest.raises(ConfigError):
         Pool("")

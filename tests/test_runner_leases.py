@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +15,7 @@ from pyattacker.errors import RetryableError
 from pyattacker.pipeline import pipeline
 from pyattacker.pool import Pool, Resource
 from pyattacker.task import task
+from pyattacker.view_live import LiveDigest
 
 
 def _pool(clock: VirtualClock, capacity: int = 2, n: int = 2) -> Pool:
@@ -257,3 +259,35 @@ def test_a_run_whose_endpoints_all_died_ends_instead_of_waiting_for_ever() -> No
     assert {res.state.value for res in pool.resources()} == {"dead"}
     errors = {a.error_message for a in atts if a.error_type == "ResourceUnavailable"}
     assert errors and all("e0 dead after 2" in e and "e1 dead after 2" in e for e in errors)
+
+
+def test_a_run_waiting_for_a_resource_nothing_matches_records_the_hint_and_can_be_stopped(
+    tmp_path: Path,
+) -> None:
+    """A selector that matches no resource waits for a publish. Each waiting request leaves one
+    ``acquire.waiting_unmatched`` event in the store (the live views read it from there), and
+    the run still stops: the waits are interrupted and the pipelines are resumable."""
+    clock = VirtualClock()
+    pool = _pool(clock)
+
+    @task(resource="apis")
+    async def call(x: Any, ctx: Any) -> Any:
+        async with ctx.acquire(region="mars"):
+            return x
+
+    db = tmp_path / "runs.db"
+    with vrunner(store=str(db), pools=[pool], clock=clock, concurrency=2, stop_after_s=30, grace_s=1) as r:
+        rep = r.run(pipeline("p", call).map(seeds(3)))
+        hints = events(r.store, "acquire.waiting_unmatched")
+        pipeline_ids = {p.pipeline_id for p in rows(r.store, "pipelines")}
+        digest = LiveDigest(r.run_id)
+        digest.update(r.store)
+    assert db.exists() and rep.status == "interrupted" and rep.stop_reason == "stop_after_s"
+    assert rep.interrupted == 3 and pool.stats().active == 0 and pool.waiting == 0
+    assert len(hints) == 2  # one per waiting request (concurrency 2), not one per wake-up
+    assert {h.pool for h in hints} == {"apis"} and all(h.resource_id is None for h in hints)
+    assert {h.data["pipeline_id"] for h in hints} <= pipeline_ids
+    for hint in hints:
+        assert hint.data["selector"] == {"region": "'mars'"} and hint.data["where"] is False
+        assert hint.data["resources"] == 2 and hint.data["task"] == "call"
+    assert digest.event_counts["acquire.waiting_unmatched"] == 2

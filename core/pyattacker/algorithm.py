@@ -181,7 +181,9 @@ async def wait_for_lease(
     """Try; otherwise block on the pool's targeted wake-ups until leased or ``timeout`` passes.
 
     The wait is recorded with ``pool.note_wait`` (stats, slow-wait event) and the deadlock
-    hint is armed for the whole wait, not per wake-up.
+    hint is armed for the whole wait, not per wake-up. Before each wait, until it has fired
+    once, ``pool.warn_unmatched`` says when nothing in the pool matches the request (the wait
+    then lasts until a publish); a lease taken at once never gets that far.
     """
     lease = pool.try_acquire(ctx, where=where, score=score, **selector)
     if lease is not None:
@@ -191,6 +193,7 @@ async def wait_for_lease(
     start = clock.now()
     deadline = None if timeout is None else start + timeout
     watch = pool.watch_deadlock(ctx, selector)
+    warned = False
     try:
         while True:
             remaining = None if deadline is None else deadline - clock.now()
@@ -199,6 +202,8 @@ async def wait_for_lease(
             beyond = pool.beyond_recovery(where, selector)
             if beyond is not None:
                 raise beyond_recovery_error(pool, selector, where, beyond)
+            if not warned:
+                warned = pool.warn_unmatched(ctx, where, selector)
             if not await pool.wait_slot(where=where, selector=selector, timeout=remaining):
                 continue
             waited = (clock.now() - start) * 1000.0

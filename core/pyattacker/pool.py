@@ -1038,6 +1038,54 @@ class Pool:
         loop = asyncio.get_running_loop()
         return loop.call_later(self.deadlock_warn_s, self._emit, "acquire.suspected_deadlock", None, data)
 
+    def warn_unmatched(
+        self, ctx: Any = None, where: Any = None, selector: Mapping[str, Any] | None = None
+    ) -> bool:
+        """Emit ``acquire.waiting_unmatched`` when no resource of the pool matches the request.
+
+        Such a wait ends only when a matching resource is published (dynamic pools start
+        empty), which from outside looks like a hang; the event says what is being waited for.
+        A waiting loop calls this before each wait until it returns True (the event was
+        emitted), so a request gets at most one event, and a request leased at once never
+        gets here. Whether a resource is free, busy, cooling down or dead does not matter:
+        only a resource that could never serve the request counts as no match.
+        """
+        if not self._listened() or self._matches_any(where, selector):
+            return False
+        self._emit("acquire.waiting_unmatched", None, self._unmatched_data(ctx, where, selector))
+        return True
+
+    def _matches_any(self, where: Any, selector: Mapping[str, Any] | None) -> bool:
+        """Whether any resource, in any state, matches; stops at the first (O(1) unfiltered)."""
+        if not selector and where is None:
+            return bool(self._slots)
+        return any(r.matches(selector, where) for r in self._slots)
+
+    def _unmatched_data(self, ctx: Any, where: Any, selector: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The ``acquire.waiting_unmatched`` data: plain text only, so any store can keep it."""
+        text = _selector_text(selector)
+        asked = [", ".join(f"{key}={value}" for key, value in text.items())] if text else []
+        if where is not None:
+            asked.append("the where filter")
+        n = len(self._slots)
+        found = (
+            f"none of the {n} resource(s) of pool {self.name!r} matches {' and '.join(asked)}"
+            if n
+            else f"pool {self.name!r} has no resource yet"
+        )
+        return {
+            "pool": self.name,
+            "selector": text,
+            "where": where is not None,
+            "resources": n,
+            "task": getattr(ctx, "task_name", None),
+            "pipeline_id": getattr(ctx, "pipeline_id", None),
+            "hint": (
+                f"{found}: this lease waits until a matching resource is published"
+                " (check the selector, or publish such a resource)"
+            ),
+        }
+
     # -- health -----------------------------------------------------------------------------
     def _refresh(self, resource: Resource, now: float) -> None:
         """Lazy state advance: an elapsed cooldown unblocks (without resetting the failure count)."""
@@ -1230,6 +1278,26 @@ def _describe(error: BaseException | str) -> str:
         text = str(error)
         return f"{type(error).__name__}: {text}" if text else type(error).__name__
     return str(error)
+
+
+#: Longest selector value text in an event (a selector may hold a large list).
+_SELECTOR_TEXT_MAX = 200
+
+
+def _selector_text(selector: Mapping[str, Any] | None) -> dict[str, str]:
+    """A selector as ``{key: repr(value)}``, secrets masked, long values cut.
+
+    ``repr`` keeps ``1`` and ``'1'`` apart: a number in the selector where the resource has
+    text (or the reverse) is a common reason for a selector to match nothing.
+    """
+    text: dict[str, str] = {}
+    for key, value in (selector or {}).items():
+        shown = repr(value)
+        if len(shown) > _SELECTOR_TEXT_MAX:
+            shown = shown[: _SELECTOR_TEXT_MAX - 1] + "…"
+        text[str(key)] = shown
+    masked: dict[str, str] = mask_secrets(text)
+    return masked
 
 
 def _add_usage(into: dict[str, float], usage: Mapping[str, float]) -> None:

@@ -52,6 +52,7 @@ class Backoff:
         clock = pool.clock
         start = clock.now()
         attempt = 0
+        warned = False
         while True:
             waited = (clock.now() - start) * 1000.0
             lease = pool.try_acquire(ctx, where=where, waited_ms=waited, **selector)
@@ -61,6 +62,8 @@ class Backoff:
             beyond = pool.beyond_recovery(where, selector)
             if beyond is not None:  # polling would go on for ever
                 raise beyond_recovery_error(pool, selector, where, beyond)
+            if not warned:  # once per request: nothing in the pool matches (see Pool.warn_unmatched)
+                warned = pool.warn_unmatched(ctx, where, selector)
             attempt += 1
             delay = backoff_delay(attempt, self.base, self.factor, self.cap, self.jitter, ctx_rng(ctx))
             elapsed = clock.now() - start
