@@ -78,6 +78,30 @@ def test_console_format_is_one_line() -> None:
     assert "api/r1" in lines[0] and "consecutive_failures=3" in lines[0] and "boom second line" in lines[0]
 
 
+def test_console_prints_the_wait_hints_with_their_pool_and_sentence() -> None:
+    """A pool-wide event has no resource: the line names the pool (not `api/None`), the
+    waiting pipeline when the data names it, and the hint."""
+    buf = io.StringIO()
+    sink = ConsoleSink(stream=buf)
+    hint = "none of the 1 resource(s) of pool 'api' matches region='mars': this lease waits"
+    sink.handle(
+        [
+            EventRecord(
+                ts=0.0,
+                kind="acquire.waiting_unmatched",
+                scope="resource",
+                pool="api",
+                data={"pipeline_id": "k1", "task": "ask", "hint": hint},
+            ),
+            EventRecord(ts=0.0, kind="acquire.suspected_deadlock", scope="resource", pool="api", data={}),
+        ]
+    )
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 2 and "None" not in buf.getvalue()
+    assert "acquire.waiting_unmatched k1 task=ask" in lines[0] and hint in lines[0]
+    assert lines[1].endswith("acquire.suspected_deadlock api")
+
+
 def test_jsonl_sink_needs_a_path() -> None:
     with pytest.raises(TypeError, match="path"):
         JsonlSink()  # type: ignore[call-arg]

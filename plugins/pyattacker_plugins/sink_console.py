@@ -26,8 +26,17 @@ NOTABLE_KINDS = frozenset(
         "pipeline.terminal_repair_failed",
         "runner.worker_crashed",
         "lease.leaked",
+        "acquire.waiting_unmatched",
+        "acquire.suspected_deadlock",
     }
 )
+
+
+def _pool_place(ev: EventRecord) -> str:
+    """``pool/resource``, or the pool alone for a pool-wide event (a wait), or ``-``."""
+    if not ev.pool:
+        return "-"
+    return f"{ev.pool}/{ev.resource_id}" if ev.resource_id else ev.pool
 
 
 def _one_line(value: Any, limit: int = 300) -> str:
@@ -44,7 +53,7 @@ class ConsoleSink:
 
     def format(self, ev: EventRecord) -> str:
         data = ev.data or {}
-        where = ev.pipeline_id or (f"{ev.pool}/{ev.resource_id}" if ev.pool else "-")
+        where = ev.pipeline_id or data.get("pipeline_id") or _pool_place(ev)
         clock = time.strftime("%H:%M:%S", time.localtime(ev.ts))
         parts = [clock, ev.kind, where]
         for key in ("task", "attempt", "error_class", "delay_s", "consecutive_failures", "reason", "phase"):
@@ -52,6 +61,8 @@ class ConsoleSink:
                 parts.append(f"{key}={data[key]}")
         if data.get("error"):
             parts.append(_one_line(data["error"]))
+        elif data.get("hint"):  # the wait hints say what is wrong in one sentence
+            parts.append(_one_line(data["hint"]))
         return " ".join(str(p) for p in parts)
 
     def handle(self, events: list[EventRecord]) -> None:
