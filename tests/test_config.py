@@ -563,3 +563,23 @@ def test_local_file_of_a_store_location() -> None:
     assert local_file("sqlite:///tmp/x.db?synchronous=full") == "/tmp/x.db"
     assert local_file("jsonl://runs/x") == "runs/x"
     assert local_file(":memory:") is None and local_file("s3://bucket/x.db") is None
+
+
+def test_run_store_scheme_is_checked_against_the_installed_store_plugins(tmp_path: Path) -> None:
+    """An unknown scheme used to pass ``validate`` and fail only once ``run`` had started."""
+    message = _errors(_write(tmp_path, 'run: {store: "s3://bucket/x"}\n' + GOOD_TAIL))
+    assert (
+        "run.store: no store plugin handles the scheme 's3' in 's3://bucket/x'"
+        " (installed schemes: file, jsonl, memory, sqlite)"
+    ) in message
+    for store in ("jsonl://runs/x", ":memory:", "sqlite:runs/x.db", "runs/x.db", "file://runs/x.db"):
+        check_config(load_config(_write(tmp_path, f'run: {{store: "{store}"}}\n' + GOOD_TAIL)))
+
+
+def test_a_file_url_run_store_resolves_like_a_plain_path(tmp_path: Path) -> None:
+    """``file://runs/x.db`` is the path ``runs/x.db`` (from the config's folder), not ``file:/...``."""
+    checked = check_config(load_config(_write(tmp_path, 'run: {store: "file://runs/x.db"}\n' + GOOD_TAIL)))
+    assert effective_config(checked)["run"]["store"] == str(tmp_path / "runs" / "x.db")
+    absolute = f"file://{tmp_path}/y.db"
+    checked = check_config(load_config(_write(tmp_path, f'run: {{store: "{absolute}"}}\n' + GOOD_TAIL)))
+    assert effective_config(checked)["run"]["store"] == str(tmp_path / "y.db")

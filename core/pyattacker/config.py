@@ -41,6 +41,7 @@ from .config_tasks import resolve_task_entry
 from .errors import ConfigError
 from .paths import make_parent
 from .pipeline import PipelineSpec, PipelineTemplate, pipeline
+from .store import plain_path, scheme_problem
 from .task import TaskSpec
 
 __all__ = [
@@ -52,6 +53,8 @@ __all__ = [
     "effective_config",
     "load_config",
     "resolve_store",
+    "store_location",
+    "store_problem",
 ]
 
 
@@ -137,11 +140,18 @@ def _resolve_path(value: str, base: Path) -> str:
     return str(path if path.is_absolute() else (base / path))
 
 
-def _is_plain_path(location: str) -> bool:
-    from .store import _scheme_of
+def store_location(location: str, base: Path | None = None) -> str:
+    """A store location as it will be opened: a plain (or ``file://``) path made absolute from
+    ``base`` (the cwd when None), anything else (``:memory:``, a plugin scheme) unchanged."""
+    path = plain_path(location)
+    if path is None:
+        return location
+    return os.path.abspath(path) if base is None else _resolve_path(path, base)
 
-    scheme, _ = _scheme_of(location)
-    return location != ":memory:" and scheme in (None, "file")
+
+def store_problem(location: str) -> str | None:
+    """Why no installed store plugin can open ``location`` (its scheme), or None."""
+    return scheme_problem(location, _plugins().stores.objects())
 
 
 def _resolve_backend_paths(spec: Any, base: Path) -> Any:
@@ -169,8 +179,11 @@ def _finite(values: Mapping[str, Any], path: str, errors: list[str]) -> None:
 def _check_run(data: Any, base: Path, errors: list[str]) -> dict[str, Any]:
     values = check_mapping(data, RunSection, "run", errors) or {}
     _finite(values, "run", errors)
-    if "store" in values and values["store"] and _is_plain_path(values["store"]):
-        values["store"] = _resolve_path(values["store"], base)
+    if values.get("store"):
+        problem = store_problem(values["store"])
+        if problem is not None:
+            errors.append(f"run.store: {problem}")
+        values["store"] = store_location(values["store"], base)
     if values.get("write_behind", False) is None:
         values.pop("write_behind")
     if "artifact_backend" in values:
@@ -411,7 +424,7 @@ def check_config(loaded: LoadedConfig) -> CheckedConfig:
 def resolve_store(checked: CheckedConfig, flag: str | None) -> str:
     """``--store`` (relative to the cwd) > ``run.store`` (relative to the config) > the default."""
     if flag is not None:
-        return os.path.abspath(flag) if _is_plain_path(flag) else flag
+        return store_location(flag)
     store = checked.run.get("store")
     if store:
         return str(store)
@@ -490,7 +503,7 @@ def build(
     check = getattr(checked.source.source, "check", None)
     if callable(check):
         check(checked.source.options, checked.loaded.base_dir)
-    if config.store and _is_plain_path(config.store):
+    if config.store and plain_path(config.store) is not None:
         make_parent(config.store, "run.store")
     return Built(
         config=config,
