@@ -723,3 +723,41 @@ def test_a_bad_value_declared_by_the_use_target_is_reported_at_its_entry(
     # the entry can override what its target declares
     fixed = text.replace("resource: apis}", "resource: apis, algorithm: null, timeout_s: null}")
     check_config(load_config(_write(tmp_path, fixed)))
+
+
+SINK_OPTIONS = [
+    ('{name = "jsonl", path = 5}', "run.event_sinks[0].path", "a non-empty path"),
+    ('{name = "jsonl", path = ""}', "run.event_sinks[0].path", "a non-empty path"),
+    ('{name = "jsonl", path = "e.jsonl", fsync = "no"}', "run.event_sinks[0].fsync", "true or false"),
+    ('{name = "jsonl", path = "e.jsonl", fsync = nan}', "run.event_sinks[0].fsync", "true or false"),
+    ('{name = "console", kinds = 5}', "run.event_sinks[0].kinds", "a list of event kinds"),
+    ('{name = "console", kinds = "task.failed"}', "run.event_sinks[0].kinds", "a list of event kinds"),
+    ('{name = "console", kinds = ["task.failed", ""]}', "run.event_sinks[0].kinds[1]", "non-empty"),
+    ('{name = "console", stream = "err"}', "run.event_sinks[0].stream", "from Python"),
+]
+
+
+@pytest.mark.parametrize(("sink", "field", "needle"), SINK_OPTIONS, ids=[s[0] for s in SINK_OPTIONS])
+def test_event_sink_option_values_are_checked_by_validate(
+    tmp_path: Path, sink: str, field: str, needle: str
+) -> None:
+    """Only the option names were checked: ``path = 5`` and ``kinds = 5`` passed ``validate`` and
+    ended ``run`` with a traceback; ``kinds = "task.failed"`` silently watched single letters."""
+    path = tmp_path / "c.toml"
+    path.write_text(
+        'pipeline = {tasks = [{use = "echo"}]}\nsource = {kind = "range", n = 1}\n'
+        f"[run]\nevent_sinks = [{sink}]\n"
+    )
+    message = _errors(path)
+    (line,) = message.splitlines()[1:]
+    assert line.strip().startswith(f"{field}: ") and needle in line, message
+
+
+def test_good_event_sink_options_pass(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        'pipeline = {tasks = [{use = "echo"}]}\nsource = {kind = "range", n = 1}\n'
+        '[run]\nevent_sinks = [{name = "console", kinds = ["task.failed"]},'
+        ' {name = "jsonl", path = "e.jsonl", fsync = true}, "console"]\n'
+    )
+    check_config(load_config(path))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,30 +193,62 @@ def _check_run(data: Any, base: Path, errors: list[str]) -> dict[str, Any]:
 
 
 def _check_sinks(items: list[Any]) -> list[str]:
-    """Every sink names a registered event-sink plugin, and its options fit the plugin's
-    factory (checked against its signature, without building it: a sink may open a file)."""
+    """Every sink names a registered event-sink plugin, and its options fit the plugin (checked
+    without building it: a sink may open a file)."""
+    registry = _plugins().event_sinks
+    return [
+        p for i, item in enumerate(items) for p in _sink_problems(item, f"run.event_sinks[{i}]", registry)
+    ]
+
+
+def _sink_problems(item: Any, path: str, registry: Registry) -> list[str]:
+    """One sink entry: a known name, options its factory's signature accepts, then the values
+    its optional ``validate(options)`` accepts (``path: 5`` passed the signature check and ended
+    the run with a traceback when the sink was built)."""
     import difflib
     import inspect
 
-    registry = _plugins().event_sinks
     known = registry.names()
-    problems = []
-    for i, item in enumerate(items):
-        name = item if isinstance(item, str) else item.get("name")
-        if not isinstance(name, str) or name not in known:
-            hint = difflib.get_close_matches(str(name), known, n=1)
-            extra = f" (did you mean {hint[0]!r}?)" if hint else f" (known: {', '.join(known) or 'none'})"
-            problems.append(f"run.event_sinks[{i}]: unknown event sink {name!r}{extra}")
-            continue
-        options = {} if isinstance(item, str) else {k: v for k, v in item.items() if k != "name"}
-        try:
-            signature = inspect.signature(registry.get(name))
-        except (TypeError, ValueError):
-            continue  # a factory Python cannot describe: its own errors will tell at run time
-        try:
+    name = item if isinstance(item, str) else item.get("name")
+    if not isinstance(name, str) or name not in known:
+        hint = difflib.get_close_matches(str(name), known, n=1)
+        extra = f" (did you mean {hint[0]!r}?)" if hint else f" (known: {', '.join(known) or 'none'})"
+        return [f"{path}: unknown event sink {name!r}{extra}"]
+    options = {} if isinstance(item, str) else {k: v for k, v in item.items() if k != "name"}
+    factory: Any = registry.get(name)
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        signature = None  # a factory Python cannot describe: its own checks tell
+    try:
+        if signature is not None:
             signature.bind(**options)
-        except TypeError as exc:
-            problems.append(f"run.event_sinks[{i}]: event sink {name!r}: {exc}")
+    except TypeError as exc:
+        return [f"{path}: event sink {name!r}: {exc}"]
+    return _plugin_validate(factory, options, path, f"event sink {name!r}")
+
+
+#: "field: message" from a plugin's validate(): a field path such as ``kinds[1]`` or ``a.b``
+_FIELD = re.compile(r"[A-Za-z_]\w*(\[\d+\])*(\.[A-Za-z_]\w*(\[\d+\])*)*")
+
+
+def _plugin_validate(factory: Any, options: Mapping[str, Any], path: str, label: str) -> list[str]:
+    """What a plugin factory's optional ``validate(options)`` finds, each ``"field: message"``
+    reported at ``path.field`` (anything else at ``path``). A validate() that raises is that
+    plugin's problem, reported as one, never a traceback."""
+    check = getattr(factory, "validate", None)
+    if not callable(check):
+        return []
+    try:
+        answer = [str(item) for item in check(options)]
+    except Exception as exc:
+        return [f"{path}: {label}: its validate() failed: {type(exc).__name__}: {exc}"]
+    problems = []
+    for item in answer:
+        field, sep, message = item.partition(": ")
+        problems.append(
+            f"{path}.{field}: {message}" if sep and _FIELD.fullmatch(field) else f"{path}: {item}"
+        )
     return problems
 
 
