@@ -576,6 +576,15 @@ def test_run_store_scheme_is_checked_against_the_installed_store_plugins(tmp_pat
         check_config(load_config(_write(tmp_path, f'run: {{store: "{store}"}}\n' + GOOD_TAIL)))
 
 
+@pytest.mark.parametrize("store", ["jsonl://", "sqlite:", "file://", "sqlite:?synchronous=full"])
+def test_run_store_with_nothing_after_the_scheme_is_refused(tmp_path: Path, store: str) -> None:
+    """``jsonl://`` passed ``validate`` and wrote a store into the current folder; ``sqlite:`` went
+    to a nameless temporary file; ``file://`` became the config's folder."""
+    message = _errors(_write(tmp_path, f'run: {{store: "{store}"}}\n' + GOOD_TAIL))
+    (line,) = message.splitlines()[1:]
+    assert line.strip().startswith(f"run.store: {store!r} names no store: nothing follows "), message
+
+
 def test_a_file_url_run_store_resolves_like_a_plain_path(tmp_path: Path) -> None:
     """``file://runs/x.db`` is the path ``runs/x.db`` (from the config's folder), not ``file:/...``."""
     checked = check_config(load_config(_write(tmp_path, 'run: {store: "file://runs/x.db"}\n' + GOOD_TAIL)))

@@ -42,7 +42,7 @@ from .errors import ConfigError
 from .paths import make_parent
 from .pipeline import PipelineSpec, PipelineTemplate, pipeline
 from .registry import Registry
-from .store import plain_path, scheme_problem
+from .store import location_problem, plain_path
 from .task import TaskSpec
 
 __all__ = [
@@ -151,8 +151,8 @@ def store_location(location: str, base: Path | None = None) -> str:
 
 
 def store_problem(location: str) -> str | None:
-    """Why no installed store plugin can open ``location`` (its scheme), or None."""
-    return scheme_problem(location, _plugins().stores.objects())
+    """Why ``location`` cannot name a store with the installed store plugins, or None."""
+    return location_problem(location, _plugins().stores.objects())
 
 
 def _resolve_backend_paths(spec: Any, base: Path) -> Any:

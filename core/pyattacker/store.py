@@ -30,10 +30,10 @@ __all__ = [
     "StoreOpener",
     "iter_rows",
     "local_file",
+    "location_problem",
     "open_store",
     "plain_path",
     "resolve_opener",
-    "scheme_problem",
 ]
 
 #: Row kinds with keyset paging, and the order each is returned in (the last key is unique).
@@ -142,11 +142,21 @@ def plain_path(location: str) -> str | None:
     return rest if scheme in _PATH_SCHEMES else None
 
 
-def scheme_problem(location: str, openers: Mapping[str, StoreOpener]) -> str | None:
-    """Why no installed store plugin takes ``location``'s scheme, or None when one does (or it has
-    none). ``validate`` and ``run``/``resume``/``demo`` ask before touching anything, so a
-    location ``open_store`` would refuse is refused first, naming what is installed."""
-    scheme, _ = _scheme_of(location)
+def location_problem(location: str, openers: Mapping[str, StoreOpener]) -> str | None:
+    """Why ``location`` cannot name a store here, or None: a scheme no installed store plugin
+    handles, or nothing after the scheme (``jsonl://`` wrote a store into the current folder,
+    ``sqlite:`` into a nameless temporary file). ``validate`` and ``run``/``resume``/``demo``
+    ask before touching anything, so such a location is refused first, naming what is installed."""
+    scheme, rest = _scheme_of(location)
+    problem = _scheme_problem(scheme, location, openers)
+    if problem is None and scheme != "memory" and not rest.split("?", 1)[0]:
+        what = f"nothing follows {scheme}:" if scheme else "it is empty"
+        problem = f"{location!r} names no store: {what} (give a path, e.g. runs/x.db)"
+    return problem
+
+
+def _scheme_problem(scheme: str | None, location: str, openers: Mapping[str, StoreOpener]) -> str | None:
+    """None when ``scheme`` is a plain path's or an installed store plugin's."""
     schemes = _schemes(openers)
     if scheme in _PATH_SCHEMES or scheme in schemes:
         return None
@@ -178,7 +188,7 @@ def resolve_opener(uri: str, openers: Mapping[str, StoreOpener]) -> tuple[StoreO
         opener = _schemes(openers).get(scheme)
         if opener is not None:
             return opener, rest
-        problem = scheme_problem(uri, openers)
+        problem = _scheme_problem(scheme, uri, openers)
         if problem is not None:
             raise ConfigError(f"store {uri!r}: {problem}")
     path = rest
