@@ -342,8 +342,9 @@ def _check_backend_flag(spec: str | None) -> None:
 
 
 def _check_store_flag(location: str | None) -> None:
-    """``--store`` with a scheme no installed store plugin handles is a bad flag value, refused
-    before anything is read or created (``demo --store foo://x`` used to write ``./foo:/x``)."""
+    """``--store`` with a scheme no installed store plugin handles (or nothing after its scheme)
+    is a bad flag value, refused before anything is read or created: ``demo --store foo://x``
+    used to write ``./foo:/x``, and ``run`` failed only once it had started."""
     if location is None:
         return
     from .config import store_problem

@@ -218,13 +218,13 @@ def resolve_task_entry(
     except ConfigError as exc:
         errors.append(f"{path}: {exc}")
         return None, path
-    problems = _declared_problems(spec, effective, values, f"{path}.use ({target} declares it)", algorithms)
+    problems = _declared_problems(effective, values, f"{path}.use ({target} declares it)", algorithms)
     errors.extend(problems)
     return (None, path) if problems else (effective, origin)
 
 
 def _declared_problems(
-    target: TaskSpec, effective: TaskSpec, values: dict[str, Any], where: str, algorithms: Registry | None
+    effective: TaskSpec, values: dict[str, Any], where: str, algorithms: Registry | None
 ) -> list[str]:
     """Problems of what the ``use:`` target itself declares (the entry's own fields are checked
     at their paths already), reported at ``where`` (its ``use``). Without this, a target's bad
