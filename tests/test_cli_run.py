@@ -403,3 +403,77 @@ def test_init_refuses_a_name_that_is_not_toml(env: dict[str, str], tmp_path: Pat
         result = cli(["init", str(tmp_path / name)], env)
         assert result.returncode == 2 and "init writes a TOML config; name it *.toml" in result.stderr
         assert not (tmp_path / name).exists()
+
+
+# -- store locations -------------------------------------------------------------------------
+def _listing(*folders: Path) -> list[str]:
+    """Every path under ``folders`` (what a command left on disk)."""
+    return sorted(str(p) for folder in folders if folder.exists() for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("command", ["validate", "run", "resume"])
+def test_a_store_scheme_no_plugin_handles_is_a_config_error_at_run_store(
+    env: dict[str, str], tmp_path: Path, _isolated_home: Path, command: str
+) -> None:
+    """``run.store: s3://...`` without an S3 store plugin passed ``validate`` and failed only once
+    ``run`` had started; every command now refuses it at its field, listing the installed schemes."""
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg = _config(
+        tmp_path,
+        'run: {store: "s3://bucket/x"}\npipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 1}\n',
+    )
+    before = _listing(tmp_path, _isolated_home)
+    result = cli([command, "-c", str(cfg)], env, cwd=work)
+    assert result.returncode == 2, result.stderr
+    assert "run.store: no store plugin handles the scheme 's3'" in result.stderr, result.stderr
+    assert "installed schemes: file, jsonl, memory, sqlite" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert _listing(tmp_path, _isolated_home) == before
+
+
+@pytest.mark.parametrize(
+    ("location", "needle"),
+    [
+        ("foo://x", "no store plugin handles the scheme 'foo' in 'foo://x' (installed schemes: file, jsonl,"),
+        ("jsonl://", "'jsonl://' names no store: nothing follows jsonl:"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "resume", "demo"])
+def test_store_flag_with_an_unknown_scheme_is_refused_and_creates_nothing(
+    env: dict[str, str], tmp_path: Path, _isolated_home: Path, command: str, location: str, needle: str
+) -> None:
+    """``demo --store foo://x`` used to write a local ``./foo:/x`` (and ``jsonl://`` a store in the
+    current folder); run and resume failed only after starting. The flag is now refused first,
+    like any bad flag value (exit 2, naming it)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg = _config(tmp_path, "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 1}\n")
+    args = ["demo", "--pipelines", "2"] if command == "demo" else [command, "-c", str(cfg)]
+    before = _listing(tmp_path, _isolated_home)
+    result = cli([*args, "--store", location], env, cwd=work)
+    assert result.returncode == 2, result.stderr
+    assert "Invalid value for '--store'" in result.stderr and needle in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert _listing(tmp_path, _isolated_home) == before  # no ./foo:/x, no default store folder
+
+
+def test_a_file_url_store_is_the_local_path_it_names(env: dict[str, str], tmp_path: Path) -> None:
+    """``file:///abs/x.db`` (flag or ``run.store``) used to become ``<cwd>/file:/abs/x.db``."""
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg = _config(
+        tmp_path,
+        f'run: {{store: "file://{tmp_path}/a.db"}}\npipeline: {{tasks: [{{use: echo}}]}}\n'
+        "source: {kind: range, n: 1}\n",
+    )
+    for args, name in (
+        (["run", "-c", str(cfg)], "a.db"),
+        (["run", "-c", str(cfg), "--store", f"file://{tmp_path}/b.db"], "b.db"),
+        (["demo", "--pipelines", "2", "--store", f"file://{tmp_path}/c.db"], "c.db"),
+    ):
+        result = cli([*args, "--summary-format", "json"], env, cwd=work)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["store"] == str(tmp_path / name)
+        assert (tmp_path / name).is_file()
+    assert not (work / "file:").exists() and not (tmp_path / "file:").exists()

@@ -563,3 +563,210 @@ def test_local_file_of_a_store_location() -> None:
     assert local_file("sqlite:///tmp/x.db?synchronous=full") == "/tmp/x.db"
     assert local_file("jsonl://runs/x") == "runs/x"
     assert local_file(":memory:") is None and local_file("s3://bucket/x.db") is None
+
+
+def test_run_store_scheme_is_checked_against_the_installed_store_plugins(tmp_path: Path) -> None:
+    """An unknown scheme used to pass ``validate`` and fail only once ``run`` had started."""
+    message = _errors(_write(tmp_path, 'run: {store: "s3://bucket/x"}\n' + GOOD_TAIL))
+    assert (
+        "run.store: no store plugin handles the scheme 's3' in 's3://bucket/x'"
+        " (installed schemes: file, jsonl, memory, sqlite)"
+    ) in message
+    for store in ("jsonl://runs/x", ":memory:", "sqlite:runs/x.db", "runs/x.db", "file://runs/x.db"):
+        check_config(load_config(_write(tmp_path, f'run: {{store: "{store}"}}\n' + GOOD_TAIL)))
+
+
+@pytest.mark.parametrize("store", ["jsonl://", "sqlite:", "file://", "sqlite:?synchronous=full"])
+def test_run_store_with_nothing_after_the_scheme_is_refused(tmp_path: Path, store: str) -> None:
+    """``jsonl://`` passed ``validate`` and wrote a store into the current folder; ``sqlite:`` went
+    to a nameless temporary file; ``file://`` became the config's folder."""
+    message = _errors(_write(tmp_path, f'run: {{store: "{store}"}}\n' + GOOD_TAIL))
+    (line,) = message.splitlines()[1:]
+    assert line.strip().startswith(f"run.store: {store!r} names no store: nothing follows "), message
+
+
+def test_a_file_url_run_store_resolves_like_a_plain_path(tmp_path: Path) -> None:
+    """``file://runs/x.db`` is the path ``runs/x.db`` (from the config's folder), not ``file:/...``."""
+    checked = check_config(load_config(_write(tmp_path, 'run: {store: "file://runs/x.db"}\n' + GOOD_TAIL)))
+    assert effective_config(checked)["run"]["store"] == str(tmp_path / "runs" / "x.db")
+    absolute = f"file://{tmp_path}/y.db"
+    checked = check_config(load_config(_write(tmp_path, f'run: {{store: "{absolute}"}}\n' + GOOD_TAIL)))
+    assert effective_config(checked)["run"]["store"] == str(tmp_path / "y.db")
+
+
+# -- every problem is reported at the field the user wrote -----------------------------------
+ONE_TASK = "pipeline: {tasks: [{use: echo, %s}]}\nsource: {kind: range, n: 1}\n"
+FACTORY = "pipeline: {tasks: [{use: simulate_llm, kwargs: {%s}}]}\nsource: {kind: range, n: 1}\n"
+POOL_USER = "pipeline: {resource: apis, tasks: [{use: echo, resource: apis}]}\nsource: {kind: range, n: 1}\n"
+
+FIELD_PATHS = [
+    # non-finite numbers in a task entry were reported as "pipeline: task 'echo' fingerprint.<x>"
+    ("timeout_inf", ONE_TASK % "timeout_s: .inf", "pipeline.tasks[0].timeout_s", "must be a finite number"),
+    ("timeout_nan", ONE_TASK % "timeout_s: .nan", "pipeline.tasks[0].timeout_s", "nan"),
+    ("timeout_zero", ONE_TASK % "timeout_s: 0", "pipeline.tasks[0].timeout_s", "> 0"),
+    ("timeout_str", ONE_TASK % "timeout_s: soon", "pipeline.tasks[0].timeout_s", "Expected `float"),
+    ("retry_base_inf", ONE_TASK % "retry: {base: .inf}", "pipeline.tasks[0].retry.base", "finite"),
+    ("retry_factor_inf", ONE_TASK % "retry: {factor: .inf}", "pipeline.tasks[0].retry.factor", "finite"),
+    ("retry_cap_inf", ONE_TASK % "retry: {cap: .inf}", "pipeline.tasks[0].retry.cap", "finite"),
+    (
+        "retry_total_inf",
+        ONE_TASK % "retry: {max_total_s: .inf}",
+        "pipeline.tasks[0].retry.max_total_s",
+        "must be a finite number, got inf",
+    ),
+    ("retry_base_nan", ONE_TASK % "retry: {base: .nan}", "pipeline.tasks[0].retry.base", "nan"),
+    ("retry_cap_neg", ONE_TASK % "retry: {cap: -1}", "pipeline.tasks[0].retry.cap", ">= 0"),
+    ("retry_jitter", ONE_TASK % "retry: {jitter: ''}", "pipeline.tasks[0].retry.jitter", "must be one of"),
+    ("config_inf", ONE_TASK % "config: {t: .inf}", "pipeline.tasks[0].config.t", "must be a finite number"),
+    (
+        "config_nested_nan",
+        ONE_TASK % "config: {m: [1, {x: .nan}]}",
+        "pipeline.tasks[0].config.m[1].x",
+        "must be a finite number, got nan",
+    ),
+    ("version_int", ONE_TASK % "version: 2", "pipeline.tasks[0].version", "Expected `str"),
+    ("name_empty", ONE_TASK % "name: ''", "pipeline.tasks[0].name", "length >= 1"),
+    ("resource_empty", ONE_TASK % "resource: ''", "pipeline.tasks[0].resource", "length >= 1"),
+    # a factory's arguments are part of the identity: "task factory ... arguments.x" named neither
+    (
+        "kwargs_inf",
+        FACTORY % "latency_ms: .inf",
+        "pipeline.tasks[0].kwargs.latency_ms",
+        "must be a finite number, got inf",
+    ),
+    ("kwargs_nan", FACTORY % "fail_rate: .nan", "pipeline.tasks[0].kwargs.fail_rate", "got nan"),
+    # a broken pool also reported every reference to it as "no pool named ... (no pools are declared)"
+    ("pool_resources_str", "pools: {apis: {resources: x}}\n" + POOL_USER, "pools.apis.resources", "a list"),
+    ("pool_resources_null", "pools: {apis: {resources: null}}\n" + POOL_USER, "pools.apis.resources", "null"),
+    ("pool_scalar", "pools: {apis: 3}\n" + POOL_USER, "pools.apis", "must be a mapping"),
+    ("pools_list", "pools: [apis]\n" + POOL_USER, "pools", "must be a mapping"),
+    (
+        "pool_bad_resource",
+        "pools: {apis: {resources: [7]}}\n" + POOL_USER,
+        "pools.apis.resources[0]",
+        "mapping",
+    ),
+    # run settings and resources (these were right; kept so they stay right)
+    ("stop_after_s_inf", "run: {stop_after_s: .inf}\n" + GOOD_TAIL, "run.stop_after_s", "finite"),
+    ("heartbeat_nan", "run: {heartbeat_s: .nan}\n" + GOOD_TAIL, "run.heartbeat_s", "nan"),
+    ("flush_inf", "run: {flush_interval: .inf}\n" + GOOD_TAIL, "run.flush_interval", "finite"),
+    ("seed_float", "run: {seed: 1.5}\n" + GOOD_TAIL, "run.seed", "Expected `int`"),
+    ("label_list", "run: {label: [a]}\n" + GOOD_TAIL, "run.label", "Expected `str`"),
+    ("write_batch_zero", "run: {write_batch: 0}\n" + GOOD_TAIL, "run.write_batch", ">= 1"),
+    ("journal_empty", "run: {journal: ''}\n" + GOOD_TAIL, "run.journal", "must be one of"),
+    (
+        "cooldown_nan",
+        "pools: {apis: {resources: [{cooldown_s: .nan}]}}\n" + POOL_USER,
+        "pools.apis.resources[0].cooldown_s",
+        "nan",
+    ),
+    (
+        "capacity_inf",
+        "pools: {apis: {resources: [{capacity: .inf}]}}\n" + POOL_USER,
+        "pools.apis.resources[0].capacity",
+        "Expected `int`",
+    ),
+    ("source_n_inf", "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: .inf}\n", "source.n", "int"),
+    (
+        "source_limit_zero",
+        "pipeline: {tasks: [{use: echo}]}\nsource: {kind: jsonl, path: d.jsonl, limit: 0}\n",
+        "source.limit",
+        ">= 1",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "field", "needle"), FIELD_PATHS, ids=[c[0] for c in FIELD_PATHS])
+def test_each_problem_names_its_exact_field(
+    tmp_path: Path, case: str, text: str, field: str, needle: str
+) -> None:
+    """Every line of the error starts with the field that is wrong (and only that field: a broken
+    pool is not also reported at each reference to it); no "fingerprint" jargon."""
+    message = _errors(_write(tmp_path, text))
+    lines = [line.strip() for line in message.splitlines()[1:]]
+    assert lines and all(line.startswith(f"{field}: ") for line in lines), message
+    assert needle in message and "fingerprint" not in message, message
+
+
+TARGETS = """
+from pyattacker.task import task
+
+@task(name="unknown_algo", algorithm="nosuch")
+def unknown_algo(value):
+    return value
+
+@task(name="bad_param", algorithm={"name": "backoff", "base": -1})
+def bad_param(value):
+    return value
+
+@task(name="endless", timeout_s=float("inf"))
+def endless(value):
+    return value
+"""
+
+
+@pytest.mark.parametrize(
+    ("attr", "needle"),
+    [
+        ("unknown_algo", "unknown algorithm 'nosuch'"),
+        ("bad_param", "algorithm 'backoff': parameter 'base' must be >= 0, got -1"),
+        ("endless", "timeout_s"),
+    ],
+)
+def test_a_bad_value_declared_by_the_use_target_is_reported_at_its_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, attr: str, needle: str
+) -> None:
+    """A ``use:`` target declaring a bad algorithm or an infinite timeout was reported as
+    ``pipeline: ...``, naming neither the entry nor the target."""
+    (tmp_path / "declaring_mod.py").write_text(TARGETS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = (
+        "pools: {apis: {resources: [{id: a}]}}\n"
+        f"pipeline: {{tasks: [{{use: echo}}, {{use: 'declaring_mod:{attr}', resource: apis}}]}}\n"
+        "source: {kind: range, n: 1}\n"
+    )
+    message = _errors(_write(tmp_path, text))
+    (line,) = message.splitlines()[1:]
+    assert line.strip().startswith(f"pipeline.tasks[1].use (declaring_mod:{attr} declares it): "), message
+    assert needle in line
+    # the entry can override what its target declares
+    fixed = text.replace("resource: apis}", "resource: apis, algorithm: null, timeout_s: null}")
+    check_config(load_config(_write(tmp_path, fixed)))
+
+
+SINK_OPTIONS = [
+    ('{name = "jsonl", path = 5}', "run.event_sinks[0].path", "a non-empty path"),
+    ('{name = "jsonl", path = ""}', "run.event_sinks[0].path", "a non-empty path"),
+    ('{name = "jsonl", path = "e.jsonl", fsync = "no"}', "run.event_sinks[0].fsync", "true or false"),
+    ('{name = "jsonl", path = "e.jsonl", fsync = nan}', "run.event_sinks[0].fsync", "true or false"),
+    ('{name = "console", kinds = 5}', "run.event_sinks[0].kinds", "a list of event kinds"),
+    ('{name = "console", kinds = "task.failed"}', "run.event_sinks[0].kinds", "a list of event kinds"),
+    ('{name = "console", kinds = ["task.failed", ""]}', "run.event_sinks[0].kinds[1]", "non-empty"),
+    ('{name = "console", stream = "err"}', "run.event_sinks[0].stream", "from Python"),
+]
+
+
+@pytest.mark.parametrize(("sink", "field", "needle"), SINK_OPTIONS, ids=[s[0] for s in SINK_OPTIONS])
+def test_event_sink_option_values_are_checked_by_validate(
+    tmp_path: Path, sink: str, field: str, needle: str
+) -> None:
+    """Only the option names were checked: ``path = 5`` and ``kinds = 5`` passed ``validate`` and
+    ended ``run`` with a traceback; ``kinds = "task.failed"`` silently watched single letters."""
+    path = tmp_path / "c.toml"
+    path.write_text(
+        'pipeline = {tasks = [{use = "echo"}]}\nsource = {kind = "range", n = 1}\n'
+        f"[run]\nevent_sinks = [{sink}]\n"
+    )
+    message = _errors(path)
+    (line,) = message.splitlines()[1:]
+    assert line.strip().startswith(f"{field}: ") and needle in line, message
+
+
+def test_good_event_sink_options_pass(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        'pipeline = {tasks = [{use = "echo"}]}\nsource = {kind = "range", n = 1}\n'
+        '[run]\nevent_sinks = [{name = "console", kinds = ["task.failed"]},'
+        ' {name = "jsonl", path = "e.jsonl", fsync = true}, "console"]\n'
+    )
+    check_config(load_config(path))

@@ -107,3 +107,15 @@ def test_jsonl_sink_needs_a_path() -> None:
         JsonlSink()  # type: ignore[call-arg]
     with pytest.raises(ConfigError):
         JsonlSink("")
+
+
+def test_sink_options_are_checked_when_built_from_python() -> None:
+    """The SDK gets the same checks as ``validate``: a ConfigError naming the option, not a
+    TypeError from deep inside the sink (or a console sink watching single letters)."""
+    with pytest.raises(ConfigError, match=r"event sink 'jsonl': path: must be a non-empty path"):
+        JsonlSink(5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"fsync: must be true or false, got 'no'"):
+        JsonlSink("e.jsonl", fsync="no")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"event sink 'console': kinds: must be a list of event kinds"):
+        ConsoleSink(kinds="task.failed")
+    assert ConsoleSink(kinds=("task.failed",)).kinds == frozenset({"task.failed"})

@@ -341,10 +341,24 @@ def _check_backend_flag(spec: str | None) -> None:
         raise click.BadParameter("; ".join(problems), param_hint="'--artifact-backend'")
 
 
+def _check_store_flag(location: str | None) -> None:
+    """``--store`` with a scheme no installed store plugin handles (or nothing after its scheme)
+    is a bad flag value, refused before anything is read or created: ``demo --store foo://x``
+    used to write ``./foo:/x``, and ``run`` failed only once it had started."""
+    if location is None:
+        return
+    from .config import store_problem
+
+    problem = store_problem(location)
+    if problem is not None:
+        raise click.BadParameter(problem, param_hint="'--store'")
+
+
 def _run(flags: dict[str, Any], *, resume: bool) -> None:
     from .config import build, check_config, load_config
 
     _check_shard_flags(flags)
+    _check_store_flag(flags["store"])
     if flags["shards"] is not None:
         from .shard_cli import run_sharded
 
@@ -628,6 +642,21 @@ def _export_results(store_location: str, run_id: str, path: str) -> int:
     return count
 
 
+def _demo_location(store: str | None) -> str:
+    """Where the demo writes: ``--store`` (checked like ``run``'s; a path relative to the cwd, its
+    folder created) or a new ``demo-*.db`` beside the default store."""
+    from .config import store_location
+    from .store import plain_path
+
+    if not store:
+        return _demo_store()
+    _check_store_flag(store)
+    location = store_location(store)
+    if plain_path(location) is not None:
+        make_parent(location, "--store")
+    return location
+
+
 def _demo_store() -> str:
     from .store import default_store_path
 
@@ -675,8 +704,7 @@ def demo_command(
     """
     from .config_model import RunConfig
 
-    location = os.path.abspath(store) if store else _demo_store()
-    make_parent(location, "--store")
+    location = _demo_location(store)
     if export_path:
         make_parent(export_path, "--export")  # before the run, not after it
     pools = _demo_pools(fail_rate)

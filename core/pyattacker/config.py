@@ -14,8 +14,8 @@ resolved from the config file's folder, so a config means the same thing from an
 from __future__ import annotations
 
 import itertools
-import math
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +41,8 @@ from .config_tasks import resolve_task_entry
 from .errors import ConfigError
 from .paths import make_parent
 from .pipeline import PipelineSpec, PipelineTemplate, pipeline
+from .registry import Registry
+from .store import location_problem, plain_path
 from .task import TaskSpec
 
 __all__ = [
@@ -52,6 +54,8 @@ __all__ = [
     "effective_config",
     "load_config",
     "resolve_store",
+    "store_location",
+    "store_problem",
 ]
 
 
@@ -137,11 +141,18 @@ def _resolve_path(value: str, base: Path) -> str:
     return str(path if path.is_absolute() else (base / path))
 
 
-def _is_plain_path(location: str) -> bool:
-    from .store import _scheme_of
+def store_location(location: str, base: Path | None = None) -> str:
+    """A store location as it will be opened: a plain (or ``file://``) path made absolute from
+    ``base`` (the cwd when None), anything else (``:memory:``, a plugin scheme) unchanged."""
+    path = plain_path(location)
+    if path is None:
+        return location
+    return os.path.abspath(path) if base is None else _resolve_path(path, base)
 
-    scheme, _ = _scheme_of(location)
-    return location != ":memory:" and scheme in (None, "file")
+
+def store_problem(location: str) -> str | None:
+    """Why ``location`` cannot name a store with the installed store plugins, or None."""
+    return location_problem(location, _plugins().stores.objects())
 
 
 def _resolve_backend_paths(spec: Any, base: Path) -> Any:
@@ -158,19 +169,14 @@ def _resolve_backend_paths(spec: Any, base: Path) -> Any:
     return {"kind": "file", **params, "root": _resolve_path(root, base)}
 
 
-def _finite(values: Mapping[str, Any], path: str, errors: list[str]) -> None:
-    """An infinite grace, heartbeat, limit or cooldown is a typo for "never" (which is spelled
-    by leaving the setting out): ``grace_s: .inf`` made a first Ctrl-C wait for ever."""
-    for key, value in values.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            errors.append(f"{path}.{key}: must be a finite number, got {value}")
-
-
 def _check_run(data: Any, base: Path, errors: list[str]) -> dict[str, Any]:
+    # check_mapping refuses .inf/.nan too: ``grace_s: .inf`` made a first Ctrl-C wait for ever
     values = check_mapping(data, RunSection, "run", errors) or {}
-    _finite(values, "run", errors)
-    if "store" in values and values["store"] and _is_plain_path(values["store"]):
-        values["store"] = _resolve_path(values["store"], base)
+    if values.get("store"):
+        problem = store_problem(values["store"])
+        if problem is not None:
+            errors.append(f"run.store: {problem}")
+        values["store"] = store_location(values["store"], base)
     if values.get("write_behind", False) is None:
         values.pop("write_behind")
     if "artifact_backend" in values:
@@ -187,30 +193,62 @@ def _check_run(data: Any, base: Path, errors: list[str]) -> dict[str, Any]:
 
 
 def _check_sinks(items: list[Any]) -> list[str]:
-    """Every sink names a registered event-sink plugin, and its options fit the plugin's
-    factory (checked against its signature, without building it: a sink may open a file)."""
+    """Every sink names a registered event-sink plugin, and its options fit the plugin (checked
+    without building it: a sink may open a file)."""
+    registry = _plugins().event_sinks
+    return [
+        p for i, item in enumerate(items) for p in _sink_problems(item, f"run.event_sinks[{i}]", registry)
+    ]
+
+
+def _sink_problems(item: Any, path: str, registry: Registry) -> list[str]:
+    """One sink entry: a known name, options its factory's signature accepts, then the values
+    its optional ``validate(options)`` accepts (``path: 5`` passed the signature check and ended
+    the run with a traceback when the sink was built)."""
     import difflib
     import inspect
 
-    registry = _plugins().event_sinks
     known = registry.names()
-    problems = []
-    for i, item in enumerate(items):
-        name = item if isinstance(item, str) else item.get("name")
-        if not isinstance(name, str) or name not in known:
-            hint = difflib.get_close_matches(str(name), known, n=1)
-            extra = f" (did you mean {hint[0]!r}?)" if hint else f" (known: {', '.join(known) or 'none'})"
-            problems.append(f"run.event_sinks[{i}]: unknown event sink {name!r}{extra}")
-            continue
-        options = {} if isinstance(item, str) else {k: v for k, v in item.items() if k != "name"}
-        try:
-            signature = inspect.signature(registry.get(name))
-        except (TypeError, ValueError):
-            continue  # a factory Python cannot describe: its own errors will tell at run time
-        try:
+    name = item if isinstance(item, str) else item.get("name")
+    if not isinstance(name, str) or name not in known:
+        hint = difflib.get_close_matches(str(name), known, n=1)
+        extra = f" (did you mean {hint[0]!r}?)" if hint else f" (known: {', '.join(known) or 'none'})"
+        return [f"{path}: unknown event sink {name!r}{extra}"]
+    options = {} if isinstance(item, str) else {k: v for k, v in item.items() if k != "name"}
+    factory: Any = registry.get(name)
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        signature = None  # a factory Python cannot describe: its own checks tell
+    try:
+        if signature is not None:
             signature.bind(**options)
-        except TypeError as exc:
-            problems.append(f"run.event_sinks[{i}]: event sink {name!r}: {exc}")
+    except TypeError as exc:
+        return [f"{path}: event sink {name!r}: {exc}"]
+    return _plugin_validate(factory, options, path, f"event sink {name!r}")
+
+
+#: "field: message" from a plugin's validate(): a field path such as ``kinds[1]`` or ``a.b``
+_FIELD = re.compile(r"[A-Za-z_]\w*(\[\d+\])*(\.[A-Za-z_]\w*(\[\d+\])*)*")
+
+
+def _plugin_validate(factory: Any, options: Mapping[str, Any], path: str, label: str) -> list[str]:
+    """What a plugin factory's optional ``validate(options)`` finds, each ``"field: message"``
+    reported at ``path.field`` (anything else at ``path``). A validate() that raises is that
+    plugin's problem, reported as one, never a traceback."""
+    check = getattr(factory, "validate", None)
+    if not callable(check):
+        return []
+    try:
+        answer = [str(item) for item in check(options)]
+    except Exception as exc:
+        return [f"{path}: {label}: its validate() failed: {type(exc).__name__}: {exc}"]
+    problems = []
+    for item in answer:
+        field, sep, message = item.partition(": ")
+        problems.append(
+            f"{path}.{field}: {message}" if sep and _FIELD.fullmatch(field) else f"{path}: {item}"
+        )
     return problems
 
 
@@ -224,52 +262,66 @@ def _resolve_sink_paths(items: list[Any], base: Path) -> list[Any]:
     return out
 
 
-def _check_pools(data: Any, errors: list[str]) -> dict[str, PoolDef]:
+def _check_pools(data: Any, errors: list[str]) -> dict[str, PoolDef] | None:
+    """Every pool by name; None when the section itself is unusable, so pool references are not
+    checked against it (each would repeat the one problem as "no pool named ...")."""
     if data is None:
         return {}
     if not isinstance(data, dict):
         errors.append(f"pools: must be a mapping of pool name -> pool, got {type_name(data)}")
-        return {}
-    from .algorithm import validate_algorithm_spec
-
+        return None
     algorithms = _plugins().algorithms
     pools: dict[str, PoolDef] = {}
     for name, body in data.items():
-        path = f"pools.{name}"
         if isinstance(name, str) and not name.strip():
             errors.append(f"pools.{name!r}: a pool name must be a non-empty string")
             continue
-        per_resource = {
-            f: f"did you mean {path}.resources[i].{f}? {f} is set per resource"
-            for f in ResourceSection.__struct_fields__
-        }
-        values = check_mapping(body, PoolSection, path, errors, hints=per_resource)
-        if values is None:
-            continue
-        if values.get("algorithm") is not None:
-            errors.extend(validate_algorithm_spec(values["algorithm"], algorithms, f"{path}.algorithm"))
-        raw = values.get("resources", [])
-        if not isinstance(raw, list):
-            errors.append(f"{path}.resources: must be a list of resources, got {type_name(raw)}")
-            continue
-        if not raw:
-            errors.append(f"{path}.resources: a pool needs at least one resource (tasks would wait forever)")
-        resources: list[dict[str, Any]] = []
-        seen: set[str] = set()
-        for i, item in enumerate(raw):
-            res = check_mapping(item, ResourceSection, f"{path}.resources[{i}]", errors)
-            if res is None:
-                continue
-            _finite(res, f"{path}.resources[{i}]", errors)
-            rid = res.get("id")
-            if rid is not None:
-                if rid in seen:
-                    errors.append(f"{path}.resources[{i}].id: duplicate resource id {rid!r} in pool {name!r}")
-                seen.add(rid)
-            resources.append(res)
-        _default_ids(resources, values.get("kind") or str(name), seen)
-        pools[str(name)] = PoolDef(str(name), values.get("kind"), values.get("algorithm"), resources)
+        pools[str(name)] = _check_pool(str(name), body, algorithms, errors)
     return pools
+
+
+def _check_pool(name: str, body: Any, algorithms: Registry, errors: list[str]) -> PoolDef:
+    """One pool. A broken one is still declared (with no resources; nothing is built once there
+    are errors): its name is known, so a reference to it is not another error."""
+    from .algorithm import validate_algorithm_spec
+
+    path = f"pools.{name}"
+    per_resource = {
+        f: f"did you mean {path}.resources[i].{f}? {f} is set per resource"
+        for f in ResourceSection.__struct_fields__
+    }
+    values = check_mapping(body, PoolSection, path, errors, hints=per_resource)
+    if values is None:
+        return PoolDef(name, None, None, [])
+    if values.get("algorithm") is not None:
+        errors.extend(validate_algorithm_spec(values["algorithm"], algorithms, f"{path}.algorithm"))
+    resources = _check_resources(values.get("resources", []), path, name, values.get("kind"), errors)
+    return PoolDef(name, values.get("kind"), values.get("algorithm"), resources)
+
+
+def _check_resources(
+    raw: Any, path: str, name: str, kind: str | None, errors: list[str]
+) -> list[dict[str, Any]]:
+    """A pool's resources, each checked, ids unique and missing ones filled in."""
+    if not isinstance(raw, list):
+        errors.append(f"{path}.resources: must be a list of resources, got {type_name(raw)}")
+        return []
+    if not raw:
+        errors.append(f"{path}.resources: a pool needs at least one resource (tasks would wait forever)")
+    resources: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        res = check_mapping(item, ResourceSection, f"{path}.resources[{i}]", errors)
+        if res is None:
+            continue
+        rid = res.get("id")
+        if rid is not None:
+            if rid in seen:
+                errors.append(f"{path}.resources[{i}].id: duplicate resource id {rid!r} in pool {name!r}")
+            seen.add(rid)
+        resources.append(res)
+    _default_ids(resources, kind or name, seen)
+    return resources
 
 
 def _default_ids(resources: list[dict[str, Any]], pool_kind: str, taken: set[str]) -> None:
@@ -292,7 +344,10 @@ def _default_ids(resources: list[dict[str, Any]], pool_kind: str, taken: set[str
         res["id"] = candidate
 
 
-def _check_pipeline(data: Any, pools: dict[str, PoolDef], errors: list[str]) -> PipelineTemplate | None:
+def _check_pipeline(
+    data: Any, pools: Mapping[str, PoolDef] | None, errors: list[str]
+) -> PipelineTemplate | None:
+    """The template of ``pipeline:``; ``pools`` None means pool references cannot be checked."""
     if data is None:
         errors.append("pipeline: required section is missing (pipeline: {name: ..., tasks: [...]})")
         return None
@@ -305,43 +360,56 @@ def _check_pipeline(data: Any, pools: dict[str, PoolDef], errors: list[str]) -> 
     if not isinstance(raw, list) or not raw:
         errors.append(f"pipeline.tasks: must be a non-empty list of task entries, got {type_name(raw)}")
         return None
-    from .algorithm import validate_algorithm_spec
-
-    registry = _plugins().tasks
-    algorithms = _plugins().algorithms
     default_resource = values.get("resource")
-    if default_resource is not None and default_resource not in pools:
-        errors.append(
-            f"pipeline.resource: no pool named {default_resource!r}{_pool_hint(default_resource, pools)}"
-        )
+    if not _pool_exists(default_resource, "pipeline.resource", pools, errors):
         default_resource = None
-    specs: list[TaskSpec] = []
-    bad_algorithm = False  # reported at its field: building the pipeline would repeat it
-    for i, entry in enumerate(raw):
-        path = f"pipeline.tasks[{i}]"
-        own_resource = entry.get("resource") if isinstance(entry, dict) else None
-        if isinstance(entry, dict) and entry.get("algorithm") is not None:
-            problems = validate_algorithm_spec(entry["algorithm"], algorithms, f"{path}.algorithm")
-            errors.extend(problems)
-            bad_algorithm = bad_algorithm or bool(problems)
-        if isinstance(own_resource, str) and own_resource and own_resource not in pools:
-            errors.append(f"{path}.resource: no pool named {own_resource!r}{_pool_hint(own_resource, pools)}")
-        spec, origin = resolve_task_entry(entry, path, registry, errors, default_resource=default_resource)
-        if spec is None:
-            continue
-        declared: Any = spec.resource
-        if declared is not None and not isinstance(declared, str):
-            errors.append(f"{origin}: resource must be a pool name (a string), got {type_name(declared)}")
-        elif declared is not None and declared not in pools and declared != own_resource:
-            errors.append(f"{origin}: no pool named {declared!r}{_pool_hint(declared, pools)}")
-        specs.append(spec)
-    if len(specs) != len(raw) or bad_algorithm:
+    specs = [
+        _check_task(entry, f"pipeline.tasks[{i}]", pools, default_resource, errors)
+        for i, entry in enumerate(raw)
+    ]
+    if any(spec is None for spec in specs):
         return None
     try:
         return pipeline(values.get("name", "pipeline"), *specs, tags=values.get("tags"))
     except ConfigError as exc:
         errors.append(f"pipeline: {exc}")
         return None
+
+
+def _check_task(
+    entry: Any,
+    path: str,
+    pools: Mapping[str, PoolDef] | None,
+    default_resource: str | None,
+    errors: list[str],
+) -> TaskSpec | None:
+    """One task entry resolved, with every pool it refers to checked at the field that names it."""
+    plugins = _plugins()
+    own_resource = entry.get("resource") if isinstance(entry, dict) else None
+    if isinstance(own_resource, str) and own_resource:
+        _pool_exists(own_resource, f"{path}.resource", pools, errors)
+    spec, origin = resolve_task_entry(
+        entry, path, plugins.tasks, errors, default_resource=default_resource, algorithms=plugins.algorithms
+    )
+    if spec is None:
+        return None
+    declared: Any = spec.resource
+    if declared is not None and not isinstance(declared, str):
+        errors.append(f"{origin}: resource must be a pool name (a string), got {type_name(declared)}")
+    elif declared != own_resource:
+        _pool_exists(declared, origin, pools, errors)
+    return spec
+
+
+def _pool_exists(
+    name: str | None, where: str, pools: Mapping[str, PoolDef] | None, errors: list[str]
+) -> bool:
+    """False (and an error at ``where``) when ``name`` is set but no pool has it; a ``pools``
+    section too broken to read (None) is reported once, not at every reference."""
+    if name is None or pools is None or name in pools:
+        return True
+    errors.append(f"{where}: no pool named {name!r}{_pool_hint(name, pools)}")
+    return False
 
 
 def _pool_hint(name: str, pools: Mapping[str, Any]) -> str:
@@ -402,7 +470,7 @@ def check_config(loaded: LoadedConfig) -> CheckedConfig:
     pools = _check_pools(data.get("pools"), errors)
     template = _check_pipeline(data.get("pipeline"), pools, errors)
     source = _check_source(data.get("source"), errors)
-    if errors or template is None or source is None:
+    if errors or pools is None or template is None or source is None:
         raise ConfigError(f"{loaded.path}: invalid config\n" + "\n".join(f"  {e}" for e in errors))
     return CheckedConfig(loaded=loaded, run=run, pools=pools, template=template, source=source)
 
@@ -411,7 +479,7 @@ def check_config(loaded: LoadedConfig) -> CheckedConfig:
 def resolve_store(checked: CheckedConfig, flag: str | None) -> str:
     """``--store`` (relative to the cwd) > ``run.store`` (relative to the config) > the default."""
     if flag is not None:
-        return os.path.abspath(flag) if _is_plain_path(flag) else flag
+        return store_location(flag)
     store = checked.run.get("store")
     if store:
         return str(store)
@@ -490,7 +558,7 @@ def build(
     check = getattr(checked.source.source, "check", None)
     if callable(check):
         check(checked.source.options, checked.loaded.base_dir)
-    if config.store and _is_plain_path(config.store):
+    if config.store and plain_path(config.store) is not None:
         make_parent(config.store, "run.store")
     return Built(
         config=config,

@@ -5,12 +5,14 @@ Each error is one line starting with its field path (``pipeline.tasks[1].retry.m
 Unknown keys get a difflib "did you mean"; a YAML 1.1 bare ``on:`` key (parsed as ``true``)
 is explained rather than reported as a baffling non-string key. Sections whose content
 depends on plugins (task ``kwargs``, algorithms, backends, source options) are typed ``Any``
-here and checked by ``config`` against the plugin that owns them.
+here and checked by ``config`` against the plugin that owns them. A number that converts
+must also be finite: ``.inf`` / ``.nan`` are reported at their field in every section.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import typing
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
@@ -30,6 +32,7 @@ __all__ = [
     "TaskEntry",
     "check_mapping",
     "did_you_mean",
+    "non_finite",
     "type_name",
 ]
 
@@ -162,6 +165,22 @@ def did_you_mean(word: str, options: Iterable[str], prefix: str = "") -> str:
     return f" (did you mean {prefix}{hint[0]}?)" if hint else ""
 
 
+def non_finite(value: Any, path: str) -> list[str]:
+    """One problem per infinite or NaN number in ``value`` (walking nested mappings and lists).
+
+    A config has no use for them: "never" is spelled by leaving a limit out (or ``null``), and
+    a task's fields, ``config`` and factory arguments are strict JSON (its identity), where a
+    non-finite number used to surface as ``pipeline: task 'x' fingerprint.timeout_s``, naming
+    neither the entry nor the field."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{path}: must be a finite number, got {value}"]
+    if isinstance(value, dict):
+        return [p for key, item in value.items() for p in non_finite(item, f"{path}.{key}")]
+    if isinstance(value, list | tuple):
+        return [p for i, item in enumerate(value) for p in non_finite(item, f"{path}[{i}]")]
+    return []
+
+
 def _field_error(path: str, value: Any, exc: msgspec.ValidationError) -> str:
     message = str(exc)
     head, sep, tail = message.partition(" - at `$")
@@ -215,15 +234,20 @@ def check_mapping(
                 hint = f" ({hints[close[0]]})" if close else ""
             errors.append(f"{where}: unknown field{hint}")
             continue
+        where = f"{path}.{key}" if path else key
         try:
-            out[key] = msgspec.convert(value, field.type)
+            converted = msgspec.convert(value, field.type)
         except msgspec.ValidationError as exc:
-            where = f"{path}.{key}" if path else key
             choices = typing.get_args(field.type) if typing.get_origin(field.type) is Literal else ()
             if choices:  # name the accepted values, not just the rejected one
                 errors.append(f"{where}: must be one of {', '.join(map(str, choices))}, got {value!r}")
             else:
                 errors.append(_field_error(where, value, exc))
+            continue
+        if isinstance(converted, float) and not math.isfinite(converted):
+            errors.extend(non_finite(converted, where))
+            continue
+        out[key] = converted
     for name, field in fields.items():
         required = field.default is msgspec.NODEFAULT and field.default_factory is msgspec.NODEFAULT
         if required and name not in data and name not in skipped:

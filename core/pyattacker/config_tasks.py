@@ -14,7 +14,8 @@ import importlib
 import inspect
 from typing import Any
 
-from .config_schema import RetrySection, TaskEntry, check_mapping, did_you_mean
+from .algorithm import validate_algorithm_spec
+from .config_schema import RetrySection, TaskEntry, check_mapping, did_you_mean, non_finite
 from .errors import ConfigError
 from .registry import Registry
 from .retry import Retrying, resolve_exception_name
@@ -91,6 +92,7 @@ def _kwargs_problems(factory: Any, kwargs: dict[str, Any], path: str, target: st
 def _instantiate(
     obj: Any, kwargs: dict[str, Any], path: str, target: str, errors: list[str]
 ) -> TaskSpec | None:
+    """The TaskSpec ``obj`` is, or that the factory ``obj`` returns for ``kwargs``."""
     if isinstance(obj, TaskSpec):
         if kwargs:
             errors.append(f"{path}.kwargs: {target} is a task, not a factory; it takes no kwargs")
@@ -100,6 +102,8 @@ def _instantiate(
         errors.append(f"{path}.use: {target} is a {type(obj).__name__}, not a task or a task factory")
         return None
     problems = _kwargs_problems(obj, kwargs, path, target)
+    if getattr(obj, "__pyattacker_factory__", False):  # its arguments are part of the identity
+        problems += non_finite(kwargs, f"{path}.kwargs")
     if problems:
         errors.extend(problems)
         return None
@@ -152,16 +156,29 @@ def build_retry(data: Any, path: str, errors: list[str]) -> Retrying | None:
 
 
 def resolve_task_entry(
-    entry: Any, path: str, registry: Registry, errors: list[str], *, default_resource: str | None = None
+    entry: Any,
+    path: str,
+    registry: Registry,
+    errors: list[str],
+    *,
+    default_resource: str | None = None,
+    algorithms: Registry | None = None,
 ) -> tuple[TaskSpec | None, str]:
     """The effective TaskSpec of one ``pipeline.tasks`` entry, and where its resource came from.
 
     The second value is the field path to blame for a bad pool reference (the entry's own
-    ``resource``, ``pipeline.resource``, or the ``use:`` target that declares it).
+    ``resource``, ``pipeline.resource``, or the ``use:`` target that declares it). With
+    ``algorithms``, the entry's algorithm (or the one its target declares) is built once, so a
+    bad one is reported at its field rather than by the pipeline that would build it.
     """
     before = len(errors)
     values = check_mapping(entry, TaskEntry, path, errors)
-    if values is None or "use" not in values:
+    if values is None:
+        return None, path
+    errors.extend(non_finite(values.get("config"), f"{path}.config"))
+    if algorithms is not None and values.get("algorithm") is not None:
+        errors.extend(validate_algorithm_spec(values["algorithm"], algorithms, f"{path}.algorithm"))
+    if "use" not in values:
         return None, path
     target = values["use"]
     try:
@@ -197,7 +214,31 @@ def resolve_task_entry(
     if len(errors) > before:
         return None, path
     try:
-        return spec.with_overrides(**{k: changes.get(k, UNSET) for k in changes}), origin
+        effective = spec.with_overrides(**{k: changes.get(k, UNSET) for k in changes})
     except ConfigError as exc:
         errors.append(f"{path}: {exc}")
         return None, path
+    problems = _declared_problems(effective, values, f"{path}.use ({target} declares it)", algorithms)
+    errors.extend(problems)
+    return (None, path) if problems else (effective, origin)
+
+
+def _declared_problems(
+    effective: TaskSpec, values: dict[str, Any], where: str, algorithms: Registry | None
+) -> list[str]:
+    """Problems of what the ``use:`` target itself declares (the entry's own fields are checked
+    at their paths already), reported at ``where`` (its ``use``). Without this, a target's bad
+    algorithm or infinite timeout failed in the pipeline's fingerprint as ``pipeline: ...``.
+
+    The effective task's fingerprint is computed here once, so whatever still breaks it is
+    reported at this entry; an entry field can override the bad value (``algorithm: null``).
+    """
+    if algorithms is not None and "algorithm" not in values and effective.algorithm is not None:
+        problems = validate_algorithm_spec(effective.algorithm, algorithms, where)
+        if problems:
+            return problems
+    try:
+        effective.fingerprint()
+    except ConfigError as exc:
+        return [f"{where}: {exc}"]
+    return []

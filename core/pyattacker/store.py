@@ -9,7 +9,7 @@ so a third-party store only has to be correct, not clever.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -24,7 +24,17 @@ from .model import (
     RunRecord,
 )
 
-__all__ = ["PAGE_KINDS", "Store", "StoreOpener", "iter_rows", "local_file", "open_store", "resolve_opener"]
+__all__ = [
+    "PAGE_KINDS",
+    "Store",
+    "StoreOpener",
+    "iter_rows",
+    "local_file",
+    "location_problem",
+    "open_store",
+    "plain_path",
+    "resolve_opener",
+]
 
 #: Row kinds with keyset paging, and the order each is returned in (the last key is unique).
 PAGE_KINDS: dict[str, tuple[str, ...]] = {
@@ -108,7 +118,9 @@ class StoreOpener(Protocol):
 
 
 #: schemes whose location is a path on this machine (a third-party scheme may be anything)
-_FILE_SCHEMES = (None, "sqlite", "jsonl")
+_FILE_SCHEMES = (None, "file", "sqlite", "jsonl")
+#: schemes the kernel itself reads as a plain path (no store plugin needed)
+_PATH_SCHEMES = (None, "file")
 
 
 def local_file(location: str) -> str | None:
@@ -120,6 +132,41 @@ def local_file(location: str) -> str | None:
         return None
     path = rest.split("?", 1)[0]
     return path or None
+
+
+def plain_path(location: str) -> str | None:
+    """The path of a location with no scheme or a ``file://`` one (None for ``:memory:`` and any
+    other scheme). Only such a location may be made absolute or get its folder created: done to
+    ``file:///x.db`` or ``foo://x`` as a whole, that wrote ``./file:/x.db`` or ``./foo:/x``."""
+    scheme, rest = _scheme_of(location)
+    return rest if scheme in _PATH_SCHEMES else None
+
+
+def location_problem(location: str, openers: Mapping[str, StoreOpener]) -> str | None:
+    """Why ``location`` cannot name a store here, or None: a scheme no installed store plugin
+    handles, or nothing after the scheme (``jsonl://`` wrote a store into the current folder,
+    ``sqlite:`` into a nameless temporary file). ``validate`` and ``run``/``resume``/``demo``
+    ask before touching anything, so such a location is refused first, naming what is installed."""
+    scheme, rest = _scheme_of(location)
+    problem = _scheme_problem(scheme, location, openers)
+    if problem is None and scheme != "memory" and not rest.split("?", 1)[0]:
+        what = f"nothing follows {scheme}:" if scheme else "it is empty"
+        problem = f"{location!r} names no store: {what} (give a path, e.g. runs/x.db)"
+    return problem
+
+
+def _scheme_problem(scheme: str | None, location: str, openers: Mapping[str, StoreOpener]) -> str | None:
+    """None when ``scheme`` is a plain path's or an installed store plugin's."""
+    schemes = _schemes(openers)
+    if scheme in _PATH_SCHEMES or scheme in schemes:
+        return None
+    installed = ", ".join(sorted({"file", *schemes}))
+    return f"no store plugin handles the scheme {scheme!r} in {location!r} (installed schemes: {installed})"
+
+
+def _schemes(openers: Mapping[str, StoreOpener]) -> dict[str, StoreOpener]:
+    """Scheme -> the opener that registered it."""
+    return {s: o for o in openers.values() for s in o.schemes}
 
 
 def _scheme_of(uri: str) -> tuple[str | None, str]:
@@ -134,16 +181,16 @@ def _scheme_of(uri: str) -> tuple[str | None, str]:
     return None, uri
 
 
-def resolve_opener(uri: str, openers: dict[str, StoreOpener]) -> tuple[StoreOpener, str]:
+def resolve_opener(uri: str, openers: Mapping[str, StoreOpener]) -> tuple[StoreOpener, str]:
     """Pick the opener for ``uri``: an explicit scheme, then a file suffix, then the default."""
     scheme, rest = _scheme_of(uri)
-    by_scheme = {s: o for o in openers.values() for s in o.schemes}
     if scheme is not None:
-        if scheme in by_scheme:
-            return by_scheme[scheme], rest
-        if scheme not in ("file",):
-            known = ", ".join(sorted(by_scheme)) or "none"
-            raise ConfigError(f"store {uri!r}: no store plugin handles scheme {scheme!r} (known: {known})")
+        opener = _schemes(openers).get(scheme)
+        if opener is not None:
+            return opener, rest
+        problem = _scheme_problem(scheme, uri, openers)
+        if problem is not None:
+            raise ConfigError(f"store {uri!r}: {problem}")
     path = rest
     lowered = path.lower()
     for opener in openers.values():

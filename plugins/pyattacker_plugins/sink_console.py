@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Collection, Mapping
 from typing import IO, Any
 
+from pyattacker.errors import ConfigError
 from pyattacker.hookspecs import hookimpl
 from pyattacker.model import EventRecord
 
@@ -47,9 +49,35 @@ def _one_line(value: Any, limit: int = 300) -> str:
 class ConsoleSink:
     """Prints notable events to ``stream`` (stderr by default); ``kinds`` overrides the set."""
 
-    def __init__(self, stream: IO[str] | None = None, kinds: list[str] | None = None) -> None:
+    def __init__(self, stream: IO[str] | None = None, kinds: Collection[str] | None = None) -> None:
+        problems = self.validate({"stream": stream, "kinds": kinds})
+        if problems:
+            raise ConfigError(f"event sink 'console': {'; '.join(problems)}")
         self.stream = stream
         self.kinds = frozenset(kinds) if kinds is not None else NOTABLE_KINDS
+
+    @staticmethod
+    def validate(options: Mapping[str, Any]) -> list[str]:
+        """Option problems as ``"field: message"``, for ``validate`` to report before a run:
+        ``kinds: 5`` ended the run with a traceback, and ``kinds: task.failed`` (one string)
+        silently watched its single letters, so nothing was ever printed."""
+        problems = []
+        stream = options.get("stream")
+        if stream is not None and not callable(getattr(stream, "write", None)):
+            problems.append(
+                f"stream: must be a writable text stream, given from Python (ConsoleSink(stream=...));"
+                f" a config cannot name one (stderr is the default), got {stream!r}"
+            )
+        kinds = options.get("kinds")
+        if kinds is None:
+            return problems
+        if isinstance(kinds, str | bytes | Mapping) or not isinstance(kinds, Collection):
+            problems.append(f"kinds: must be a list of event kinds (e.g. [task.failed]), got {kinds!r}")
+            return problems
+        for i, kind in enumerate(kinds):
+            if not isinstance(kind, str) or not kind:
+                problems.append(f"kinds[{i}]: must be a non-empty event kind, got {kind!r}")
+        return problems
 
     def format(self, ev: EventRecord) -> str:
         data = ev.data or {}

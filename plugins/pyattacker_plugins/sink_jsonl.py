@@ -7,6 +7,7 @@ written; ``tail -f`` on the file follows a run without touching its store.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -22,12 +23,27 @@ class JsonlSink:
     """Appends events to ``path`` (parent directories are created; the file is opened lazily)."""
 
     def __init__(self, path: str | os.PathLike[str], fsync: bool = False) -> None:
-        if not path:
-            raise ConfigError("event sink 'jsonl' needs a path option")
+        problems = self.validate({"path": path, "fsync": fsync})
+        if problems:
+            raise ConfigError(f"event sink 'jsonl': {'; '.join(problems)}")
         self.path = os.fspath(path)
         self.fsync = fsync
         self._fh: Any = None
         self._encoder = msgspec.json.Encoder()
+
+    @staticmethod
+    def validate(options: Mapping[str, Any]) -> list[str]:
+        """Option problems as ``"field: message"``, for ``validate`` to report before a run: a
+        number as ``path`` was only found when the run built the sink (a traceback), and a
+        string as ``fsync`` ("no") was true."""
+        problems = []
+        path = options.get("path")
+        if not isinstance(path, str | os.PathLike) or not os.fspath(path):
+            problems.append(f"path: must be a non-empty path string, got {path!r}")
+        fsync = options.get("fsync", False)
+        if not isinstance(fsync, bool):
+            problems.append(f"fsync: must be true or false, got {fsync!r}")
+        return problems
 
     def handle(self, events: list[EventRecord]) -> None:
         if not events:
