@@ -594,6 +594,32 @@ def test_a_file_url_run_store_resolves_like_a_plain_path(tmp_path: Path) -> None
     assert effective_config(checked)["run"]["store"] == str(tmp_path / "y.db")
 
 
+def test_a_scheme_spelled_run_store_resolves_from_the_config_folder_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sqlite:runs/x.db`` and ``jsonl:out/j`` name a path relative to the config's folder, as
+    ``runs/x.db`` does (they were taken from the current folder); options and an absolute path
+    are kept, and ``build`` creates the folder."""
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    cases = [
+        ("sqlite:runs/x.db", f"sqlite:{cfg}/runs/x.db"),
+        ("sqlite://runs/x.db?synchronous=full", f"sqlite:{cfg}/runs/x.db?synchronous=full"),
+        ("jsonl:out/j", f"jsonl:{cfg}/out/j"),
+        (f"sqlite:{tmp_path}/abs.db", f"sqlite:{tmp_path}/abs.db"),
+        (":memory:", ":memory:"),
+    ]
+    for given, expected in cases:
+        checked = check_config(load_config(_write(cfg, f'run: {{store: "{given}"}}\n' + GOOD_TAIL)))
+        assert effective_config(checked)["run"]["store"] == expected, given
+    checked = check_config(load_config(_write(cfg, 'run: {store: "sqlite:deep/er/x.db"}\n' + GOOD_TAIL)))
+    build(checked)
+    assert (cfg / "deep" / "er").is_dir() and not (elsewhere / "deep").exists()
+
+
 # -- every problem is reported at the field the user wrote -----------------------------------
 ONE_TASK = "pipeline: {tasks: [{use: echo, %s}]}\nsource: {kind: range, n: 1}\n"
 FACTORY = "pipeline: {tasks: [{use: simulate_llm, kwargs: {%s}}]}\nsource: {kind: range, n: 1}\n"

@@ -646,14 +646,15 @@ def _demo_location(store: str | None) -> str:
     """Where the demo writes: ``--store`` (checked like ``run``'s; a path relative to the cwd, its
     folder created) or a new ``demo-*.db`` beside the default store."""
     from .config import store_location
-    from .store import plain_path
+    from .store import local_file
 
     if not store:
         return _demo_store()
     _check_store_flag(store)
     location = store_location(store)
-    if plain_path(location) is not None:
-        make_parent(location, "--store")
+    local = local_file(location)
+    if local is not None:
+        make_parent(local, "--store")
     return location
 
 

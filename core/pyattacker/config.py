@@ -42,7 +42,7 @@ from .errors import ConfigError
 from .paths import make_parent
 from .pipeline import PipelineSpec, PipelineTemplate, pipeline
 from .registry import Registry
-from .store import location_problem, plain_path
+from .store import local_file, location_problem, rebase_local
 from .task import TaskSpec
 
 __all__ = [
@@ -142,12 +142,12 @@ def _resolve_path(value: str, base: Path) -> str:
 
 
 def store_location(location: str, base: Path | None = None) -> str:
-    """A store location as it will be opened: a plain (or ``file://``) path made absolute from
-    ``base`` (the cwd when None), anything else (``:memory:``, a plugin scheme) unchanged."""
-    path = plain_path(location)
-    if path is None:
-        return location
-    return os.path.abspath(path) if base is None else _resolve_path(path, base)
+    """A store location as it will be opened: the path of a local store (plain, ``file://``,
+    ``sqlite:``, ``jsonl:``) made absolute from ``base`` (the cwd when None), anything else
+    (``:memory:``, a plugin scheme) unchanged."""
+    if base is None:
+        return rebase_local(location, os.path.abspath)
+    return rebase_local(location, lambda path: _resolve_path(path, base))
 
 
 def store_problem(location: str) -> str | None:
@@ -558,8 +558,9 @@ def build(
     check = getattr(checked.source.source, "check", None)
     if callable(check):
         check(checked.source.options, checked.loaded.base_dir)
-    if config.store and plain_path(config.store) is not None:
-        make_parent(config.store, "run.store")
+    local = local_file(config.store) if config.store else None
+    if local is not None:
+        make_parent(local, "run.store")
     return Built(
         config=config,
         pools=_make_pools(checked, capacity_share),

@@ -9,7 +9,7 @@ so a third-party store only has to be correct, not clever.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -32,7 +32,7 @@ __all__ = [
     "local_file",
     "location_problem",
     "open_store",
-    "plain_path",
+    "rebase_local",
     "resolve_opener",
 ]
 
@@ -134,12 +134,20 @@ def local_file(location: str) -> str | None:
     return path or None
 
 
-def plain_path(location: str) -> str | None:
-    """The path of a location with no scheme or a ``file://`` one (None for ``:memory:`` and any
-    other scheme). Only such a location may be made absolute or get its folder created: done to
-    ``file:///x.db`` or ``foo://x`` as a whole, that wrote ``./file:/x.db`` or ``./foo:/x``."""
+def rebase_local(location: str, resolve: Callable[[str], str]) -> str:
+    """``location`` with the path on this machine it names passed through ``resolve``: the
+    scheme of ``sqlite:``/``jsonl:`` and any ``?options`` kept, a ``file://`` one dropped (the
+    plain path it names). ``:memory:``, a third-party scheme and an empty path are unchanged.
+    A config's ``run.store`` is resolved from the config's folder this way whichever way the
+    path is spelled (``sqlite:runs/x.db`` used to be taken from the current folder)."""
     scheme, rest = _scheme_of(location)
-    return rest if scheme in _PATH_SCHEMES else None
+    if scheme not in _FILE_SCHEMES:
+        return location
+    path, sep, options = rest.partition("?")
+    if not path:
+        return location
+    rebased = resolve(path) + sep + options
+    return rebased if scheme in _PATH_SCHEMES else f"{scheme}:{rebased}"
 
 
 def location_problem(location: str, openers: Mapping[str, StoreOpener]) -> str | None:
