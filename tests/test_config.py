@@ -796,3 +796,25 @@ def test_good_event_sink_options_pass(tmp_path: Path) -> None:
         ' {name = "jsonl", path = "e.jsonl", fsync = true}, "console"]\n'
     )
     check_config(load_config(path))
+
+
+def test_pools_an_algorithm_names_must_be_declared(tmp_path: Path) -> None:
+    """``failover``'s ``pools`` were only looked up when a lease was asked for: an undeclared
+    name passed ``validate`` and then failed every pipeline. Each is now reported where the
+    algorithm is set, fallbacks included; declared names pass."""
+    bad = (
+        "pools:\n"
+        "  a: {resources: [{id: r1}], algorithm: {name: failover, pools: [a, nope]}}\n"
+        "  b: {resources: [{id: r2}]}\n"
+        "pipeline: {resource: a, tasks: [{use: echo, resource: a, algorithm:"
+        " {name: failover, pools: [b], fallback: {name: failover, pools: [zz]}}}]}\n"
+        "source: {kind: range, n: 2}\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        check_config(load_config(_write(tmp_path, bad)))
+    text = str(info.value)
+    assert "pools.a.algorithm: names the pool 'nope', which is not declared (pools: 'a', 'b')" in text
+    assert "pipeline.tasks[0].algorithm (task 'echo'): names the pool 'zz'" in text
+    assert "'b', which" not in text
+    good = bad.replace("nope", "b").replace("zz", "a")
+    check_config(load_config(_write(tmp_path, good)))

@@ -280,6 +280,55 @@ def _check_pools(data: Any, errors: list[str]) -> dict[str, PoolDef] | None:
     return pools
 
 
+def pool_reference_problems(pools: Mapping[str, PoolDef], template: PipelineTemplate) -> list[str]:
+    """Pools an algorithm names (``failover``'s ``pools``) that the config does not declare.
+
+    Such a name is only looked up when a lease is asked for, so every pipeline of the run failed
+    with "unknown pool" after ``validate`` had passed. An algorithm says which pools it names
+    with an optional ``referenced_pools()`` (docs/plugins.md); its fallbacks are asked too.
+    """
+    from .algorithm import resolve_algorithm
+
+    declared = sorted(pools)
+    problems: list[str] = []
+    where = [(f"pools.{p.name}.algorithm", p.algorithm) for p in pools.values()]
+    where += [
+        (f"pipeline.tasks[{i}].algorithm (task {t.name!r})", t.algorithm)
+        for i, t in enumerate(template.tasks)
+    ]
+    for path, spec in where:
+        if spec is None:
+            continue
+        try:
+            algorithm: Any = resolve_algorithm(spec, _plugins().algorithms)
+        except ConfigError:  # reported where the spec was checked
+            continue
+        for name in _referenced_pools(algorithm, _plugins().algorithms):
+            if name not in pools:
+                listed = ", ".join(map(repr, declared)) or "none"
+                problems.append(f"{path}: names the pool {name!r}, which is not declared (pools: {listed})")
+    return problems
+
+
+def _referenced_pools(algorithm: Any, registry: Registry) -> list[str]:
+    """The pool names ``algorithm`` and the fallbacks it wraps (``FallbackRef``s, resolved
+    here as the pool would resolve them) refer to."""
+    from .algorithm import FallbackRef, resolve_algorithm
+
+    names: list[str] = []
+    for _ in range(16):  # a fallback chain, never a cycle in practice; bounded all the same
+        referenced = getattr(algorithm, "referenced_pools", None)
+        if callable(referenced):
+            names.extend(str(n) for n in referenced())
+        fallback = getattr(algorithm, "fallback", None)
+        if isinstance(fallback, FallbackRef):
+            fallback = None if fallback.spec is None else resolve_algorithm(fallback.spec, registry)
+        if fallback is None or not hasattr(fallback, "acquire"):
+            break
+        algorithm = fallback
+    return names
+
+
 def _check_pool(name: str, body: Any, algorithms: Registry, errors: list[str]) -> PoolDef:
     """One pool. A broken one is still declared (with no resources; nothing is built once there
     are errors): its name is known, so a reference to it is not another error."""
@@ -469,6 +518,8 @@ def check_config(loaded: LoadedConfig) -> CheckedConfig:
     run = _check_run(run_data, loaded.base_dir, errors) if run_data is not None else {}
     pools = _check_pools(data.get("pools"), errors)
     template = _check_pipeline(data.get("pipeline"), pools, errors)
+    if not errors and pools is not None and template is not None:
+        errors.extend(pool_reference_problems(pools, template))
     source = _check_source(data.get("source"), errors)
     if errors or pools is None or template is None or source is None:
         raise ConfigError(f"{loaded.path}: invalid config\n" + "\n".join(f"  {e}" for e in errors))

@@ -35,6 +35,11 @@ class Failover:
         self.pools: tuple[str, ...] = tuple(names)
         self.fallback = FallbackRef(fallback)
 
+    def referenced_pools(self) -> tuple[str, ...]:
+        """The pools named in ``pools``: ``validate`` checks that the config declares them (an
+        undeclared one was only found when a lease was asked for, failing every pipeline)."""
+        return self.pools
+
     def _lookup(self, pool: Pool, ctx: Any, name: str) -> Pool | None:
         if name == pool.name:
             return pool
