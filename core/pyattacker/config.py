@@ -322,7 +322,10 @@ def _referenced_pools(algorithm: Any, registry: Registry) -> list[str]:
             names.extend(str(n) for n in referenced())
         fallback = getattr(algorithm, "fallback", None)
         if isinstance(fallback, FallbackRef):
-            fallback = None if fallback.spec is None else resolve_algorithm(fallback.spec, registry)
+            try:
+                fallback = None if fallback.spec is None else resolve_algorithm(fallback.spec, registry)
+            except ConfigError:  # a bad fallback is reported where the spec is checked
+                break
         if fallback is None or not hasattr(fallback, "acquire"):
             break
         algorithm = fallback
