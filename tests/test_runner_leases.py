@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 from tests.runner_helpers import events, rows, seeds, states, vrunner
 
 from pyattacker.clock import VirtualClock
@@ -15,7 +17,9 @@ from pyattacker.errors import RetryableError
 from pyattacker.pipeline import pipeline
 from pyattacker.pool import Pool, Resource
 from pyattacker.task import task
-from pyattacker.view_live import LiveDigest
+from pyattacker.view_common import choose_run
+from pyattacker.view_live import LiveDigest, snapshot
+from pyattacker.watch import render_snapshot
 
 
 def _pool(clock: VirtualClock, capacity: int = 2, n: int = 2) -> Pool:
@@ -282,6 +286,11 @@ def test_a_run_waiting_for_a_resource_nothing_matches_records_the_hint_and_can_b
         pipeline_ids = {p.pipeline_id for p in rows(r.store, "pipelines")}
         digest = LiveDigest(r.run_id)
         digest.update(r.store)
+        snap = snapshot(r.store, choose_run(r.store, None), digest)
+    assert snap["wait_hints"] == {"acquire.waiting_unmatched": 2}
+    panel = io.StringIO()
+    Console(file=panel, width=250).print(render_snapshot(snap))
+    assert "warning: 2 lease request(s) matched no resource of their pool" in panel.getvalue()
     assert db.exists() and rep.status == "interrupted" and rep.stop_reason == "stop_after_s"
     assert rep.interrupted == 3 and pool.stats().active == 0 and pool.waiting == 0
     assert len(hints) == 2  # one per waiting request (concurrency 2), not one per wake-up

@@ -278,3 +278,14 @@ def test_recent_events_stay_the_last_ones_across_updates(tmp_path: Path) -> None
     errors = [e.event_id for e in events if e.kind in _ERROR_KINDS][-4:]
     assert [r["event_id"] for r in digest.recent_errors] == errors and errors
     assert len(digest._records) <= 8  # only what is shown is kept whole
+
+
+def test_the_panel_says_when_leases_wait_for_something_that_may_never_come() -> None:
+    """The wait hints are counted per run and said in words; none, no line."""
+    from pyattacker.watch import _wait_hints
+
+    assert _wait_hints({}) == []
+    lines = [t.plain for t in _wait_hints({"acquire.waiting_unmatched": 3, "acquire.suspected_deadlock": 1})]
+    assert len(lines) == 2
+    assert lines[0].startswith("warning: 3 lease request(s) matched no resource") and "selector" in lines[0]
+    assert lines[1].startswith("warning: 1 suspected deadlock(s)")

@@ -30,6 +30,8 @@ _PAGE = 1000
 _ERROR_KINDS = frozenset(
     {"task.failed", "pipeline.failed", "pipeline.terminal_repair_failed", "runner.worker_crashed"}
 )
+#: pool events that say why leases may never come; the live views count them per run
+WAIT_HINT_KINDS = ("acquire.waiting_unmatched", "acquire.suspected_deadlock")
 _UNPARK_KINDS = frozenset(
     {
         "task.succeeded",
@@ -400,6 +402,7 @@ def snapshot(
             "pipelines_per_s": round(done / elapsed, 3) if elapsed else None,
         },
         "pools": pools,
+        "wait_hints": {k: digest.event_counts[k] for k in WAIT_HINT_KINDS if digest.event_counts.get(k)},
         "recent_errors": digest.recent_errors[-10:],
         "reported_metrics": None
         if choice.run_id is None

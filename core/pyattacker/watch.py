@@ -51,6 +51,31 @@ def _short(text: Any, limit: int = 160) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
+def _wait_hints(hints: dict[str, int]) -> list[Text]:
+    """Waits that may never end, said in words: a run waiting for a resource that no pool has
+    looks like a hang otherwise (the events hold the pool, selector and task)."""
+    lines = []
+    unmatched = hints.get("acquire.waiting_unmatched")
+    if unmatched:
+        lines.append(
+            Text(
+                f"warning: {unmatched} lease request(s) matched no resource of their pool and waited for"
+                " one to be published (events acquire.waiting_unmatched: check the selector)",
+                style="yellow",
+            )
+        )
+    deadlock = hints.get("acquire.suspected_deadlock")
+    if deadlock:
+        lines.append(
+            Text(
+                f"warning: {deadlock} suspected deadlock(s): a task waited for a lease while holding one"
+                " from the same pool (events acquire.suspected_deadlock)",
+                style="yellow",
+            )
+        )
+    return lines
+
+
 def render_snapshot(snap: dict[str, Any]) -> Group:
     """The panel as rich Text lines (literal text only: stored strings are not markup)."""
     lines: list[Text] = []
@@ -113,6 +138,7 @@ def render_snapshot(snap: dict[str, Any]) -> Group:
     lines.append(attempts)
     if counters.get("leases_leaked"):
         lines.append(Text(f"warning: {counters['leases_leaked']} lease(s) leaked", style="yellow"))
+    lines.extend(_wait_hints(snap.get("wait_hints") or {}))
 
     metrics = snap["reported_metrics"]
     if metrics is not None and (metrics["run"] or metrics["pipelines"]):
