@@ -818,3 +818,14 @@ def test_pools_an_algorithm_names_must_be_declared(tmp_path: Path) -> None:
     assert "'b', which" not in text
     good = bad.replace("nope", "b").replace("zz", "a")
     check_config(load_config(_write(tmp_path, good)))
+
+
+def test_a_suite_config_gets_one_clear_refusal(tmp_path: Path) -> None:
+    """Experiment suites are not in this version: a suite file is refused with one line that
+    says so and what to do, not a line per unknown section plus two missing ones."""
+    suite = "suite: {id: s1}\nexperiments: {a: {config: a.yaml}}\noutput: {root: out}\n"
+    with pytest.raises(ConfigError) as info:
+        check_config(load_config(_write(tmp_path, suite)))
+    lines = str(info.value).splitlines()
+    assert len(lines) == 2 and lines[1].strip().startswith("suite: experiment suites")
+    assert "not supported" in lines[1] and "pyattacker run -c" in lines[1]

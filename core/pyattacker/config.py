@@ -511,6 +511,13 @@ def check_config(loaded: LoadedConfig) -> CheckedConfig:
     """Validate every section; raise one ``ConfigError`` listing all problems (one per line)."""
     errors: list[str] = []
     data = loaded.data
+    if isinstance(data, dict) and ("suite" in data or "experiments" in data):
+        # one clear answer instead of a line per suite section and the missing standalone ones
+        raise ConfigError(
+            f"{loaded.path}: invalid config\n  suite: experiment suites (suite, experiments, output"
+            " sections) are not supported in this version; run each experiment's config on its own"
+            " (pyattacker run -c MEMBER.yaml --store OUT/MEMBER.db)"
+        )
     for key in data:
         if not isinstance(key, str) or key not in SECTIONS:
             errors.append(
