@@ -289,3 +289,89 @@ def test_the_panel_says_when_leases_wait_for_something_that_may_never_come() -> 
     assert len(lines) == 2
     assert lines[0].startswith("warning: 3 lease request(s) matched no resource") and "selector" in lines[0]
     assert lines[1].startswith("warning: 1 suspected deadlock(s)")
+
+
+# -- how long a run has left ----------------------------------------------------------------------
+
+
+def test_a_run_stores_how_many_pipelines_it_expects(tmp_path: Path) -> None:
+    """Seeds with a length are counted (times the repeats); a generator is not (unknown);
+    `expected=` wins."""
+    from pyattacker.task import task
+
+    tpl = pipeline("p", task(lambda x: x, name="same"))
+    db = str(tmp_path / "e.db")
+    with Runner(store=db, concurrency=2) as r:
+        r.run(tpl.map([{"i": i} for i in range(4)], repeats=2))
+        first = r.run_id
+        r.run(tpl.map(({"i": i} for i in range(3)), repeats=2))
+        second = r.run_id
+        r.run(iter(tpl.map([{"i": 9}])), expected=7)
+        third = r.run_id
+        expected = {run: r.store.get_run(run).config["expected_pipelines"] for run in (first, second, third)}
+    assert expected == {first: 8, second: None, third: 7}
+
+
+def test_the_cli_stores_the_count_of_a_source_that_knows_it(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("run: {store: r.db}\npipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 6}\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyattacker", "run", "-c", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    with read_only_store(str(tmp_path / "r.db")) as s:
+        assert s.runs()[-1].config["expected_pipelines"] == 6
+
+
+def test_eta_is_what_is_left_at_the_rate_so_far_from_the_last_heartbeat() -> None:
+    from pyattacker.model import RunRecord
+    from pyattacker.view_live import _eta
+
+    run = RunRecord(run_id="r", started_at=1000.0, heartbeat_at=1100.0, config={"expected_pipelines": 1000})
+    counters = {"pipelines_done": 100, "skipped": 50}
+    # 850 left at 1 pipeline/s as of the heartbeat, 10 s ago
+    assert _eta(run, counters, 1110.0) == (1000, 840.0)
+    assert _eta(run, {"pipelines_done": 0}, 1110.0) == (1000, None)  # no rate yet
+    assert _eta(run, {"pipelines_done": 1000}, 1110.0) == (1000, 0.0)
+    finished = RunRecord(run_id="r", status="completed", started_at=1000.0, config={"expected_pipelines": 9})
+    assert _eta(finished, counters, 1110.0) == (9, None)
+    unknown = RunRecord(run_id="r", started_at=1000.0, config={"expected_pipelines": None})
+    assert _eta(unknown, counters, 1110.0) == (None, None)
+    assert _eta(None, counters, 1110.0) == (None, None)
+
+
+def test_the_panel_shows_the_eta_in_words() -> None:
+    from pyattacker.watch import duration_text, render_snapshot
+
+    assert [duration_text(s) for s in (0, 45.4, 750, 3720, 90061)] == ["0s", "45s", "12m 30s", "1h 02m", "25h 01m"]
+    snap = {
+        "run_selected": "latest",
+        "run_id": "r1",
+        "run": {"status": "running", "label": ""},
+        "elapsed_s": 10.0,
+        "in_flight": 1,
+        "pipelines": {"total": 5, "by_state": {"succeeded": 5}},
+        "parked": 0,
+        "waiting": 0,
+        "latency_ms": {"p50": 1.0, "p95": 1.0, "p99": 1.0, "max": 1.0, "count": 5},
+        "throughput": {"attempts_per_s_recent": 1.0, "pipelines_per_s": 0.5},
+        "tasks": {},
+        "pools": [],
+        "counters": {},
+        "attempts_total": 5,
+        "events_total": 1,
+        "reported_metrics": None,
+        "recent_errors": [],
+        "eta_s": 750.0,
+        "expected_pipelines": 20000,
+    }
+    out = io.StringIO()
+    Console(file=out, width=250).print(render_snapshot(snap))
+    assert "eta 12m 30s (of 20,000 expected)" in out.getvalue()
+    snap["eta_s"] = None
+    out = io.StringIO()
+    Console(file=out, width=250).print(render_snapshot(snap))
+    assert "eta" not in out.getvalue()

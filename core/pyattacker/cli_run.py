@@ -106,11 +106,11 @@ def _execute(
 
         async def main() -> RunReport:
             if not progress:
-                return await runner.run_async(specs)
+                return await runner.run_async(specs, expected=total)
             from .progress import RunProgress
 
             async with RunProgress(runner, total):
-                return await runner.run_async(specs)
+                return await runner.run_async(specs, expected=total)
 
         with asyncio.Runner(loop_factory=runner.loop_factory()) as loop_runner:
             report = loop_runner.run(main())

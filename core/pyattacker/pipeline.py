@@ -8,7 +8,7 @@ and the repeat index, so the same seed and chain give the same key in every proc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import Any
 
 from .codecs import CodecRegistry
@@ -17,7 +17,7 @@ from .errors import ConfigError, FatalError, PipelineBuildError
 from .retry import Retrying, coerce_retry
 from .task import TaskSpec
 
-__all__ = ["Chain", "PipelineSpec", "PipelineTemplate", "fanout", "pipeline"]
+__all__ = ["Chain", "PipelineSpec", "PipelineTemplate", "SpecStream", "fanout", "pipeline"]
 
 
 class Chain:
@@ -101,6 +101,23 @@ def _bind_pairs(
             yield bind(seed, key, r, base)
 
 
+class SpecStream:
+    """The specs ``PipelineTemplate.map`` binds: an iterator (one pass, lazy) that also says how
+    many it will yield when that is known (``length``; None otherwise)."""
+
+    __slots__ = ("_specs", "length")
+
+    def __init__(self, specs: Iterator[PipelineSpec], length: int | None) -> None:
+        self._specs = specs
+        self.length = length
+
+    def __iter__(self) -> SpecStream:
+        return self
+
+    def __next__(self) -> PipelineSpec:
+        return next(self._specs)
+
+
 class PipelineTemplate:
     """A validated chain plus its identity digest; bind seeds with ``bind`` / ``map``."""
 
@@ -159,8 +176,16 @@ class PipelineTemplate:
         seeds: Iterable[Any],
         repeats: int = 1,
         key_of: Callable[[Any], str] | None = None,
+    ) -> SpecStream:
+        """Bind every seed lazily (the iterable is consumed once, never materialised). The
+        result knows how many specs it holds when ``seeds`` has a length (``SpecStream.length``):
+        a run stores it, so ``watch`` can say how much is left."""
+        length = len(seeds) * repeats if isinstance(seeds, Sized) else None
+        return SpecStream(self._map(seeds, repeats, key_of), length)
+
+    def _map(
+        self, seeds: Iterable[Any], repeats: int, key_of: Callable[[Any], str] | None
     ) -> Iterator[PipelineSpec]:
-        """Bind every seed lazily (the iterable is consumed once, never materialised)."""
         _check_repeats(repeats)
         bind = self._binder()
         if repeats == 1 and key_of is None:  # the common case, without the per-seed loop below

@@ -21,7 +21,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sized
 from pathlib import Path
 from typing import Any
 
@@ -269,19 +269,24 @@ class Runner:
             self._complete.set()
 
     def run(
-        self, specs: Iterable[PipelineSpec], resume: bool | None = None, run_id: str | None = None
+        self,
+        specs: Iterable[PipelineSpec],
+        resume: bool | None = None,
+        run_id: str | None = None,
+        *,
+        expected: int | None = None,
     ) -> RunReport:
         """Run synchronously (in a helper thread if an event loop is already running here)."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             with asyncio.Runner(loop_factory=self.loop_factory()) as runner:
-                return runner.run(self.run_async(specs, resume=resume, run_id=run_id))
+                return runner.run(self.run_async(specs, resume=resume, run_id=run_id, expected=expected))
         box: dict[str, Any] = {}
 
         def target() -> None:
             try:
-                box["report"] = self.run(specs, resume=resume, run_id=run_id)
+                box["report"] = self.run(specs, resume=resume, run_id=run_id, expected=expected)
             except BaseException as exc:
                 box["error"] = exc
 
@@ -388,6 +393,7 @@ class Runner:
         #: ten, not ten thousand); ``_idle`` counts those waiting on the queue
         self._workers: list[asyncio.Task[Any]] = []
         self._idle = 0
+        self._expected: int | None = None
 
     def _wake_all(self) -> None:
         for ev in (self._capacity, self._pump_wake):
@@ -447,12 +453,25 @@ class Runner:
         return sinks
 
     async def run_async(
-        self, specs: Iterable[PipelineSpec], resume: bool | None = None, run_id: str | None = None
+        self,
+        specs: Iterable[PipelineSpec],
+        resume: bool | None = None,
+        run_id: str | None = None,
+        *,
+        expected: int | None = None,
     ) -> RunReport:
-        """Run every pipeline of ``specs`` (consumed lazily) and return the report."""
+        """Run every pipeline of ``specs`` (consumed lazily) and return the report.
+
+        ``expected``: how many pipelines ``specs`` holds, when the caller knows (by default the
+        length of a list, or of the seeds ``template.map(seeds)`` was given). It is stored with
+        the run, so ``watch`` and the viewer can say how much is left and when it should end.
+        """
         if self._closed:
             raise ConfigError("this runner is closed")
+        if expected is None:
+            expected = len(specs) if isinstance(specs, Sized) else getattr(specs, "length", None)
         self._reset()
+        self._expected = expected
         cfg = self.config
         if resume is not None:
             cfg = self.config = cfg.replace(resume=resume)
@@ -557,6 +576,8 @@ class Runner:
             "stop_after_s": cfg.stop_after_s,
             "pools": {name: [r.id for r in pool.resources()] for name, pool in self.pools.items()},
             "meta": cfg.meta,
+            # how many pipelines the caller said the source holds (None: unknown): watch's ETA
+            "expected_pipelines": self._expected,
         }
         now = self.clock.wall()
         return RunRecord(

@@ -14,7 +14,7 @@ import threading
 import time
 from array import array
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .model import EventRecord, ResourceRecord
@@ -348,6 +348,29 @@ def pool_summary(rows: list[ResourceRecord]) -> list[dict[str, Any]]:
     return list(pools.values())
 
 
+def _eta(run: Any, counters: Mapping[str, Any], now: float) -> tuple[int | None, float | None]:
+    """``(expected pipelines, seconds left)`` of a running run whose caller said how many
+    pipelines it has (``run_async(expected=)``; the CLI does when the source can count them).
+
+    Left = expected minus the pipelines finished or skipped, at the rate this run finished them;
+    both from the run row's counters, which are as of its last heartbeat, so the time since
+    then is taken off. Unknown (None) before the first pipeline finishes, for a run that is not
+    running, and for ``all``.
+    """
+    expected = (run.config or {}).get("expected_pipelines") if run is not None else None
+    if not isinstance(expected, int) or isinstance(expected, bool) or expected < 0:
+        return None, None
+    done = counters.get("pipelines_done")
+    if run.status != "running" or not isinstance(done, int) or done <= 0:
+        return expected, None
+    at = run.heartbeat_at or now
+    spent = at - run.started_at
+    if spent <= 0:
+        return expected, None
+    left = max(0, expected - done - int(counters.get("skipped") or 0))
+    return expected, round(max(0.0, left * spent / done - max(0.0, now - at)), 1)
+
+
 def snapshot(
     store: Store, choice: RunChoice, digest: LiveDigest, *, now: float | None = None
 ) -> dict[str, Any]:
@@ -370,6 +393,7 @@ def snapshot(
     done = stats["pipelines"]["total"] - sum(
         stats["pipelines"]["by_state"].get(s, 0) for s in ("running", "pending")
     )
+    expected, eta = _eta(run, counters, now)
     run_metrics: dict[str, Any] = {}
     if choice.run_id is not None:
         run_metrics = {m.name: m.value for m in store.metrics(run_id=choice.run_id, pipeline_id="")}
@@ -401,6 +425,8 @@ def snapshot(
             "attempts_per_s_recent": digest.recent_rate(),
             "pipelines_per_s": round(done / elapsed, 3) if elapsed else None,
         },
+        "expected_pipelines": expected,
+        "eta_s": eta,
         "pools": pools,
         "wait_hints": {k: digest.event_counts[k] for k in WAIT_HINT_KINDS if digest.event_counts.get(k)},
         "recent_errors": digest.recent_errors[-10:],

@@ -19,7 +19,7 @@ from .store import Store
 from .view_common import choose_run, open_view
 from .view_live import LiveDigest, snapshot
 
-__all__ = ["bar", "render_snapshot", "watch"]
+__all__ = ["bar", "duration_text", "render_snapshot", "watch"]
 
 BAR_WIDTH = 20
 _STATE_STYLE = {
@@ -36,6 +36,16 @@ def bar(done: float, total: float, width: int = BAR_WIDTH) -> str:
     frac = 0.0 if total <= 0 else min(1.0, max(0.0, done / total))
     filled = round(frac * width)
     return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def duration_text(seconds: float) -> str:
+    """``1h 02m``, ``12m 30s``, ``45s``: how long a long run has left, at a glance."""
+    total = max(0, round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
 
 
 def _fmt(value: Any) -> str:
@@ -104,6 +114,8 @@ def render_snapshot(snap: dict[str, Any]) -> Group:
         line.append(f" {state}=", style=_STATE_STYLE.get(state, ""))
         line.append(str(n))
     line.append(f"  parked={snap['parked']} waiting={_fmt(snap['waiting'])}")
+    if snap.get("eta_s") is not None:
+        line.append(f"  eta {duration_text(snap['eta_s'])} (of {snap['expected_pipelines']:,} expected)")
     age = snap.get("stats_age_s") or 0.0
     if age >= 2.0:  # a large run's counts are re-read less often (view_live.STATS_COST_RATIO)
         line.append(f"  (counts {age:.0f} s old)", style="dim")

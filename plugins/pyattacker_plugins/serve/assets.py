@@ -95,6 +95,15 @@ APP_JS = r"""
     if (!r.ok) throw new Error(path + ": HTTP " + r.status);
     return r.json();
   }
+  // how long a long run has left, as watch prints it: 1h 02m, 12m 30s, 45s
+  function duration(seconds) {
+    const total = Math.max(0, Math.round(Number(seconds) || 0));
+    const h = Math.floor(total / 3600), m = Math.floor((total % 3600) / 60), s = total % 60;
+    const two = function (n) { return (n < 10 ? "0" : "") + n; };
+    if (h) return h + "h " + two(m) + "m";
+    return m ? m + "m " + two(s) + "s" : s + "s";
+  }
+
   function card(parent, key, value) {
     const c = el("div", null, "card");
     c.appendChild(el("div", value === null || value === undefined ? "-" : value, "v"));
@@ -212,6 +221,7 @@ APP_JS = r"""
       card(cards, "p50 ms", st.latency_ms.p50);
       card(cards, "p95 ms", st.latency_ms.p95);
       card(cards, "attempts/s", st.throughput.attempts_per_s_recent);
+      if (st.eta_s !== null && st.eta_s !== undefined) card(cards, "eta", duration(st.eta_s));
       const m = document.getElementById("metrics");
       clear(m);
       if (st.reported_metrics) {
