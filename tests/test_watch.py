@@ -278,3 +278,17 @@ def test_recent_events_stay_the_last_ones_across_updates(tmp_path: Path) -> None
     errors = [e.event_id for e in events if e.kind in _ERROR_KINDS][-4:]
     assert [r["event_id"] for r in digest.recent_errors] == errors and errors
     assert len(digest._records) <= 8  # only what is shown is kept whole
+
+
+def test_a_row_damaged_by_hand_exits_2_naming_it(tmp_path: Path) -> None:
+    """watch folds attempts and events from narrow reads: a text duration is named, not a
+    ValueError from ``float()`` deep in the fold."""
+    import sqlite3
+
+    path = build_store(tmp_path / "hand.db", 4)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("UPDATE attempts SET duration_ms = 'slow' WHERE attempt_id = 2")
+    conn.close()
+    proc = _watch(path, "--iterations", "1", "--no-clear", "--interval", "0.1")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "table attempts, row attempt_id=2: column duration_ms holds 'slow'" in proc.stderr
