@@ -322,3 +322,34 @@ def test_output_that_is_a_store_is_refused_and_left_unchanged(store: str, tmp_pa
     assert hashlib.sha256(other.read_bytes()).hexdigest() == before
     with pytest.raises(ConfigError, match="one of the stores"):
         export_stores([store], store)
+
+
+@pytest.mark.parametrize(
+    ("rows", "statement", "needle"),
+    [
+        ("pipelines", "UPDATE pipelines SET tags_json = '[1]' WHERE pk = 1", "column tags_json"),
+        ("attempts", "UPDATE attempts SET decision_json = '{' WHERE attempt_id = 3", "attempt_id=3"),
+        ("events", "UPDATE events SET data_json = '[' WHERE event_id = 2", "event_id=2"),
+        ("points", "UPDATE metric_points SET value_json = 'x'", "table metric_points"),
+        ("artifacts", "UPDATE artifacts SET size = 'big'", "column size holds 'big'"),
+    ],
+)
+def test_a_row_damaged_by_hand_exits_2_and_writes_no_output(
+    tmp_path: Path, rows: str, statement: str, needle: str
+) -> None:
+    import sqlite3
+
+    path = build_store(tmp_path / "hand.db", 4)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(statement)
+    conn.close()
+    out = tmp_path / "out.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyattacker", "export", path, str(out), "--rows", rows],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert needle in proc.stderr and path in proc.stderr
+    assert not [p.name for p in tmp_path.iterdir() if "out" in p.name]  # not even a temp file

@@ -260,3 +260,33 @@ def test_merged_report_from_store_summaries_equals_reading_every_row(
                 assert all(type(entry) is Folded for entry in rep.rows.values())
             shown_errors += len(fast.to_dict(100)["errors"])
     assert shown_errors  # failed pipelines were listed, from whole rows
+
+
+def _hand_edited(tmp_path: Path, statement: str) -> str:
+    path = build_store(tmp_path / "hand.db", 6)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(statement)
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    ("statement", "needle"),
+    [
+        ("UPDATE runs SET config_json = 'not json'", "table runs"),
+        ("UPDATE pipelines SET state = NULL WHERE pk = 1", "column state is NULL"),
+        ("UPDATE tasks SET name = NULL", "table tasks"),
+        ("UPDATE pipelines SET started_at = 'yesterday' WHERE pk = 1", "column started_at"),
+    ],
+)
+def test_a_row_damaged_by_hand_exits_2_naming_it(tmp_path: Path, statement: str, needle: str) -> None:
+    """A hand edit (bad JSON, a NULL state, text in a time column) is exit 2 with one line naming
+    store, table, row and column, for one store and merged with another; never a traceback."""
+    path = _hand_edited(tmp_path, statement)
+    other = build_store(tmp_path / "other.db", 2)
+    before = Path(path).read_bytes()
+    for args in ((path,), ("--json", path), (path, other)):
+        proc = _run("report", *args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and needle in proc.stderr and path in proc.stderr
+    assert Path(path).read_bytes() == before

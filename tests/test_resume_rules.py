@@ -212,3 +212,96 @@ def test_narrow_lookup_still_refuses_a_changed_chain(tmp_path: Path) -> None:
     with vrunner(store=path) as r:
         rep = r.run(TEMPLATE.map(seeds(3), **keyed))
     assert rep.skipped == 3 and rep.exit_code == 0
+
+
+def _edit(path: str, statement: str) -> None:
+    import sqlite3
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute(statement)
+    finally:
+        conn.close()
+
+
+def test_a_negative_cursor_is_a_corrupt_checkpoint_not_a_silent_rerun(tmp_path: Path) -> None:
+    """A cursor below 0 (edited by hand) is refused like one past the chain: before, it started
+    the pipeline from its seed and ran again the tasks whose outputs were durable, with no event."""
+    path = str(tmp_path / "s.db")
+    fail = {"on": True}
+
+    @task
+    def flaky(x: Any) -> Any:
+        if fail["on"]:
+            raise ValueError("later")
+        return x
+
+    tpl = pipeline("p", first, flaky)
+    with vrunner(store=path) as r:
+        r.run(tpl.map(seeds(1)))
+    fail["on"] = False
+    CALLS.clear()
+    key = tpl.bind({"i": 0}).key
+    _edit(path, f"UPDATE pipelines SET cursor = -1 WHERE pipeline_id = '{key}'")
+    with vrunner(store=path) as r:
+        rep = r.run(tpl.map(seeds(1)))
+    assert CALLS == {} and rep.failed == 1 and rep.exit_code == 1
+    (corrupt,) = _events(path, "pipeline.corrupt_cursor")
+    assert corrupt.pipeline_id == key and corrupt.data == {"cursor": -1}
+
+
+def test_a_damaged_checkpoint_row_restarts_with_an_event(tmp_path: Path) -> None:
+    """An artifact row that cannot be read (text in its size column) is an unusable checkpoint,
+    like bytes no codec decodes: an event naming the row, then a restart from the seed."""
+    path = str(tmp_path / "s.db")
+    fail = {"on": True}
+
+    @task
+    def flaky(x: Any) -> Any:
+        if fail["on"]:
+            raise ValueError("later")
+        return x
+
+    tpl = pipeline("p", first, flaky)
+    with vrunner(store=path) as r:
+        r.run(tpl.map(seeds(1)))
+    fail["on"] = False
+    CALLS.clear()
+    key = tpl.bind({"i": 0}).key
+    _edit(path, f"UPDATE artifacts SET size = 'big' WHERE pipeline_id = '{key}' AND seq = 0")
+    with vrunner(store=path) as r:
+        rep = r.run(tpl.map(seeds(1)))
+    assert rep.succeeded == 1 and CALLS == {"first": 1}
+    (unusable,) = _events(path, "pipeline.checkpoint_unusable")
+    assert "table artifacts" in unusable.data["error"] and "column size" in unusable.data["error"]
+
+
+def test_a_damaged_pipeline_row_refuses_the_resume_naming_it(tmp_path: Path) -> None:
+    """A pipeline row that cannot be read is a clear refusal (CLI exit 2), never a guess: the
+    run stops with ``CorruptRow`` naming store, row and column; nothing runs, the row stays."""
+    from pyattacker.errors import StoreUnavailable
+
+    path = str(tmp_path / "s.db")
+    fail = {"on": True}
+
+    @task
+    def flaky(x: Any) -> Any:
+        if fail["on"]:
+            raise ValueError("later")
+        return x
+
+    tpl = pipeline("p", first, flaky)
+    with vrunner(store=path) as r:
+        r.run(tpl.map(seeds(1)))
+    fail["on"] = False
+    CALLS.clear()
+    key = tpl.bind({"i": 0}).key
+    _edit(path, f"UPDATE pipelines SET cursor = 'abc' WHERE pipeline_id = '{key}'")
+    with vrunner(store=path) as r, pytest.raises(StoreUnavailable, match="column cursor holds 'abc'"):
+        r.run(tpl.map(seeds(1)))
+    assert CALLS == {}
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    assert conn.execute("SELECT cursor FROM pipelines WHERE pipeline_id = ?", (key,)).fetchone() == ("abc",)
+    conn.close()

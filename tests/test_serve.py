@@ -727,3 +727,26 @@ def test_the_viewer_shares_answers_and_a_ttl_of_zero_reads_every_time(view_store
             assert server.request("/stats?run_id=all")[0] == 200
             answers = srv.api.answers
             assert (answers.computed, answers.shared) == ((2, 1) if same else (3, 0))
+
+
+@pytest.mark.timeout(120)
+def test_a_row_damaged_by_hand_answers_503_naming_row_and_column(tmp_path: Path) -> None:
+    """Bad JSON in a row, or text where a number belongs, is the store's state, not a bug of
+    the viewer: a 503 naming store, table, row and column, never a 500 with a bare DecodeError."""
+    import sqlite3
+
+    from _view_fixtures import build_store
+
+    db = build_store(tmp_path / "hand.db", 3)
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("UPDATE runs SET stats_json = '\"not an object\"'")
+    conn.execute("UPDATE pipelines SET tags_json = '{bad' WHERE pk = (SELECT min(pk) FROM pipelines)")
+    conn.close()
+    before = Path(db).read_bytes()
+    with _in_process(db) as srv:
+        server = Server(srv.bound_port)
+        for path, needle in (("/stats", "table runs"), ("/pipelines?run_id=all", "column tags_json")):
+            status, _, body = server.request(path)
+            doc = json.loads(body)
+            assert status == 503 and needle in doc["error"] and doc["store"] == db, (path, status, doc)
+    assert Path(db).read_bytes() == before

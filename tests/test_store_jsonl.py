@@ -198,3 +198,34 @@ def test_failed_write_truncates_back(tmp_path: Path, monkeypatch: pytest.MonkeyP
     b = commit(store, attempts=[attempt("p3")])
     assert b.attempts[0].attempt_id == 1
     store.close()
+
+
+def test_a_payload_that_is_not_base64_names_the_artifact(tmp_path: Path) -> None:
+    """The replay reads artifact lines without their payload, so a hand-edited payload shows
+    only when it is read: a ``CorruptRow`` naming journal and artifact, not a ValidationError."""
+    path = tmp_path / "s"
+    store = OPENER.open(str(path))
+    commit(store, artifacts=[artifact("p1", 0, payload=b"hello")])
+    store.close()
+    text = journal(path).read_bytes()
+    encoded = b'"payload":"aGVsbG8="'
+    assert encoded in text
+    journal(path).write_bytes(text.replace(encoded, b'"payload":"!!not base64"'))
+    before = journal(path).read_bytes()
+    store = OPENER.open(str(path), read_only=True)
+    try:
+        with pytest.raises(StoreUnavailable, match=r"artifact 'p1:0'.*base64") as info:
+            store.get_artifact("p1", 0)
+    finally:
+        store.close()
+    assert type(info.value).__name__ == "CorruptRow" and str(path) in str(info.value)
+    assert journal(path).read_bytes() == before
+
+
+def test_a_directory_in_place_of_the_journal_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    make_store(path)
+    journal(path).unlink()
+    journal(path).mkdir()
+    with pytest.raises(ConfigError, match="is not a file"):
+        OPENER.open(str(path), read_only=True)

@@ -671,3 +671,98 @@ def test_wal_stays_bounded_beside_readers_that_never_leave_a_gap(
     assert wal.stat().st_size == 0  # emptied at close although `later` is still connected
     assert later.execute("SELECT COUNT(*) FROM pipelines").fetchone()[0] == 161  # nothing lost
     later.close()
+
+
+# -- rows damaged by hand: a clear error naming store, table, row and column ------------------
+
+
+def _damaged(tmp_path: Path, *statements: str) -> Path:
+    """A store written by the real runner, then edited with plain sqlite3 as a user might."""
+    from _view_fixtures import build_store
+
+    path = tmp_path / "d.db"
+    build_store(path, 8)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for statement in statements:
+            conn.execute(statement)
+    finally:
+        conn.close()
+    return path
+
+
+_FIRST = "WHERE pk = (SELECT min(pk) FROM pipelines)"
+
+
+@pytest.mark.parametrize(
+    ("statement", "needle"),
+    [
+        (f"UPDATE pipelines SET tags_json = '{{bad' {_FIRST}", "column tags_json is not valid JSON"),
+        (f"UPDATE pipelines SET tags_json = '[1, 2]' {_FIRST}", "column tags_json is not valid JSON"),
+        (f"UPDATE pipelines SET cursor = 'abc' {_FIRST}", "column cursor holds 'abc', expected int"),
+        (f"UPDATE pipelines SET state = NULL {_FIRST}", "column state is NULL"),
+        (f"UPDATE pipelines SET started_at = 'yesterday' {_FIRST}", "column started_at holds 'yesterday'"),
+    ],
+)
+def test_a_damaged_pipeline_row_names_table_row_and_column(
+    tmp_path: Path, statement: str, needle: str
+) -> None:
+    path = _damaged(tmp_path, statement)
+    before = digest(path)
+    store = SqliteStore.open_reader(str(path))
+    try:
+        with pytest.raises(StoreUnavailable) as info:
+            store.page("pipelines", limit=100)
+    finally:
+        store.close()
+    message = str(info.value)
+    assert type(info.value).__name__ == "CorruptRow"
+    assert f"store {path}: table pipelines, row pipeline_id='k0'" in message and needle in message
+    assert digest(path) == before
+
+
+@pytest.mark.parametrize(
+    ("statement", "read", "needle"),
+    [
+        ("UPDATE runs SET config_json = 'nope'", lambda s: s.runs(), "table runs"),
+        ("UPDATE events SET data_json = '[' WHERE event_id = 2", lambda s: s.page("events"), "event_id=2"),
+        ("UPDATE attempts SET duration_ms = 'slow' WHERE attempt_id = 2",
+         lambda s: s.attempt_summaries(None, None, 100), "column duration_ms holds 'slow'"),
+        ("UPDATE events SET kind = NULL WHERE event_id = 2",
+         lambda s: s.event_summaries(None, None, 100), "column kind is NULL"),
+        (f"UPDATE pipelines SET attempts_total = 'many' {_FIRST}",
+         lambda s: s.pipeline_totals(), "attempts_total"),
+        (f"UPDATE pipelines SET state = NULL {_FIRST}",
+         lambda s: list(s.pipeline_summaries()), "state is NULL"),
+        ("UPDATE tasks SET name = NULL", lambda s: s.task_counts(), "table tasks"),
+        ("UPDATE tasks SET state = NULL", lambda s: s.stats(), "table tasks"),
+        ("UPDATE metrics SET value_json = 'x'", lambda s: s.metrics(), "table metrics"),
+        ("UPDATE resources SET spec_json = 'x'", lambda s: s.resources(), "table resources"),
+    ],
+)  # fmt: skip
+def test_every_read_names_the_damaged_row(tmp_path: Path, statement: str, read: object, needle: str) -> None:
+    """Narrow reads (counts, summaries) check the columns they return in SQL, whole rows are
+    checked as they are decoded: none lets a wrong type reach a view as a TypeError."""
+    path = _damaged(tmp_path, statement)
+    store = SqliteStore.open_reader(str(path))
+    try:
+        with pytest.raises(StoreUnavailable, match=f"store {path}: ") as info:
+            read(store)  # type: ignore[operator]
+    finally:
+        store.close()
+    assert needle in str(info.value)
+
+
+def test_a_missing_table_is_refused_naming_it(tmp_path: Path) -> None:
+    path = _damaged(tmp_path, "DROP TABLE events")
+    before = digest(path)
+    for opener in (SqliteStore.open_reader, SqliteStore.open_writer):
+        with pytest.raises(ConfigError, match="is damaged: table events is missing"):
+            opener(str(path))
+    assert digest(path) == before
+
+
+def test_a_directory_in_place_of_the_file_is_named(tmp_path: Path) -> None:
+    (tmp_path / "x.db").mkdir()
+    with pytest.raises(ConfigError, match="is a directory"):
+        SqliteStore.open_reader(str(tmp_path / "x.db"))

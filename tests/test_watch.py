@@ -346,7 +346,13 @@ def test_eta_is_what_is_left_at_the_rate_so_far_from_the_last_heartbeat() -> Non
 def test_the_panel_shows_the_eta_in_words() -> None:
     from pyattacker.watch import duration_text, render_snapshot
 
-    assert [duration_text(s) for s in (0, 45.4, 750, 3720, 90061)] == ["0s", "45s", "12m 30s", "1h 02m", "25h 01m"]
+    assert [duration_text(s) for s in (0, 45.4, 750, 3720, 90061)] == [
+        "0s",
+        "45s",
+        "12m 30s",
+        "1h 02m",
+        "25h 01m",
+    ]
     snap = {
         "run_selected": "latest",
         "run_id": "r1",
@@ -375,3 +381,17 @@ def test_the_panel_shows_the_eta_in_words() -> None:
     out = io.StringIO()
     Console(file=out, width=250).print(render_snapshot(snap))
     assert "eta" not in out.getvalue()
+
+
+def test_a_row_damaged_by_hand_exits_2_naming_it(tmp_path: Path) -> None:
+    """watch folds attempts and events from narrow reads: a text duration is named, not a
+    ValueError from ``float()`` deep in the fold."""
+    import sqlite3
+
+    path = build_store(tmp_path / "hand.db", 4)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("UPDATE attempts SET duration_ms = 'slow' WHERE attempt_id = 2")
+    conn.close()
+    proc = _watch(path, "--iterations", "1", "--no-clear", "--interval", "0.1")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "table attempts, row attempt_id=2: column duration_ms holds 'slow'" in proc.stderr

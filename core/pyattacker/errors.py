@@ -17,6 +17,7 @@ __all__ = [
     "BudgetExceeded",
     "ConfigError",
     "CorruptCheckpoint",
+    "CorruptRow",
     "FatalError",
     "LeaseLeakError",
     "PipelineBuildError",
@@ -65,6 +66,25 @@ class CorruptCheckpoint(PyAttackerError):
 
 class StoreUnavailable(PyAttackerError):
     """The store cannot be opened or written; nothing further can be recorded. Exit code 2."""
+
+
+class CorruptRow(StoreUnavailable):
+    """A stored row cannot be read as its record: JSON that does not parse or has the wrong
+    shape, a value of the wrong type, a NULL where a value is required.
+
+    A ``StoreUnavailable`` (exit code 2, a 503 in ``serve``) because the store cannot be read
+    as it is; the message names the store, the table, the row and the column, so the row can
+    be found and fixed by hand. Readers raise it and change nothing.
+    """
+
+    def __init__(self, detail: str, store: str | None = None) -> None:
+        self.detail = detail
+        self.store = store
+        super().__init__(f"store {store}: {detail}" if store is not None else detail)
+
+    def at(self, store: str) -> CorruptRow:
+        """The same error naming ``store`` (rows are decoded where the store is not known)."""
+        return self if self.store is not None else CorruptRow(self.detail, store)
 
 
 class StoreFeatureUnsupported(PyAttackerError):

@@ -37,6 +37,7 @@ from .errors import (
     ArtifactCodecError,
     ConfigError,
     CorruptCheckpoint,
+    CorruptRow,
     LeaseLeakError,
     PipelineIdentityConflict,
     PoolNotFound,
@@ -1007,7 +1008,7 @@ class Runner:
         start, value = 0, spec.seed
         restart = cfg.fresh_restart and row is not None
         if row is not None and not restart and row.state != "succeeded":
-            if row.cursor > n:
+            if row.cursor > n or row.cursor < 0:
                 self._corrupt(spec, record)
                 return None
             if row.cursor == n:
@@ -1049,7 +1050,16 @@ class Runner:
 
     def _load_checkpoint(self, spec: PipelineSpec, row: PipelineRecord) -> tuple[int, Any]:
         seq = row.cursor - 1
-        art = self.store.get_artifact(spec.key, seq)
+        try:
+            art = self.store.get_artifact(spec.key, seq)
+        except CorruptRow as exc:  # a damaged artifact row: like bytes no codec can decode
+            self._event(
+                "pipeline.checkpoint_unusable",
+                "pipeline",
+                pipeline_id=spec.key,
+                data={"seq": seq, "error": str(exc)},
+            )
+            return 0, spec.seed
         if art is not None and art.payload is None and art.blob_ref and self._backend is not None:
             art = self._backend.hydrate(art)
         if art is None or art.payload is None:
@@ -1075,7 +1085,8 @@ class Runner:
 
     def _corrupt(self, spec: PipelineSpec, record: PipelineRecord) -> None:
         err = CorruptCheckpoint(
-            f"pipeline {spec.key!r}: stored cursor {record.cursor} is past its {record.n_tasks_total} tasks"
+            f"pipeline {spec.key!r}: stored cursor {record.cursor} is outside its"
+            f" {len(spec.template.tasks)} tasks (0..{len(spec.template.tasks)})"
         )
         record.run_id = self.run_id or ""
         record.state = "failed"
@@ -1094,8 +1105,10 @@ class Runner:
         self.counters["pipelines_failed"] += 1
 
     def _repair(self, spec: PipelineSpec, record: PipelineRecord) -> None:
-        """A pipeline whose last artifact is durable but whose row never said so: settle it."""
-        n = record.n_tasks_total
+        """A pipeline whose last artifact is durable but whose row never said so: settle it.
+
+        ``n`` is the chain's length, as in ``_open`` (the stored ``n_tasks_total`` may be wrong)."""
+        n = len(spec.template.tasks)
         art = self.store.get_artifact(spec.key, n - 1)
         previous = {
             "previous_state": record.state,

@@ -10,13 +10,14 @@ up with a live writer by reading the journal's new committed bytes before each r
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
-from pyattacker.errors import ConfigError, StoreUnavailable
+from pyattacker.errors import ConfigError, CorruptRow, StoreUnavailable
 from pyattacker.model import (
     ArtifactRecord,
     Batch,
@@ -201,11 +202,15 @@ class JsonlStore:
             return
         if self._fd is None:
             try:
-                self._fd = os.open(self.journal, os.O_RDONLY)
+                fd = os.open(self.journal, os.O_RDONLY)
             except FileNotFoundError:
                 return
             except OSError as exc:
                 raise StoreUnavailable(f"store {self.path}: cannot read {self.journal}: {exc}") from exc
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory opens read-only, then fails to read
+                os.close(fd)
+                raise ConfigError(f"store {self.path}: {self.journal} is not a file (a journal is one)")
+            self._fd = fd
         if os.fstat(self._fd).st_size > self._end:
             self._catch_up()
 
@@ -312,7 +317,12 @@ class JsonlStore:
         line = os.pread(self._fd, length, offset)
         if len(line) != length:
             raise StoreUnavailable(f"store {self.path}: {self.journal} is shorter than its index")
-        return decode_payload(line)
+        try:
+            return decode_payload(line)
+        except msgspec.DecodeError as exc:  # the replay reads artifact lines without their payload
+            raise CorruptRow(
+                f"{self.journal}, artifact {row.artifact_id!r} (the line at byte {offset}): {exc}", self.path
+            ) from None
 
     def lookup_pipelines(self, ids: Sequence[str]) -> dict[str, PipelineRecord]:
         with self._mutex:

@@ -21,6 +21,7 @@ __all__ = [
     "APPLICATION_ID",
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "TABLES",
     "TASKS_RUNNING_KEY",
     "migrate",
     "probe",
@@ -99,6 +100,15 @@ _V1 = (
     "CREATE INDEX metric_points_by_series ON metric_points (run_id, pipeline_id, step)",
 )
 
+#: the tables every store of version 1 or later has (a file without one is damaged)
+TABLES = frozenset(
+    ["store_meta", "pipeline_keys"]
+    + [
+        c.table
+        for c in (RUNS, PIPELINES, TASKS, ATTEMPTS, EVENTS, ARTIFACTS, METRICS, METRIC_POINTS, RESOURCES)
+    ]
+)
+
 #: ``store_meta.tasks_running`` marks a file that may hold task rows in state ``running`` (the
 #: runner only ever writes finished task rows; other writers of the store API may not). A run
 #: start then looks for rows a dead run left running only when the marker is there, instead of
@@ -170,6 +180,12 @@ def _probe_connection(conn: sqlite3.Connection, path: str) -> int:
         )
     if version < 1:
         raise _not_ours(path, f"schema_version {version}")
+    missing = sorted(TABLES - tables)
+    if missing:
+        raise ConfigError(
+            f"store {path} is damaged: table {', '.join(missing)} is missing"
+            " (every pyattacker store has all of its tables); refusing to open it"
+        )
     return version
 
 

@@ -8,6 +8,7 @@ writer. Every SQL string is built once; rows travel as tuples.
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import sqlite3
@@ -16,9 +17,9 @@ import time
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
-from pyattacker.errors import ConfigError, StoreUnavailable
+from pyattacker.errors import ConfigError, CorruptRow, StoreUnavailable
 from pyattacker.model import (
     ArtifactRecord,
     Batch,
@@ -245,6 +246,17 @@ _INTERRUPT_PIPELINES = (
 #: the columns a live view folds per attempt (``attempt_summaries``)
 #: ``pipeline_summaries``' five columns of a row that also carries its ``pk`` (for the next page)
 _SUMMARY = operator.itemgetter(0, 1, 2, 3, 4)
+_LAST = operator.itemgetter(-1)
+#: the columns of a pipeline row that its summary and the totals read hold what they should
+#: (computed in SQLite next to the values: a hand-edited row is found without a Python test per row)
+_SUMMARY_TYPED = PIPELINES.typed_sql(("pipeline_id", "state", "started_at", "finished_at", "attempts_total"))
+_STATE_TYPED = PIPELINES.typed_sql(("state", "started_at", "finished_at", "attempts_total"))
+_TASK_COUNT_TYPED = TASKS.typed_sql(("name", "state"), "t.")
+_TASK_STATS_TYPED = TASKS.typed_sql(("name", "state"))
+_SUMMARY_TYPES = {
+    "attempts": ATTEMPTS.typed_sql(("attempt_id", "duration_ms", "ended_at", "outcome")),
+    "events": EVENTS.typed_sql(("event_id", "kind", "pipeline_id", "ts")),
+}
 _ATTEMPT_SUMMARY = '"attempt_id", "duration_ms", "ended_at", "outcome"'
 _EVENT_SUMMARY = '"event_id", "kind", "pipeline_id", "ts"'
 #: task rows are looked at only in a file marked as possibly holding running ones (see schema)
@@ -253,6 +265,24 @@ _MARK_TASKS = f"INSERT OR REPLACE INTO store_meta (key, value) VALUES ('{schema.
 _INTERRUPT_TASKS = "UPDATE tasks SET state = 'interrupted' WHERE state = 'running' AND run_id != ?"
 _STILL_RUNNING = "SELECT 1 FROM tasks WHERE state = 'running' LIMIT 1"
 _UNMARK_TASKS = f"DELETE FROM store_meta WHERE key = '{schema.TASKS_RUNNING_KEY}'"
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _names_store(method: F) -> F:
+    """Rows are decoded (``RowCodec.decode``) where the store is not known: a ``CorruptRow``
+    leaving a read method is given the store's path, so the message names file, table, row
+    and column."""
+
+    @functools.wraps(method)
+    def read(self: SqliteStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except CorruptRow as exc:
+            raise exc.at(self.path) from None
+
+    return read  # type: ignore[return-value]
 
 
 def synchronous_mode(query: dict[str, str]) -> str:
@@ -321,19 +351,24 @@ class SqliteStore:
     def open_reader(cls, path: str) -> SqliteStore:
         """Open an existing store read-only (works beside a live writer; never writes)."""
         path = os.path.abspath(os.path.expanduser(path))
+        if os.path.isdir(path):
+            raise ConfigError(f"store {path} is a directory, not a SQLite store file")
         if not os.path.isfile(path):
             raise ConfigError(f"store {path} does not exist")
         if schema.probe(path) == 0:
             raise ConfigError(f"store {path} is not a pyattacker store (an empty database)")
+        conn: sqlite3.Connection | None = None
         try:
             conn = sqlite3.connect(
                 schema.ro_uri(path), uri=True, isolation_level=None, check_same_thread=False
             )
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             conn.execute("PRAGMA query_only = 1")
+            return cls(path, conn, read_only=True, lock=None, synchronous="normal")
         except sqlite3.Error as exc:
+            if conn is not None:
+                conn.close()
             raise StoreUnavailable(f"store {path} cannot be opened for reading: {exc}") from exc
-        return cls(path, conn, read_only=True, lock=None, synchronous="normal")
 
     def _next_id(self, table: str, column: str) -> int:
         row = self._db().execute(f'SELECT COALESCE(MAX("{column}"), 0) FROM "{table}"').fetchone()
@@ -485,6 +520,15 @@ class SqliteStore:
             except sqlite3.Error as exc:
                 raise StoreUnavailable(f"store {self.path}: read failed: {exc}") from exc
 
+    def _raise_corrupt(self, codec: RowCodec[Any], where: str, params: Sequence[Any] = ()) -> None:
+        """Raise the ``CorruptRow`` of the first row of ``codec``'s table matching ``where`` (a
+        narrow read saw a bad value: decoding the whole row names its column)."""
+        rows = self._query(f'SELECT {codec.select_list} FROM "{codec.table}" WHERE {where} LIMIT 1', params)
+        if rows:
+            raise codec.corrupt(rows[0]).at(self.path)
+        raise CorruptRow(f"table {codec.table}: a row changed while it was read", self.path)
+
+    @_names_store
     def lookup_pipelines(self, ids: Sequence[str]) -> dict[str, PipelineRecord]:
         unique = list(dict.fromkeys(ids))
         found: dict[str, PipelineRecord] = {}
@@ -495,6 +539,7 @@ class SqliteStore:
                 found[row[0]] = decode(row)
         return found
 
+    @_names_store
     def rows_by_pipeline(self, kind: str, ids: Sequence[str]) -> dict[str, list[Any]]:
         """``{pipeline_id: rows}`` of ``kind`` (``tasks`` or ``artifacts``) for ``ids``, each list in
         seq order: ``page(kind, pipeline_id=id)`` for many ids, one statement per ``LOOKUP_CHUNK``
@@ -504,6 +549,7 @@ class SqliteStore:
             raise ValueError(f"rows_by_pipeline: kind must be tasks or artifacts, got {kind!r}")
         return self._grouped(lambda n: _children_sql(kind, n), codec, ids, ())
 
+    @_names_store
     def final_artifacts(self, ids: Sequence[str]) -> dict[str, ArtifactRecord]:
         """``{pipeline_id: final artifact}`` for those of ``ids`` that have one (the first marked
         final, in seq order): what ``export --rows results`` shows, read without the other
@@ -511,6 +557,7 @@ class SqliteStore:
         its rows)."""
         return {pid: rows[0] for pid, rows in self._grouped(_finals_sql, ARTIFACTS, ids, ()).items()}
 
+    @_names_store
     def metrics_by_pipeline(self, run_id: str, ids: Sequence[str]) -> dict[str, list[MetricRecord]]:
         """``{pipeline_id: metrics}`` of run ``run_id`` for ``ids``, each list by name:
         ``metrics(run_id, pipeline_id=id)`` for many ids (optional method, see ``export``)."""
@@ -530,6 +577,7 @@ class SqliteStore:
                 out.setdefault(rec.pipeline_id, []).append(rec)
         return out
 
+    @_names_store
     def lookup_states(self, ids: Sequence[str]) -> dict[str, tuple[str, str, str, str]]:
         """``(state, spec_digest, seed_digest, run_id)`` per stored id: what a resume needs to
         skip a finished pipeline, without reading and decoding its whole row (optional method).
@@ -547,13 +595,15 @@ class SqliteStore:
         # index, whose rows would have to be sorted by pk again for every page)
         where = "WHERE pk > ? AND +run_id = ?" if run_id is not None else "WHERE pk > ?"
         sql = (
-            "SELECT pipeline_id, state, started_at, finished_at, ifnull(attempts_total, 0), pk"
-            f" FROM pipelines {where} ORDER BY pk LIMIT ?"
+            "SELECT pipeline_id, state, started_at, finished_at, ifnull(attempts_total, 0), pk,"
+            f" {_SUMMARY_TYPED} FROM pipelines {where} ORDER BY pk LIMIT ?"
         )
         after = 0
         while True:
             params = (after, run_id, page) if run_id is not None else (after, page)
             rows = self._query(sql, params)
+            if not all(map(_LAST, rows)):
+                self._raise_corrupt(PIPELINES, "pk = ?", (next(r[5] for r in rows if not r[6]),))
             yield from map(_SUMMARY, rows)  # the first five columns, without a Python loop
             if len(rows) < page:
                 return
@@ -572,8 +622,8 @@ class SqliteStore:
                 conn.execute("BEGIN")
                 try:
                     totals = conn.execute(
-                        f"SELECT state, COUNT(*), SUM(ifnull(attempts_total, 0)) FROM pipelines{where}"
-                        " GROUP BY state",
+                        f"SELECT state, COUNT(*), SUM(ifnull(attempts_total, 0)), SUM(NOT {_STATE_TYPED})"
+                        f" FROM pipelines{where} GROUP BY state",
                         params,
                     ).fetchall()
                     durations = _sorted_durations(conn, run_id)
@@ -582,27 +632,31 @@ class SqliteStore:
             except sqlite3.Error as exc:
                 self._rollback(conn)
                 raise StoreUnavailable(f"store {self.path}: read failed: {exc}") from exc
-        by_state = {state: int(n) for state, n, _ in totals}
-        return by_state, durations, sum(int(a) for _, _, a in totals)
+        if any(bad for *_, bad in totals):
+            and_run, run_params = _run_filter(run_id, " AND")
+            self._raise_corrupt(PIPELINES, f"NOT {_STATE_TYPED}{and_run}", run_params)
+        by_state = {state: int(n) for state, n, _, _ in totals}
+        return by_state, durations, sum(int(a) for _, _, a, _ in totals)
 
     def task_counts(self, run_id: str | None = None) -> dict[str, dict[str, int]]:
         """``{task name: {state: count}}`` over the task rows of ``run_id`` whose pipeline row is
         of ``run_id`` too (None: every task row that has a pipeline row). Optional method: a
         merged report asks for it instead of reading every task row."""
+        head = f"SELECT t.name, t.state, COUNT(*), SUM(NOT {_TASK_COUNT_TYPED})"
         if run_id is None:
-            sql = (
-                "SELECT t.name, t.state, COUNT(*) FROM tasks AS t JOIN pipelines AS p ON p.pk = t.pk"
-                " GROUP BY t.name, t.state"
-            )
+            sql = f"{head} FROM tasks AS t JOIN pipelines AS p ON p.pk = t.pk GROUP BY t.name, t.state"
             params: tuple[Any, ...] = ()
         else:
             sql = (
-                "SELECT t.name, t.state, COUNT(*) FROM tasks AS t JOIN pipelines AS p ON p.pk = t.pk"
+                f"{head} FROM tasks AS t JOIN pipelines AS p ON p.pk = t.pk"
                 " WHERE t.run_id = ? AND p.run_id = ? GROUP BY t.name, t.state"
             )
             params = (run_id, run_id)
+        rows = self._query(sql, params)
+        if any(bad for *_, bad in rows):
+            self._raise_corrupt(TASKS, f"NOT {_TASK_STATS_TYPED}")
         out: dict[str, dict[str, int]] = {}
-        for name, state, n in self._query(sql, params):
+        for name, state, n, _ in rows:
             out.setdefault(name, {})[state] = int(n)
         return out
 
@@ -638,8 +692,15 @@ class SqliteStore:
             return []
         filters = ("run_id",) if run_id is not None else ()
         params = [*([run_id] if run_id is not None else []), *([after] if after is not None else []), limit]
-        return self._query(_page_sql(kind, filters, after is not None, select), params)
+        typed = _SUMMARY_TYPES[kind]
+        rows = self._query(_page_sql(kind, filters, after is not None, f"{select}, {typed}"), params)
+        if not all(map(_LAST, rows)):
+            codec = _PAGE_CODECS[kind]
+            bad = next(r[0] for r in rows if not r[-1])
+            self._raise_corrupt(codec, f'"{codec.plain[0]}" = ?', (bad,))
+        return [r[:-1] for r in rows]
 
+    @_names_store
     def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
         rows = self._query(
             f"SELECT {ARTIFACTS.select_list} FROM artifacts WHERE pk = {_PK} AND seq = ?",
@@ -647,14 +708,17 @@ class SqliteStore:
         )
         return ARTIFACTS.decode(rows[0]) if rows else None
 
+    @_names_store
     def get_run(self, run_id: str) -> RunRecord | None:
         rows = self._query(f"SELECT {RUNS.select_list} FROM runs WHERE run_id = ?", (run_id,))
         return RUNS.decode(rows[0]) if rows else None
 
+    @_names_store
     def runs(self) -> list[RunRecord]:
         rows = self._query(f"SELECT {RUNS.select_list} FROM runs ORDER BY started_at, run_id")
         return [RUNS.decode(r) for r in rows]
 
+    @_names_store
     def page(
         self,
         kind: str,
@@ -681,6 +745,7 @@ class SqliteStore:
         decode = _PAGE_CODECS[kind].decode
         return [decode(r) for r in self._query(_page_sql(kind, filters, after is not None), params)]
 
+    @_names_store
     def metrics(self, run_id: str | None = None, pipeline_id: str | None = None) -> list[MetricRecord]:
         where, params = _where({"run_id": run_id, "pipeline_id": pipeline_id})
         rows = self._query(
@@ -688,6 +753,7 @@ class SqliteStore:
         )
         return [METRICS.decode(r) for r in rows]
 
+    @_names_store
     def metric_points(
         self, run_id: str, pipeline_id: str, key: str | None = None, after_step: int = -1, limit: int = 1000
     ) -> list[MetricPoint]:
@@ -709,6 +775,7 @@ class SqliteStore:
         )
         return [pid for (pid,) in rows]
 
+    @_names_store
     def resources(self, run_id: str | None = None) -> list[ResourceRecord]:
         where, params = _where({"run_id": run_id})
         rows = self._query(
@@ -729,6 +796,8 @@ class SqliteStore:
             except sqlite3.Error as exc:
                 self._rollback(conn)
                 raise StoreUnavailable(f"store {self.path}: stats failed: {exc}") from exc
+            except CorruptRow as exc:
+                raise exc.at(self.path) from None
 
     def close(self) -> None:
         """Close the connection (WAL checkpointed by SQLite) and free the writer lock."""
@@ -785,14 +854,22 @@ def _sorted_durations(conn: sqlite3.Connection, run_id: str | None) -> array[flo
 
 def _stats(conn: sqlite3.Connection, run_id: str | None) -> dict[str, Any]:
     where, params = _run_filter(run_id)
-    by_state = dict(
-        conn.execute(f"SELECT state, COUNT(*) FROM pipelines{where} GROUP BY state ORDER BY state", params)
-    )
+    states = conn.execute(
+        f"SELECT state, COUNT(*), SUM(NOT {_STATE_TYPED}) FROM pipelines{where}"
+        " GROUP BY state ORDER BY state",
+        params,
+    ).fetchall()
+    _check_counted(conn, PIPELINES, _STATE_TYPED, states, run_id)
+    by_state = {state: n for state, n, _ in states}
     durations = _sorted_durations(conn, run_id)
     by_name: dict[str, dict[str, int]] = {}
-    for name, state, n in conn.execute(
-        f"SELECT name, state, COUNT(*) FROM tasks{where} GROUP BY name, state ORDER BY name, state", params
-    ):
+    tasks = conn.execute(
+        f"SELECT name, state, COUNT(*), SUM(NOT {_TASK_STATS_TYPED}) FROM tasks{where}"
+        " GROUP BY name, state ORDER BY name, state",
+        params,
+    ).fetchall()
+    _check_counted(conn, TASKS, _TASK_STATS_TYPED, tasks, run_id)
+    for name, state, n, _ in tasks:
         by_name.setdefault(name, {})[state] = n
     attempts = conn.execute(f"SELECT COUNT(*) FROM attempts{where}", params).fetchone()[0]
     events = conn.execute(f"SELECT COUNT(*) FROM events{where}", params).fetchone()[0]
@@ -806,6 +883,20 @@ def _stats(conn: sqlite3.Connection, run_id: str | None) -> dict[str, Any]:
         "attempts_total": attempts,
         "events_total": events,
     }
+
+
+def _check_counted(
+    conn: sqlite3.Connection, codec: RowCodec[Any], typed: str, groups: list[Any], run_id: str | None
+) -> None:
+    """Groups whose last column counts rows failing ``typed``: raise the first such row's
+    ``CorruptRow`` (without the store's path; ``stats`` adds it)."""
+    if any(group[-1] for group in groups):
+        and_run, params = _run_filter(run_id, " AND")
+        row = conn.execute(
+            f'SELECT {codec.select_list} FROM "{codec.table}" WHERE NOT {typed}{and_run} LIMIT 1', params
+        ).fetchone()
+        if row is not None:
+            raise codec.corrupt(row)
 
 
 def _connect(path: str) -> sqlite3.Connection:
