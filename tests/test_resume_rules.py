@@ -305,3 +305,33 @@ def test_a_damaged_pipeline_row_refuses_the_resume_naming_it(tmp_path: Path) -> 
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     assert conn.execute("SELECT cursor FROM pipelines WHERE pipeline_id = ?", (key,)).fetchone() == ("abc",)
     conn.close()
+
+
+def test_a_finished_cursor_without_its_final_artifact_runs_the_last_task_again(tmp_path: Path) -> None:
+    """The cursor says every task is done but the final output is not on disk (its row deleted
+    by hand): its answer cannot be reused, so the last task runs again (only it) and the
+    pipeline finishes. Before, it stayed unfinished and every resume said the same and exited 0."""
+    path = str(tmp_path / "s.db")
+    with vrunner(store=path) as r:
+        r.run(TEMPLATE.map(seeds(2)))
+    key = TEMPLATE.bind({"i": 1}).key
+    _tear(path, key)
+    _edit(
+        path,
+        "DELETE FROM artifacts WHERE seq = 1 AND pk = (SELECT pk FROM pipeline_keys"
+        f" WHERE pipeline_id = '{key}')",
+    )
+    CALLS.clear()
+    with vrunner(store=path) as r:
+        rep = r.run(TEMPLATE.map(seeds(2)))
+    assert CALLS == {"second": 1} and rep.succeeded == 1 and rep.skipped == 1 and rep.exit_code == 0
+    (missing,) = _events(path, "pipeline.checkpoint_missing")
+    assert missing.pipeline_id == key
+    assert missing.data == {"seq": 1, "reason": "terminal_artifact_missing", "action": "rerun_last_task"}
+    store = open_store(path, read_only=True)
+    try:
+        row = store.lookup_pipelines([key])[key]
+        final = store.get_artifact(key, 1)
+    finally:
+        store.close()
+    assert row.state == "succeeded" and row.cursor == 2 and final is not None and final.is_final

@@ -1012,8 +1012,9 @@ class Runner:
                 self._corrupt(spec, record)
                 return None
             if row.cursor == n:
-                self._repair(spec, record)
-                return None
+                if self._repair(spec, record):
+                    return None
+                row.cursor = n - 1  # the last output is not on disk: run the last task again
             if row.cursor > 0:
                 start, value = self._load_checkpoint(spec, row)
         if restart:
@@ -1104,10 +1105,13 @@ class Runner:
         self._recorder_pending().pipelines.append(record)
         self.counters["pipelines_failed"] += 1
 
-    def _repair(self, spec: PipelineSpec, record: PipelineRecord) -> None:
+    def _repair(self, spec: PipelineSpec, record: PipelineRecord) -> bool:
         """A pipeline whose last artifact is durable but whose row never said so: settle it.
 
-        ``n`` is the chain's length, as in ``_open`` (the stored ``n_tasks_total`` may be wrong)."""
+        False when that artifact is not there after all (a row edited or deleted by hand): its
+        answer is not on disk, so the caller runs the last task again instead of leaving the
+        pipeline unfinished at every resume. ``n`` is the chain's length, as in ``_open`` (the
+        stored ``n_tasks_total`` may be wrong)."""
         n = len(spec.template.tasks)
         art = self.store.get_artifact(spec.key, n - 1)
         previous = {
@@ -1122,9 +1126,9 @@ class Runner:
                 "pipeline.checkpoint_missing",
                 "pipeline",
                 pipeline_id=spec.key,
-                data={"seq": n - 1, "reason": "terminal_artifact_missing"},
+                data={"seq": n - 1, "reason": "terminal_artifact_missing", "action": "rerun_last_task"},
             )
-            return
+            return False
         settled = msgspec_copy(record)
         settled.state = "succeeded"
         settled.run_id = self.run_id or ""
@@ -1147,7 +1151,7 @@ class Runner:
                 pipeline_id=spec.key,
                 data={**previous, "error": f"{type(exc).__name__}: {exc}", "phase": "settle"},
             )
-            return
+            return True
         self.counters["pipelines_succeeded"] += 1
         self._event(
             "pipeline.terminal_repaired",
@@ -1164,6 +1168,7 @@ class Runner:
         self._event(
             "pipeline.succeeded", "pipeline", pipeline_id=spec.key, data={"tasks": n, "repaired": True}
         )
+        return True
 
     # -- the delay queue -----------------------------------------------------------------------------
     def _park(self, state: _Pipeline, delay: float) -> None:
