@@ -377,6 +377,7 @@ def test_the_panel_shows_the_eta_in_words() -> None:
     out = io.StringIO()
     Console(file=out, width=250).print(render_snapshot(snap))
     assert "eta 12m 30s (of 20,000 expected)" in out.getvalue()
+    assert "pipelines [....................] total=5" in out.getvalue()  # 5 of 20,000 done
     snap["eta_s"] = None
     out = io.StringIO()
     Console(file=out, width=250).print(render_snapshot(snap))

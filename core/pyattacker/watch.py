@@ -109,7 +109,12 @@ def render_snapshot(snap: dict[str, Any]) -> Group:
     by_state = p.get("by_state", {})
     total = p.get("total", 0)
     finished = total - by_state.get("running", 0) - by_state.get("pending", 0)
-    line = Text(f"pipelines {bar(finished, total)} total={total}")
+    expected = snap.get("expected_pipelines")
+    if expected:  # the whole dataset, not the rows so far; a resume's skipped ones count as done
+        skipped = int((snap.get("counters") or {}).get("skipped") or 0)
+        line = Text(f"pipelines {bar(finished + skipped, max(total + skipped, expected))} total={total}")
+    else:
+        line = Text(f"pipelines {bar(finished, total)} total={total}")
     for state, n in by_state.items():
         line.append(f" {state}=", style=_STATE_STYLE.get(state, ""))
         line.append(str(n))
