@@ -290,3 +290,28 @@ def test_a_row_damaged_by_hand_exits_2_naming_it(tmp_path: Path, statement: str,
         assert proc.returncode == 2, (args, proc.stderr)
         assert "Traceback" not in proc.stderr and needle in proc.stderr and path in proc.stderr
     assert Path(path).read_bytes() == before
+
+
+def test_a_latest_run_that_owns_no_rows_says_why_and_where_the_rows_are(tmp_path: Path) -> None:
+    """A resume that found everything finished, or one refused by a damaged row, is still the
+    latest run; its report alone looked like lost results. It now says why it owns no rows and
+    points at --run-id all. A run that owns rows gets no note."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("run: {store: r.db}\npipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 4}\n")
+    db = str(tmp_path / "r.db")
+    assert _run("run", "-c", str(cfg)).returncode == 0
+    first = _run("report", db)
+    assert first.returncode == 0 and "4 pipeline row(s)" in first.stdout and "note:" not in first.stdout
+    assert _run("resume", "-c", str(cfg)).returncode == 0  # everything skipped
+    skipped = _run("report", db)
+    assert "0 pipeline row(s)" in skipped.stdout
+    assert "note: this run owns no pipeline rows (its pipelines were all finished already" in skipped.stdout
+    assert "--run-id all" in skipped.stdout
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("UPDATE pipelines SET state = 'interrupted', tags_json = '{bad' WHERE pk = 2")
+    conn.close()
+    assert _run("resume", "-c", str(cfg)).returncode == 2  # refused: the damaged row is named
+    refused = _run("report", db)
+    assert "note: this run owns no pipeline rows (it stopped: store_unavailable)" in refused.stdout
+    every = _run("report", db, "--run-id", "all")
+    assert "note:" not in every.stdout

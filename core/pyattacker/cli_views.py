@@ -22,10 +22,32 @@ def _line(value: Any) -> str:
     return " ".join(str(value).split())
 
 
+def _empty_run_note(source: Any) -> str | None:
+    """Why the latest run shows nothing, when it ended owning no pipeline row.
+
+    A resume that was refused (a damaged row, a changed identity) or that found everything
+    finished still becomes the latest run, and a report of it alone looks like lost results;
+    the rows are those of earlier runs."""
+    if source.rows or source.run_selected != "latest" or source.run_status in (None, "running"):
+        return None
+    why = (
+        f"it stopped: {source.stop_reason}"
+        if source.stop_reason
+        else "its pipelines were all finished already, or none was admitted"
+    )
+    return (
+        f"  note: this run owns no pipeline rows ({why}); rows finished by earlier runs stay"
+        " theirs: --run-id all shows every run"
+    )
+
+
 def _report_text(rep: MergedReport, errors: int) -> list[str]:
     out: list[str] = []
     for s in rep.sources:
         out.append(f"store {s.store}: {s.description}; {s.rows} pipeline row(s)")
+        note = _empty_run_note(s)
+        if note:
+            out.append(note)
     st = rep.stats()
     p = st["pipelines"]
     states = " ".join(f"{k}={v}" for k, v in p["by_state"].items())

@@ -103,6 +103,7 @@ class SourceInfo(msgspec.Struct, kw_only=True):
     rows: int = 0
     events_total: int = 0
     description: str = ""
+    stop_reason: str | None = None
 
 
 class MergedReport:
@@ -512,6 +513,7 @@ def _source_info(location: str, choice: RunChoice) -> SourceInfo:
         started_at=None if run is None else run.started_at,
         ended_at=None if run is None else run.ended_at,
         description=choice.describe(),
+        stop_reason=None if run is None else run.stop_reason,
     )
 
 
