@@ -750,3 +750,22 @@ def test_a_row_damaged_by_hand_answers_503_naming_row_and_column(tmp_path: Path)
             doc = json.loads(body)
             assert status == 503 and needle in doc["error"] and doc["store"] == db, (path, status, doc)
     assert Path(db).read_bytes() == before
+
+
+def test_answers_older_than_the_ttl_are_dropped_not_kept_until_evicted(tmp_path: Path) -> None:
+    """Paging through a large run makes a key per page; answers nobody can reuse are dropped at
+    the next request instead of staying (up to a megabyte each) until 256 others push them out."""
+    from pyattacker_plugins.serve.shared_answers import SharedAnswers
+
+    db = tmp_path / "s.db"
+    db.write_bytes(b"x")
+    ticks = _Ticks()
+    answers = SharedAnswers(str(db), 1.0, clock=ticks, entries=3)
+    for page in range(3):
+        answers.get(("/pipelines", page), lambda page=page: page)
+    assert len(answers._entries) == 3
+    answers.get(("/pipelines", 3), lambda: 3)  # over the bound: the least recently used goes
+    assert list(answers._entries) == [("/pipelines", 1), ("/pipelines", 2), ("/pipelines", 3)]
+    ticks.now += 5.0
+    answers.get("/stats", lambda: "s")  # everything else is stale by now
+    assert list(answers._entries) == ["/stats"]

@@ -61,6 +61,17 @@ class SharedAnswers:
         self.computed = 0
         self.shared = 0
 
+    def _evict(self) -> None:
+        """Drop answers nobody can reuse any more, least recently used first, and keep at most
+        ``entries``: a client paging through a large run with ``limit=1000`` makes a key per
+        page, and each answer can be a megabyte. Called with the lock held."""
+        entries, now = self._entries, self._clock()
+        while entries:
+            oldest = next(iter(entries.values()))
+            if len(entries) <= self._size and not (oldest.done.is_set() and now - oldest.at >= self.ttl):
+                break
+            entries.popitem(last=False)
+
     def _file(self) -> tuple[int, int] | None:
         try:
             st = os.stat(self.location)
@@ -87,8 +98,7 @@ class SharedAnswers:
                 self.shared += 1
             else:
                 entry = self._entries[key] = _Entry(file)
-                while len(self._entries) > self._size:
-                    self._entries.popitem(last=False)
+                self._evict()
                 self.computed += 1
         if fresh:
             entry.done.wait()
