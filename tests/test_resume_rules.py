@@ -224,10 +224,9 @@ def _edit(path: str, statement: str) -> None:
         conn.close()
 
 
-def test_a_negative_cursor_is_a_corrupt_checkpoint_not_a_silent_rerun(tmp_path: Path) -> None:
-    """A cursor below 0 (edited by hand) is refused like one past the chain: before, it started
-    the pipeline from its seed and ran again the tasks whose outputs were durable, with no event."""
-    path = str(tmp_path / "s.db")
+def _resume_after_editing(path: str, edit: str) -> tuple[str, Any]:
+    """One pipeline ``first -> flaky`` whose second task failed (its first output durable),
+    the store then edited by hand (``edit``, with ``{key}``), then resumed: (key, the report)."""
     fail = {"on": True}
 
     @task
@@ -242,9 +241,16 @@ def test_a_negative_cursor_is_a_corrupt_checkpoint_not_a_silent_rerun(tmp_path: 
     fail["on"] = False
     CALLS.clear()
     key = tpl.bind({"i": 0}).key
-    _edit(path, f"UPDATE pipelines SET cursor = -1 WHERE pipeline_id = '{key}'")
+    _edit(path, edit.format(key=key))
     with vrunner(store=path) as r:
-        rep = r.run(tpl.map(seeds(1)))
+        return key, r.run(tpl.map(seeds(1)))
+
+
+def test_a_negative_cursor_is_a_corrupt_checkpoint_not_a_silent_rerun(tmp_path: Path) -> None:
+    """A cursor below 0 (edited by hand) is refused like one past the chain: before, it started
+    the pipeline from its seed and ran again the tasks whose outputs were durable, with no event."""
+    path = str(tmp_path / "s.db")
+    key, rep = _resume_after_editing(path, "UPDATE pipelines SET cursor = -1 WHERE pipeline_id = '{key}'")
     assert CALLS == {} and rep.failed == 1 and rep.exit_code == 1
     (corrupt,) = _events(path, "pipeline.corrupt_cursor")
     assert corrupt.pipeline_id == key and corrupt.data == {"cursor": -1}
@@ -254,23 +260,9 @@ def test_a_damaged_checkpoint_row_restarts_with_an_event(tmp_path: Path) -> None
     """An artifact row that cannot be read (text in its size column) is an unusable checkpoint,
     like bytes no codec decodes: an event naming the row, then a restart from the seed."""
     path = str(tmp_path / "s.db")
-    fail = {"on": True}
-
-    @task
-    def flaky(x: Any) -> Any:
-        if fail["on"]:
-            raise ValueError("later")
-        return x
-
-    tpl = pipeline("p", first, flaky)
-    with vrunner(store=path) as r:
-        r.run(tpl.map(seeds(1)))
-    fail["on"] = False
-    CALLS.clear()
-    key = tpl.bind({"i": 0}).key
-    _edit(path, f"UPDATE artifacts SET size = 'big' WHERE pipeline_id = '{key}' AND seq = 0")
-    with vrunner(store=path) as r:
-        rep = r.run(tpl.map(seeds(1)))
+    _, rep = _resume_after_editing(
+        path, "UPDATE artifacts SET size = 'big' WHERE pipeline_id = '{key}' AND seq = 0"
+    )
     assert rep.succeeded == 1 and CALLS == {"first": 1}
     (unusable,) = _events(path, "pipeline.checkpoint_unusable")
     assert "table artifacts" in unusable.data["error"] and "column size" in unusable.data["error"]

@@ -1054,13 +1054,7 @@ class Runner:
         try:
             art = self.store.get_artifact(spec.key, seq)
         except CorruptRow as exc:  # a damaged artifact row: like bytes no codec can decode
-            self._event(
-                "pipeline.checkpoint_unusable",
-                "pipeline",
-                pipeline_id=spec.key,
-                data={"seq": seq, "error": str(exc)},
-            )
-            return 0, spec.seed
+            return self._unusable(spec, seq, exc)
         if art is not None and art.payload is None and art.blob_ref and self._backend is not None:
             art = self._backend.hydrate(art)
         if art is None or art.payload is None:
@@ -1075,14 +1069,18 @@ class Runner:
         try:
             value = self.codecs.decode(art.codec, art.type_name, art.payload)
         except ArtifactCodecError as exc:
-            self._event(
-                "pipeline.checkpoint_unusable",
-                "pipeline",
-                pipeline_id=spec.key,
-                data={"seq": seq, "error": str(exc)},
-            )
-            return 0, spec.seed
+            return self._unusable(spec, seq, exc)
         return row.cursor, value
+
+    def _unusable(self, spec: PipelineSpec, seq: int, exc: Exception) -> tuple[int, Any]:
+        """A checkpoint that is there but cannot be used: say which and why, start from the seed."""
+        self._event(
+            "pipeline.checkpoint_unusable",
+            "pipeline",
+            pipeline_id=spec.key,
+            data={"seq": seq, "error": str(exc)},
+        )
+        return 0, spec.seed
 
     def _corrupt(self, spec: PipelineSpec, record: PipelineRecord) -> None:
         err = CorruptCheckpoint(

@@ -854,21 +854,11 @@ def _sorted_durations(conn: sqlite3.Connection, run_id: str | None) -> array[flo
 
 def _stats(conn: sqlite3.Connection, run_id: str | None) -> dict[str, Any]:
     where, params = _run_filter(run_id)
-    states = conn.execute(
-        f"SELECT state, COUNT(*), SUM(NOT {_STATE_TYPED}) FROM pipelines{where}"
-        " GROUP BY state ORDER BY state",
-        params,
-    ).fetchall()
-    _check_counted(conn, PIPELINES, _STATE_TYPED, states, run_id)
+    states = _typed_counts(conn, PIPELINES, _STATE_TYPED, "state", run_id)
     by_state = {state: n for state, n, _ in states}
     durations = _sorted_durations(conn, run_id)
     by_name: dict[str, dict[str, int]] = {}
-    tasks = conn.execute(
-        f"SELECT name, state, COUNT(*), SUM(NOT {_TASK_STATS_TYPED}) FROM tasks{where}"
-        " GROUP BY name, state ORDER BY name, state",
-        params,
-    ).fetchall()
-    _check_counted(conn, TASKS, _TASK_STATS_TYPED, tasks, run_id)
+    tasks = _typed_counts(conn, TASKS, _TASK_STATS_TYPED, "name, state", run_id)
     for name, state, n, _ in tasks:
         by_name.setdefault(name, {})[state] = n
     attempts = conn.execute(f"SELECT COUNT(*) FROM attempts{where}", params).fetchone()[0]
@@ -883,6 +873,21 @@ def _stats(conn: sqlite3.Connection, run_id: str | None) -> dict[str, Any]:
         "attempts_total": attempts,
         "events_total": events,
     }
+
+
+def _typed_counts(
+    conn: sqlite3.Connection, codec: RowCodec[Any], typed: str, columns: str, run_id: str | None
+) -> list[Any]:
+    """``(*columns, count, rows failing typed)`` per group of ``codec``'s table (of ``run_id``),
+    in ``columns`` order; a failing row is raised as ``CorruptRow`` (``_check_counted``)."""
+    where, params = _run_filter(run_id)
+    groups = conn.execute(
+        f'SELECT {columns}, COUNT(*), SUM(NOT {typed}) FROM "{codec.table}"{where}'
+        f" GROUP BY {columns} ORDER BY {columns}",
+        params,
+    ).fetchall()
+    _check_counted(conn, codec, typed, groups, run_id)
+    return groups
 
 
 def _check_counted(
