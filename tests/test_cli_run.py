@@ -477,3 +477,21 @@ def test_a_file_url_store_is_the_local_path_it_names(env: dict[str, str], tmp_pa
         assert json.loads(result.stdout)["store"] == str(tmp_path / name)
         assert (tmp_path / name).is_file()
     assert not (work / "file:").exists() and not (tmp_path / "file:").exists()
+
+
+def test_a_scheme_spelled_store_flag_is_relative_to_the_cwd_and_gets_its_folder(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """``--store sqlite:sub/x.db`` (run, demo) is ``<cwd>/sub/x.db``, its folder created like a
+    plain path's, the scheme kept; it used to fail on the missing folder."""
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg = _config(tmp_path, "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 1}\n")
+    for args, rel in (
+        (["run", "-c", str(cfg), "--store", "sqlite:deep/a/x.db"], "deep/a/x.db"),
+        (["demo", "--pipelines", "2", "--store", "sqlite:deep/b/y.db"], "deep/b/y.db"),
+    ):
+        result = cli([*args, "--summary-format", "json"], env, cwd=work)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["store"] == f"sqlite:{work / rel}"
+        assert (work / rel).is_file()
