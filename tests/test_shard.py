@@ -1144,3 +1144,39 @@ def test_no_shard_outlives_a_killed_parent(env: dict[str, str], tmp_path: Path) 
         for pid in pids:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_resume_with_another_shard_count_is_refused(env: dict[str, str], tmp_path: Path) -> None:
+    """A shard resumes from its own store only, and a pipeline's shard depends on N: a resume
+    with another N (or none) would find nothing and send every task again. It is refused, naming
+    the N whose stores are there; a `run` with another N only warns (it is a fresh run)."""
+    n = 20
+    cfg = _config(tmp_path, n)
+    first = cli(["run", "-c", str(cfg), "--shards", "2"], env, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    done = sorted(_audit(tmp_path))
+    assert len(done) == 2 * n
+    for args, asked in (
+        (["--shards", "3"], "resume --shards 3: no store of a 3-shard run exists"),
+        ([], "resume: store"),
+        (["--shard", "1/3"], "resume --shard 1/3: no store of a 3-shard run exists"),
+        (["--shards", "3", "--jobs", "1", "--retry-succeeded"], "resume --shards 3"),
+    ):
+        refused = cli(["resume", "-c", str(cfg), *args], env, cwd=tmp_path)
+        assert refused.returncode == 2, (args, refused.stdout, refused.stderr)
+        assert asked in refused.stderr and "Traceback" not in refused.stderr
+        assert "a run with --shards 2 (" in refused.stderr and "resume with --shards 2" in refused.stderr
+    ran = cli(["run", "-c", str(cfg), "--resume", "--shards", "4"], env, cwd=tmp_path)
+    assert ran.returncode == 2 and "resume --shards 4" in ran.stderr, ran.stderr
+    assert sorted(_audit(tmp_path)) == done  # nothing was sent again
+    stores = sorted(p.name for p in (tmp_path / "runs").glob("s.shard*.db"))
+    assert stores == ["s.shard0of2.db", "s.shard1of2.db"]
+
+    again = cli(["resume", "-c", str(cfg), "--shards", "2", "--summary-format", "json"], env, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert sum(s["summary"]["counters"]["skipped"] for s in json.loads(again.stdout)["shards"]) == n
+    assert sorted(_audit(tmp_path)) == done
+
+    fresh = cli(["run", "-c", str(cfg), "--shards", "3", "--store", "runs/s.db"], env, cwd=tmp_path)
+    assert fresh.returncode == 0, fresh.stderr
+    assert "stores of another shard count exist" in fresh.stderr and "`resume --shards 2`" in fresh.stderr
