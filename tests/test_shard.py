@@ -39,7 +39,7 @@ from pyattacker_plugins.executor_local import LocalExecutor, LocalHandle
 from pyattacker_plugins.local_fork import ForkedHandle
 
 AUDIT = """
-import asyncio, os, signal
+import asyncio, os, signal, time
 from pyattacker.task import task
 
 def _note(value, name):
@@ -69,6 +69,19 @@ def fail_in_shard_1(value):
     if os.environ.get("PYATACKER_SHARD") == "1/2":
         raise ValueError(f"bad row {value['i']}")
     return value
+
+@task(name="stubborn")
+def stubborn(value):
+    # a shard that no signal stops: it notes each SIGINT/SIGTERM and keeps blocking its loop
+    def note(signum, frame):
+        with open(os.environ["AUDIT_LOG"] + ".signals", "a") as fh:
+            fh.write(f"{os.getpid()}\\n")
+    signal.signal(signal.SIGINT, note)
+    signal.signal(signal.SIGTERM, note)
+    with open(os.environ["AUDIT_LOG"] + ".stuck", "a") as fh:
+        fh.write(f"{os.getpid()}\\n")
+    while True:
+        time.sleep(1)
 
 @task(name="die_in_shard_1")
 def die_in_shard_1(value):
@@ -1180,3 +1193,60 @@ def test_resume_with_another_shard_count_is_refused(env: dict[str, str], tmp_pat
     fresh = cli(["run", "-c", str(cfg), "--shards", "3", "--store", "runs/s.db"], env, cwd=tmp_path)
     assert fresh.returncode == 0, fresh.stderr
     assert "stores of another shard count exist" in fresh.stderr and "`resume --shards 2`" in fresh.stderr
+
+
+def _pid_lines(path: Path) -> list[int]:
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+def _wait_for(check: Any, what: str, timeout: float = 90) -> None:
+    """Hang guard: poll ``check()`` until true (no timing is asserted)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not check():
+        time.sleep(0.05)
+    assert check(), what
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_third_interrupt_kills_shards_that_ignore_signals(
+    env: dict[str, str], tmp_path: Path, start: str
+) -> None:
+    """A shard that stops on no signal used to keep the parent waiting whatever the user pressed
+    (its children are in their own sessions, out of the terminal's reach). The third Ctrl-C
+    kills the shards still running; they count as interrupted (130, resumable)."""
+    body = CONFIG.replace('- {use: "audit_mod:first"}', '- {use: "audit_mod:stubborn"}')
+    cfg = _config(tmp_path, 20, body)
+    stuck, signals = tmp_path / "audit.log.stuck", tmp_path / "audit.log.signals"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyattacker", "run", "-c", str(cfg), "--shards", "2", "--concurrency", "1"],
+        env={**env, "PYATTACKER_SHARD_START": start},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    pids: list[int] = []
+    try:
+        _wait_for(lambda: len(set(_pid_lines(stuck))) == 2, "both shards should block in the task")
+        pids = sorted(set(_pid_lines(stuck)))
+        for nth in (1, 2):  # forwarded one by one; each shard notes it and goes on
+            proc.send_signal(signal.SIGINT)
+            _wait_for(
+                lambda nth=nth: all(_pid_lines(signals).count(p) >= nth for p in pids),
+                f"interrupt {nth} should reach both shards",
+            )
+        assert proc.poll() is None and all(_alive(p) for p in pids)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, (out, err)
+        for i in range(2):
+            assert f"shard {i}/2: exit 130 (killed by SIGKILL at interrupt 3" in out, out
+        assert "Traceback" not in err and "failed" not in err
+        _wait_for(lambda: not any(_alive(p) for p in pids), "the killed shards should be gone")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

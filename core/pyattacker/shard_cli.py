@@ -30,7 +30,7 @@ from .shard import (
     shard_store_pattern,
     split_capacity,
 )
-from .shard_exec import ShardJob, ShardStatus, get_executor, run_shards
+from .shard_exec import FORCE_AFTER, ShardJob, ShardStatus, get_executor, run_shards
 
 if TYPE_CHECKING:
     from .merge import ShardPart
@@ -193,11 +193,27 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def _outcome(index: int, count: int, store: str, slot: int | None, status: ShardStatus | None) -> _Outcome:
+def _outcome(
+    index: int,
+    count: int,
+    store: str,
+    slot: int | None,
+    status: ShardStatus | None,
+    *,
+    forced: bool = False,
+) -> _Outcome:
+    """What one shard's end stands for. ``forced``: the parent killed it at the third interrupt
+    (it had ignored two), which is the user's stop, so 130 like any interrupted shard."""
     if status is None and slot is None:
         return _Outcome(index, count, store, slot, None, None, 130, "not started: interrupted")
     if status is None:
         return _Outcome(index, count, store, slot, None, None, 2, "started, but its status was lost")
+    if forced and (status.signal is not None or status.exit_code is None):
+        why = (
+            f"killed by {status.signal_name} at interrupt {FORCE_AFTER}: it had not stopped on the"
+            f" first {FORCE_AFTER - 1}; resumable"
+        )
+        return _Outcome(index, count, store, slot, status, None, 130, why)
     if status.signal is not None or status.exit_code is None:
         why = f"killed by {status.signal_name}" if status.signal is not None else "no exit status"
         return _Outcome(index, count, store, slot, status, None, 2, f"{why}; counts as exit 2")
@@ -418,7 +434,8 @@ def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
             if callable(close):
                 close()
         outcomes = [
-            _outcome(i, count, stores[i], run.slots.get(i), run.statuses.get(i)) for i in range(count)
+            _outcome(i, count, stores[i], run.slots.get(i), run.statuses.get(i), forced=i in run.forced)
+            for i in range(count)
         ]
         code = _exit_code(outcomes)
         merged, why = merge.result()
