@@ -1250,3 +1250,19 @@ def test_a_third_interrupt_kills_shards_that_ignore_signals(
         for pid in pids:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_watch_of_a_shard_store_pattern(env: dict[str, str], tmp_path: Path) -> None:
+    """`watch` shows one store: a pattern used to be taken as a file name ("does not exist").
+    One match is watched; several are refused, naming them and `report` (the merged view)."""
+    cfg = _config(tmp_path, 10)
+    assert cli(["run", "-c", str(cfg), "--shards", "2"], env, cwd=tmp_path).returncode == 0
+    watch = ["watch", "--iterations", "1", "--no-clear"]
+    several = cli([*watch, "runs/s.shard*of2.db"], env, cwd=tmp_path)
+    assert several.returncode == 2, several.stderr
+    assert "matches 2: runs/s.shard0of2.db, runs/s.shard1of2.db" in several.stderr
+    assert "pyattacker report 'runs/s.shard*of2.db'" in several.stderr and "Traceback" not in several.stderr
+    one = cli([*watch, "runs/s.shard1*.db"], env, cwd=tmp_path)
+    assert one.returncode == 0 and "status=completed" in one.stdout, one.stderr
+    none = cli([*watch, "runs/s.shard*of3.db"], env, cwd=tmp_path)
+    assert none.returncode == 2 and "matches no file" in none.stderr, none.stderr
