@@ -39,7 +39,7 @@ from pyattacker_plugins.executor_local import LocalExecutor, LocalHandle
 from pyattacker_plugins.local_fork import ForkedHandle
 
 AUDIT = """
-import asyncio, os, signal
+import asyncio, os, signal, time
 from pyattacker.task import task
 
 def _note(value, name):
@@ -69,6 +69,19 @@ def fail_in_shard_1(value):
     if os.environ.get("PYATACKER_SHARD") == "1/2":
         raise ValueError(f"bad row {value['i']}")
     return value
+
+@task(name="stubborn")
+def stubborn(value):
+    # a shard that no signal stops: it notes each SIGINT/SIGTERM and keeps blocking its loop
+    def note(signum, frame):
+        with open(os.environ["AUDIT_LOG"] + ".signals", "a") as fh:
+            fh.write(f"{os.getpid()}\\n")
+    signal.signal(signal.SIGINT, note)
+    signal.signal(signal.SIGTERM, note)
+    with open(os.environ["AUDIT_LOG"] + ".stuck", "a") as fh:
+        fh.write(f"{os.getpid()}\\n")
+    while True:
+        time.sleep(1)
 
 @task(name="die_in_shard_1")
 def die_in_shard_1(value):
@@ -1144,3 +1157,112 @@ def test_no_shard_outlives_a_killed_parent(env: dict[str, str], tmp_path: Path) 
         for pid in pids:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_resume_with_another_shard_count_is_refused(env: dict[str, str], tmp_path: Path) -> None:
+    """A shard resumes from its own store only, and a pipeline's shard depends on N: a resume
+    with another N (or none) would find nothing and send every task again. It is refused, naming
+    the N whose stores are there; a `run` with another N only warns (it is a fresh run)."""
+    n = 20
+    cfg = _config(tmp_path, n)
+    first = cli(["run", "-c", str(cfg), "--shards", "2"], env, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    done = sorted(_audit(tmp_path))
+    assert len(done) == 2 * n
+    for args, asked in (
+        (["--shards", "3"], "resume --shards 3: no store of a 3-shard run exists"),
+        ([], "resume: store"),
+        (["--shard", "1/3"], "resume --shard 1/3: no store of a 3-shard run exists"),
+        (["--shards", "3", "--jobs", "1", "--retry-succeeded"], "resume --shards 3"),
+    ):
+        refused = cli(["resume", "-c", str(cfg), *args], env, cwd=tmp_path)
+        assert refused.returncode == 2, (args, refused.stdout, refused.stderr)
+        assert asked in refused.stderr and "Traceback" not in refused.stderr
+        assert "a run with --shards 2 (" in refused.stderr and "resume with --shards 2" in refused.stderr
+    ran = cli(["run", "-c", str(cfg), "--resume", "--shards", "4"], env, cwd=tmp_path)
+    assert ran.returncode == 2 and "resume --shards 4" in ran.stderr, ran.stderr
+    assert sorted(_audit(tmp_path)) == done  # nothing was sent again
+    stores = sorted(p.name for p in (tmp_path / "runs").glob("s.shard*.db"))
+    assert stores == ["s.shard0of2.db", "s.shard1of2.db"]
+
+    again = cli(["resume", "-c", str(cfg), "--shards", "2", "--summary-format", "json"], env, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert sum(s["summary"]["counters"]["skipped"] for s in json.loads(again.stdout)["shards"]) == n
+    assert sorted(_audit(tmp_path)) == done
+
+    fresh = cli(["run", "-c", str(cfg), "--shards", "3", "--store", "runs/s.db"], env, cwd=tmp_path)
+    assert fresh.returncode == 0, fresh.stderr
+    assert "stores of another shard count exist" in fresh.stderr and "`resume --shards 2`" in fresh.stderr
+
+
+def _pid_lines(path: Path) -> list[int]:
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+def _wait_for(check: Any, what: str, timeout: float = 90) -> None:
+    """Hang guard: poll ``check()`` until true (no timing is asserted)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not check():
+        time.sleep(0.05)
+    assert check(), what
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_third_interrupt_kills_shards_that_ignore_signals(
+    env: dict[str, str], tmp_path: Path, start: str
+) -> None:
+    """A shard that stops on no signal used to keep the parent waiting whatever the user pressed
+    (its children are in their own sessions, out of the terminal's reach). The third Ctrl-C
+    kills the shards still running; they count as interrupted (130, resumable)."""
+    body = CONFIG.replace('- {use: "audit_mod:first"}', '- {use: "audit_mod:stubborn"}')
+    cfg = _config(tmp_path, 20, body)
+    stuck, signals = tmp_path / "audit.log.stuck", tmp_path / "audit.log.signals"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyattacker", "run", "-c", str(cfg), "--shards", "2", "--concurrency", "1"],
+        env={**env, "PYATTACKER_SHARD_START": start},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    pids: list[int] = []
+    try:
+        _wait_for(lambda: len(set(_pid_lines(stuck))) == 2, "both shards should block in the task")
+        pids = sorted(set(_pid_lines(stuck)))
+        for nth in (1, 2):  # forwarded one by one; each shard notes it and goes on
+            proc.send_signal(signal.SIGINT)
+            _wait_for(
+                lambda nth=nth: all(_pid_lines(signals).count(p) >= nth for p in pids),
+                f"interrupt {nth} should reach both shards",
+            )
+        assert proc.poll() is None and all(_alive(p) for p in pids)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, (out, err)
+        for i in range(2):
+            assert f"shard {i}/2: exit 130 (killed by SIGKILL at interrupt 3" in out, out
+        assert "Traceback" not in err and "failed" not in err
+        _wait_for(lambda: not any(_alive(p) for p in pids), "the killed shards should be gone")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_watch_of_a_shard_store_pattern(env: dict[str, str], tmp_path: Path) -> None:
+    """`watch` shows one store: a pattern used to be taken as a file name ("does not exist").
+    One match is watched; several are refused, naming them and `report` (the merged view)."""
+    cfg = _config(tmp_path, 10)
+    assert cli(["run", "-c", str(cfg), "--shards", "2"], env, cwd=tmp_path).returncode == 0
+    watch = ["watch", "--iterations", "1", "--no-clear"]
+    several = cli([*watch, "runs/s.shard*of2.db"], env, cwd=tmp_path)
+    assert several.returncode == 2, several.stderr
+    assert "matches 2: runs/s.shard0of2.db, runs/s.shard1of2.db" in several.stderr
+    assert "pyattacker report 'runs/s.shard*of2.db'" in several.stderr and "Traceback" not in several.stderr
+    one = cli([*watch, "runs/s.shard1*.db"], env, cwd=tmp_path)
+    assert one.returncode == 0 and "status=completed" in one.stdout, one.stderr
+    none = cli([*watch, "runs/s.shard*of3.db"], env, cwd=tmp_path)
+    assert none.returncode == 2 and "matches no file" in none.stderr, none.stderr

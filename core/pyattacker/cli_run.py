@@ -376,6 +376,8 @@ def _run(flags: dict[str, Any], *, resume: bool) -> None:
 
         share = parse_capacity_share(flags["capacity_share"])
     shard = _apply_shard(flags, checked, overrides, share)
+    if resume or flags["resume"]:
+        _check_resume_layout(flags, checked, shard)
     built = build(checked, overrides, limit=flags["limit"], capacity_share=share)
     if resume:
         _warn_nothing_to_resume(str(built.config.store))
@@ -431,6 +433,21 @@ def _apply_shard(
     os.environ[SHARD_ENV] = f"{index}/{count}"
     _stop_with_parent()
     return index, count
+
+
+def _check_resume_layout(flags: dict[str, Any], checked: Any, shard: tuple[int, int] | None) -> None:
+    """A resume without ``--shards``: refuse it when its store is missing but the stores of a
+    sharded run (or of another ``--shard I/N`` count) are there (``check_resume_layout``):
+    it would run every pipeline again. ``--shard I/N --store PATH`` names its file itself
+    (an orchestrator's, or a ``--shards`` parent's), so there is no layout to compare."""
+    from .config import resolve_store
+    from .shard import check_resume_layout
+
+    if shard is not None and flags["store"] is not None:
+        return
+    base = resolve_store(checked, flags["store"])
+    count = 1 if shard is None else shard[1]
+    check_resume_layout(base, count, "" if shard is None else f"--shard {shard[0]}/{shard[1]}")
 
 
 def _stop_with_parent() -> None:

@@ -140,6 +140,26 @@ def export_command(paths: tuple[str, ...], rows: str, fmt: str | None, run_id: s
         click.echo(f"wrote {n} {rows} row(s) to {output}", err=True)
 
 
+def _watched_store(arg: str) -> str:
+    """``watch`` shows one store. A glob pattern (the shard stores of a run, say) used to be
+    taken as a file name, "does not exist"; now one match is watched and several are refused,
+    naming them and the command that merges them. A location with a scheme is taken as is
+    (its ``?`` starts options, not a pattern)."""
+    from .errors import ConfigError
+    from .store import _scheme_of
+
+    if _scheme_of(arg)[0] is not None:
+        return arg
+    matches = expand_locations([arg])  # a pattern matching nothing: "matches no file", exit 2
+    if len(matches) == 1:
+        return matches[0]
+    raise ConfigError(
+        f"watch shows one store, but {arg!r} matches {len(matches)}: {', '.join(matches)};"
+        f" watch one of them (each shard store is a run of its own), or run"
+        f" `pyattacker report '{arg}'` for the merged view"
+    )
+
+
 @click.command("watch")
 @click.argument("store")
 @click.option(
@@ -166,6 +186,7 @@ def watch_command(
     """
     from .watch import watch
 
+    store = _watched_store(store)
     try:
         watch(store, run_id=run_id, interval=interval, iterations=iterations, clear=not no_clear)
     except KeyboardInterrupt:

@@ -11,8 +11,10 @@ leases the endpoint allows, so each *concurrently running* shard gets a slice of
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -21,13 +23,16 @@ from .errors import ConfigError
 __all__ = [
     "SHARD_ENV",
     "capacity_share",
+    "check_resume_layout",
     "in_shard",
     "is_memory_store",
     "parse_capacity_share",
     "parse_shard",
     "shard_index",
+    "shard_layouts",
     "shard_specs",
     "shard_store_path",
+    "shard_store_pattern",
     "split_capacity",
 ]
 
@@ -98,6 +103,78 @@ def shard_store_path(base: str, index: int, count: int) -> str:
         return base
     root, ext = os.path.splitext(base)
     return f"{root}.shard{index}of{count}{ext or '.db'}"
+
+
+def shard_layouts(base: str) -> dict[int, list[str]]:
+    """The stores of ``base`` on this machine, by shard count: ``1`` is ``base`` itself (an
+    unsharded run), ``N >= 2`` the ``<root>.shard{i}ofN<ext>`` files (``shard_store_path``).
+
+    A resume only opens its own shard's store, so this is how it tells "nothing was run yet"
+    from "it was run with another shard count". In-memory and third-party stores: ``{}``.
+    """
+    from .store import local_file
+
+    path = local_file(base) if not is_memory_store(base) else None
+    if path is None:
+        return {}
+    found: dict[int, list[str]] = {1: [path]} if os.path.exists(path) else {}
+    root, ext = os.path.splitext(path)
+    ext = ext or ".db"
+    pattern = re.compile(re.escape(root) + r"\.shard(\d+)of(\d+)" + re.escape(ext))
+    for candidate in glob.glob(glob.escape(root) + ".shard*of*" + glob.escape(ext)):
+        match = pattern.fullmatch(candidate)
+        if match and 0 <= int(match[1]) < int(match[2]) and int(match[2]) >= 2:
+            found.setdefault(int(match[2]), []).append(candidate)
+    return {n: sorted(paths) for n, paths in sorted(found.items())}
+
+
+def shard_store_pattern(base: str, count: int) -> str:
+    """``runs/qa.db``, 4 -> ``runs/qa.shard*of4.db``: every store of a ``count``-shard run."""
+    return shard_store_path(base, 0, count).replace(".shard0of", ".shard*of")
+
+
+def _layout_names(base: str, layouts: dict[int, list[str]]) -> str:
+    """``a run with --shards 2 (runs/qa.shard*of2.db)``, ``a run without --shards (runs/qa.db)``."""
+    names = [
+        f"a run without --shards ({base})"
+        if n == 1
+        else f"a run with --shards {n} ({shard_store_pattern(base, n)})"
+        for n in layouts
+    ]
+    return " and of ".join(names)
+
+
+def _layout_hint(layouts: dict[int, list[str]]) -> str:
+    hints = [
+        "without --shards / --shard" if n == 1 else f"with --shards {n} (or --shard I/{n})" for n in layouts
+    ]
+    return " or ".join(hints)
+
+
+def check_resume_layout(base: str, count: int, flag: str) -> None:
+    """Refuse a resume (``flag``: how it was asked, e.g. ``--shards 3``) whose ``count`` finds
+    none of its stores while the stores of another shard count (or of an unsharded run) exist.
+
+    A pipeline's shard depends on N, and each shard resumes from its own store only: resuming
+    with another N finds nothing to continue, so it would send every pipeline's tasks again
+    (answers already paid for included) into a new set of stores. A resume of a run that never
+    started (no store at all) is still allowed: that is a fresh run, as documented.
+    """
+    layouts = shard_layouts(base)
+    if not layouts or count in layouts:
+        return
+    asked = f"resume {flag}" if flag else "resume"
+    mine = (
+        f"store {base} does not exist"
+        if count <= 1
+        else f"no store of a {count}-shard run exists ({shard_store_pattern(base, count)})"
+    )
+    raise ConfigError(
+        f"{asked}: {mine}, but the stores of"
+        f" {_layout_names(base, layouts)} do; resume {_layout_hint(layouts)}. A pipeline's shard"
+        " depends on the shard count, so this resume would find nothing to continue and run every"
+        " pipeline again (tasks already answered included) into new stores"
+    )
 
 
 def split_capacity(capacity: int, slots: int) -> list[int]:

@@ -21,13 +21,21 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, PyAttackerError
 from .forking import ForkedCall, ForkedCallError, fork_safe
-from .shard import SHARD_ENV, is_memory_store, shard_store_path, split_capacity
-from .shard_exec import ShardJob, ShardStatus, get_executor, run_shards
+from .shard import (
+    SHARD_ENV,
+    check_resume_layout,
+    is_memory_store,
+    shard_layouts,
+    shard_store_path,
+    shard_store_pattern,
+    split_capacity,
+)
+from .shard_exec import FORCE_AFTER, ShardJob, ShardStatus, get_executor, run_shards
 
 if TYPE_CHECKING:
     from .merge import ShardPart
 
-__all__ = ["CapacityPlan", "capacity_plan", "child_argv", "run_sharded"]
+__all__ = ["CapacityPlan", "capacity_plan", "check_layout", "child_argv", "run_sharded"]
 
 #: run flags forwarded to every shard with their value
 VALUE_FLAGS: dict[str, str] = {
@@ -185,11 +193,27 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def _outcome(index: int, count: int, store: str, slot: int | None, status: ShardStatus | None) -> _Outcome:
+def _outcome(
+    index: int,
+    count: int,
+    store: str,
+    slot: int | None,
+    status: ShardStatus | None,
+    *,
+    forced: bool = False,
+) -> _Outcome:
+    """What one shard's end stands for. ``forced``: the parent killed it at the third interrupt
+    (it had ignored two), which is the user's stop, so 130 like any interrupted shard."""
     if status is None and slot is None:
         return _Outcome(index, count, store, slot, None, None, 130, "not started: interrupted")
     if status is None:
         return _Outcome(index, count, store, slot, None, None, 2, "started, but its status was lost")
+    if forced and (status.signal is not None or status.exit_code is None):
+        why = (
+            f"killed by {status.signal_name} at interrupt {FORCE_AFTER}: it had not stopped on the"
+            f" first {FORCE_AFTER - 1}; resumable"
+        )
+        return _Outcome(index, count, store, slot, status, None, 130, why)
     if status.signal is not None or status.exit_code is None:
         why = f"killed by {status.signal_name}" if status.signal is not None else "no exit status"
         return _Outcome(index, count, store, slot, status, None, 2, f"{why}; counts as exit 2")
@@ -306,6 +330,29 @@ class _Merge:
             return None, f"{type(exc).__name__}: {exc}"
 
 
+def check_layout(base: str, count: int, *, resuming: bool) -> str | None:
+    """Compare ``--shards count`` with the stores already beside ``base``.
+
+    A resume that would find none of its N stores while another N's (or an unsharded run's)
+    exist is refused (``check_resume_layout``): it would run every pipeline again. A ``run``
+    is a fresh run by definition, so it only gets the warning returned here: the other stores'
+    pipelines will run again, and ``resume`` with their N would continue them instead.
+    """
+    if resuming:
+        check_resume_layout(base, count, f"--shards {count}")
+        return None
+    layouts = shard_layouts(base)
+    if not layouts or count in layouts:
+        return None
+    others = ", ".join(base if n == 1 else shard_store_pattern(base, n) for n in layouts)
+    counts = " or ".join("`resume` without --shards" if n == 1 else f"`resume --shards {n}`" for n in layouts)
+    return (
+        f"stores of another shard count exist ({others}); this run does not read them, so their"
+        f" pipelines run again into {shard_store_pattern(base, count)} (to continue them instead:"
+        f" {counts})"
+    )
+
+
 def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
     """The ``--shards N`` mode of ``run`` / ``resume`` (see the module docstring)."""
     from .cli_run import _check_backend_flag, _flag_overrides, _out, _warn
@@ -328,6 +375,8 @@ def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
             f"--shards: store {base!r} is in memory; shards need stores that outlive their processes"
             " (set --store or run.store to a file)"
         )
+    resuming = resume or bool(flags["resume"])
+    layout_warning = check_layout(base, count, resuming=resuming)
     executor = get_executor(flags["executor"] or "local")
     stores = [shard_store_path(base, i, count) for i in range(count)]
     full = bool(flags["full_capacity_per_shard"])
@@ -339,11 +388,13 @@ def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
                 f" needs at least 1, so together they may hold {sum(plan.shares)}; lower --jobs to stay"
                 " within the endpoint's limit"
             )
+    if layout_warning is not None:
+        _warn(layout_warning)
     if flags["progress"]:
         _warn("--progress is ignored with --shards (watch a shard with `pyattacker watch <shard store>`)")
     _warn(
         f"running {count} shards, {jobs} at a time, with the {flags['executor'] or 'local'} executor"
-        f" into {shard_store_path(base, 0, count).replace('.shard0of', '.shard*of')}"
+        f" into {shard_store_pattern(base, count)}"
     )
     command = "resume" if resume else "run"
     config_path = str(loaded.path)
@@ -367,7 +418,6 @@ def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
         )
 
     # a resume's own run holds only what it re-ran: show every run of the shard stores instead
-    resuming = resume or bool(flags["resume"])
     merge = _Merge(stores, "all" if resuming else None)
     try:
         try:
@@ -384,7 +434,8 @@ def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
             if callable(close):
                 close()
         outcomes = [
-            _outcome(i, count, stores[i], run.slots.get(i), run.statuses.get(i)) for i in range(count)
+            _outcome(i, count, stores[i], run.slots.get(i), run.statuses.get(i), forced=i in run.forced)
+            for i in range(count)
         ]
         code = _exit_code(outcomes)
         merged, why = merge.result()

@@ -30,6 +30,7 @@ import msgspec
 from .errors import ConfigError
 
 __all__ = [
+    "FORCE_AFTER",
     "PARENT_PID_ENV",
     "ShardExecutor",
     "ShardHandle",
@@ -94,7 +95,9 @@ class ShardStatus(msgspec.Struct, kw_only=True, frozen=True):
 class ShardHandle(Protocol):
     """A submitted shard. ``interrupt`` is one more Ctrl-C (the first stops the shard
     gracefully, leaving everything resumable; the second stops it at once); ``cancel`` makes
-    sure it stops: interrupt if not yet done, wait up to a grace, then force, then wait."""
+    sure it stops: interrupt if not yet done, wait up to a grace, then force, then wait.
+    Optional: ``kill()`` stops it now, without a grace (``run_shards``' third interrupt) --
+    without it, that interrupt is one more ``interrupt()``."""
 
     def poll(self) -> ShardStatus | None: ...
 
@@ -136,6 +139,8 @@ class ShardRun:
     statuses: dict[int, ShardStatus] = field(default_factory=dict)
     slots: dict[int, int] = field(default_factory=dict)
     interrupts: int = 0
+    #: shards stopped by force at the ``FORCE_AFTER``-th interrupt (they had ignored the others)
+    forced: set[int] = field(default_factory=set)
 
     @property
     def not_started(self) -> list[int]:
@@ -151,6 +156,34 @@ def _interrupt(handle: Any) -> None:
             handle.cancel()
     except Exception:  # forwarding must reach every other shard
         pass
+
+
+#: the interrupt (Ctrl-C or SIGTERM) that kills the shards still running: the first stops them
+#: gracefully, the second at once; a shard still there after that does not react to signals
+#: (stuck in a call, a lock inherited through fork), and without this the parent waited for it
+#: forever whatever the user pressed
+FORCE_AFTER = 3
+
+
+def _force(handle: Any) -> None:
+    """Stop a shard now (its optional ``kill()``: SIGKILL); without one, one more interrupt."""
+    fn = getattr(handle, "kill", None)
+    try:
+        if callable(fn):
+            fn()
+        else:
+            _interrupt(handle)
+    except Exception:  # forcing must reach every other shard
+        pass
+
+
+def _signal_shard(result: ShardRun, index: int, handle: Any, nth: int) -> None:
+    """Pass the ``nth`` interrupt on to one shard: an interrupt, or a kill from ``FORCE_AFTER`` on."""
+    if nth >= FORCE_AFTER:
+        result.forced.add(index)
+        _force(handle)
+    else:
+        _interrupt(handle)
 
 
 #: how often a shard whose output has closed is polled until it can be reaped
@@ -196,7 +229,9 @@ def run_shards(
 
     SIGINT/SIGTERM (main thread only, when ``forward_signals``) stop starting new shards and
     are forwarded to every running one, which then ends by itself (130, resumable); the loop
-    still waits for them. If anything raises, every running shard is cancelled before the
+    still waits for them. From the ``FORCE_AFTER``-th (third) on, the shards still running are
+    killed instead (``kill()`` of the handle; ``ShardRun.forced``), so a shard that ignores
+    signals cannot keep the parent waiting. If anything raises, every running shard is cancelled before the
     exception propagates, so no shard outlives the parent's loop.
     """
     if jobs < 1 or count < 1:
@@ -209,8 +244,8 @@ def run_shards(
 
     def on_signal(signum: int, frame: Any) -> None:
         result.interrupts += 1
-        for handle, _slot in list(running.values()):
-            _interrupt(handle)
+        for index, (handle, _slot) in list(running.items()):
+            _signal_shard(result, index, handle, result.interrupts)
 
     previous: dict[int, Any] = {}
     if forward_signals and threading.current_thread() is threading.main_thread():
@@ -224,8 +259,8 @@ def run_shards(
                 seen = result.interrupts
                 handle = executor.submit(make_job(index, slot))
                 running[index] = (handle, slot)
-                for _ in range(result.interrupts - seen):  # a signal arrived during submit
-                    _interrupt(handle)
+                for nth in range(seen + 1, result.interrupts + 1):  # signals that arrived during submit
+                    _signal_shard(result, index, handle, nth)
                 result.slots[index] = slot
                 if on_start is not None:
                     on_start(index, slot)

@@ -104,6 +104,12 @@ class LocalHandle:
             except ProcessLookupError:
                 pass
 
+    def kill(self) -> None:
+        """SIGKILL now, to the shard's process group (its session: the shard and whatever it
+        started), for a shard that ignored two interrupts (``run_shards``' third Ctrl-C)."""
+        if self._proc.poll() is None:  # not reaped: the pid (and its group) is still the shard's
+            _kill_group(self.pid)
+
     def cancel(self) -> ShardStatus:
         """SIGINT (unless already sent), up to ``grace_s`` to finish, then SIGKILL."""
         if not self._interrupts:
@@ -197,6 +203,17 @@ class LocalExecutor:
 
     def __repr__(self) -> str:
         return f"LocalExecutor(python={self.python!r}, start={self.start!r})"
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the process group ``pid`` leads (a shard starts its own session), else ``pid``."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _start_method(start: str | None) -> str:

@@ -244,6 +244,15 @@ class ForkedHandle:
             self._interrupts += 1
             self._send(signal.SIGINT)
 
+    def kill(self) -> None:
+        """SIGKILL now, to the shard's process group (its session: the shard and whatever it
+        started), for a shard that ignored two interrupts (``run_shards``' third Ctrl-C)."""
+        if self._reap() is None:  # not reaped: the pid (and its group) is still the shard's
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self._send(signal.SIGKILL)
+
     def cancel(self) -> ShardStatus:
         """SIGINT (unless already sent), up to ``grace_s`` to finish, then SIGKILL."""
         if not self._interrupts:
