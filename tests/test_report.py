@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from _view_fixtures import XSS, add_repair_failure, build_store
 from pyattacker.cli import cli
+from pyattacker.errors import ConfigError
 from pyattacker.merge import (
     Folded,
     MergedReport,
@@ -160,6 +161,24 @@ def test_glob_argument(store: str) -> None:
     proc = _run("report", pattern, "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["sources"][0]["store"] == store
+
+
+def test_a_scheme_location_globs_its_path_only(store: str) -> None:
+    """``sqlite:x.db?synchronous=normal``: the ``?`` of the options is not a glob character (it was read
+    as a pattern that matched nothing); a pattern in the path still expands, scheme and options
+    kept on each match."""
+    from pyattacker.view_common import expand_locations
+
+    folder = Path(store).parent
+    assert expand_locations([f"sqlite:{store}?synchronous=normal"]) == [f"sqlite:{store}?synchronous=normal"]
+    assert expand_locations([f"sqlite:{folder}/*.db?synchronous=normal"]) == [
+        f"sqlite:{store}?synchronous=normal"
+    ]
+    assert expand_locations(["s3://bucket/x?"]) == ["s3://bucket/x?"]  # not a local file: as is
+    with pytest.raises(ConfigError, match="matches no file"):
+        expand_locations([f"sqlite:{folder}/*.nope"])
+    proc = _run("report", f"sqlite:{store}?synchronous=normal", "--json")
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_missing_and_foreign_stores_exit_2(tmp_path: Path) -> None:

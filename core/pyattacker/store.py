@@ -34,6 +34,7 @@ __all__ = [
     "open_store",
     "rebase_local",
     "resolve_opener",
+    "scheme_of",
 ]
 
 #: Row kinds with keyset paging, and the order each is returned in (the last key is unique).
@@ -132,6 +133,12 @@ def local_file(location: str) -> str | None:
         return None
     path = rest.split("?", 1)[0]
     return path or None
+
+
+def scheme_of(location: str) -> str | None:
+    """The scheme a location names (``sqlite``, ``jsonl``, ``file``, ``memory``, a plugin's),
+    or None for a plain path."""
+    return _scheme_of(location)[0]
 
 
 def rebase_local(location: str, resolve: Callable[[str], str]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import glob
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -18,7 +18,7 @@ import msgspec
 
 from .errors import ConfigError
 from .model import ArtifactRecord, RunRecord
-from .store import Store, open_store
+from .store import Store, local_file, open_store, rebase_local, scheme_of
 
 __all__ = [
     "ALL_RUNS",
@@ -67,14 +67,34 @@ def expand_locations(args: Sequence[str]) -> list[str]:
     """
     out: list[str] = []
     for arg in args:
-        if _GLOB_CHARS & set(arg) and not os.path.exists(arg):
-            matches = sorted(m for m in glob.glob(arg) if not m.endswith(("-wal", "-shm", ".lock")))
-            if not matches:
-                raise ConfigError(f"store pattern {arg!r} matches no file")
-            out.extend(matches)
+        if scheme_of(arg) is not None:
+            out.extend(_expand_scheme(arg))
+        elif _GLOB_CHARS & set(arg) and not os.path.exists(arg):
+            out.extend(_matches(arg, arg))
         else:
             out.append(arg)
     return out
+
+
+def _matches(pattern: str, arg: str) -> list[str]:
+    matches = sorted(m for m in glob.glob(pattern) if not m.endswith(("-wal", "-shm", ".lock")))
+    if not matches:
+        raise ConfigError(f"store pattern {arg!r} matches no file")
+    return matches
+
+
+def _expand_scheme(arg: str) -> list[str]:
+    """A location with a scheme: only its path is a pattern (``sqlite:runs/*.db?synchronous=full``);
+    the ``?`` of its options is not a glob character (``sqlite:x.db?synchronous=full`` was read as a
+    pattern that matched nothing). Locations that are not local files are taken as they are."""
+    path = local_file(arg)
+    if path is None or not (_GLOB_CHARS & set(path)) or os.path.exists(path):
+        return [arg]
+    return [rebase_local(arg, _constant(match)) for match in _matches(path, arg)]
+
+
+def _constant(path: str) -> Callable[[str], str]:
+    return lambda _old: path
 
 
 def open_view(location: str) -> Store:
