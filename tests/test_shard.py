@@ -1266,3 +1266,26 @@ def test_watch_of_a_shard_store_pattern(env: dict[str, str], tmp_path: Path) -> 
     assert one.returncode == 0 and "status=completed" in one.stdout, one.stderr
     none = cli([*watch, "runs/s.shard*of3.db"], env, cwd=tmp_path)
     assert none.returncode == 2 and "matches no file" in none.stderr, none.stderr
+
+
+def test_ctrl_c_while_the_merged_report_is_read_still_says_how_the_shards_ended(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Once every shard has ended, a Ctrl-C during the merged report lost the per-shard lines
+    ("Aborted.", exit 130). The shards' outcome and exit code stand; the report says how to get
+    the merged view. (The interrupt is injected where the merge is read, in the parent only.)"""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os\n"
+        "if os.environ.get('INTERRUPT_MERGE') and not os.environ.get('PYATACKER_SHARD'):\n"
+        "    import pyattacker.shard_cli as m\n"
+        "    def _interrupted(self):\n"
+        "        raise KeyboardInterrupt\n"
+        "    m._Merge.result = _interrupted\n"
+    )
+    cfg = _config(tmp_path, 12)
+    result = cli(["run", "-c", str(cfg), "--shards", "2"], {**env, "INTERRUPT_MERGE": "1"}, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("shard 0/2: exit 0") and lines[1].startswith("shard 1/2: exit 0")
+    assert "merged report: unavailable (interrupted before it was read; `pyattacker report '" in result.stdout
+    assert "*" in result.stdout and lines[-1] == "exit code: 0" and "Traceback" not in result.stderr

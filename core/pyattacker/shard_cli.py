@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -438,7 +439,11 @@ def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
             for i in range(count)
         ]
         code = _exit_code(outcomes)
-        merged, why = merge.result()
+        try:
+            merged, why = merge.result()
+        except KeyboardInterrupt:  # the shards are done: say how they ended, not just "Aborted."
+            pattern = shlex.quote(shard_store_pattern(base, count))
+            merged, why = None, f"interrupted before it was read; `pyattacker report {pattern}` shows it"
     finally:
         merge.close()  # only after an exception: no forked read outlives the parent's command
     if flags["summary_format"] == "json":
