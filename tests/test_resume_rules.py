@@ -104,18 +104,24 @@ def test_failed_repair_keeps_the_original_failure_and_exits_1(tmp_path: Path) ->
     assert failed.data["phase"] == "settle" and "disk trouble" in failed.data["error"]
 
 
-@pytest.mark.parametrize("setting", [{"journal": "summary"}, {"artifact_backend": "null"}])
-def test_no_payloads_means_restart_with_checkpoint_missing(tmp_path: Path, setting: dict[str, Any]) -> None:
-    path = str(tmp_path / "s.db")
-    fail = {"on": True}
+def _second_fails_until_switched_off() -> tuple[Any, dict[str, bool]]:
+    """``first -> flaky``: flaky raises while ``switch["on"]`` (a first run leaves every
+    pipeline failed at its second task, the first output durable), then passes its value on."""
+    switch = {"on": True}
 
     @task
     def flaky(x: Any) -> Any:
-        if fail["on"]:
+        if switch["on"]:
             raise ValueError("later")
         return x
 
-    tpl = pipeline("p", first, flaky)
+    return pipeline("p", first, flaky), switch
+
+
+@pytest.mark.parametrize("setting", [{"journal": "summary"}, {"artifact_backend": "null"}])
+def test_no_payloads_means_restart_with_checkpoint_missing(tmp_path: Path, setting: dict[str, Any]) -> None:
+    path = str(tmp_path / "s.db")
+    tpl, fail = _second_fails_until_switched_off()
     with vrunner(store=path, **setting) as r:
         rep = r.run(tpl.map(seeds(2)))
     assert rep.failed == 2 and CALLS["first"] == 2
@@ -227,15 +233,7 @@ def _edit(path: str, statement: str) -> None:
 def _resume_after_editing(path: str, edit: str) -> tuple[str, Any]:
     """One pipeline ``first -> flaky`` whose second task failed (its first output durable),
     the store then edited by hand (``edit``, with ``{key}``), then resumed: (key, the report)."""
-    fail = {"on": True}
-
-    @task
-    def flaky(x: Any) -> Any:
-        if fail["on"]:
-            raise ValueError("later")
-        return x
-
-    tpl = pipeline("p", first, flaky)
+    tpl, fail = _second_fails_until_switched_off()
     with vrunner(store=path) as r:
         r.run(tpl.map(seeds(1)))
     fail["on"] = False
