@@ -16,6 +16,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from .digest import digest_bytes
 from .errors import PoolNotFound
 from .metrics import MetricRejected, check_points, check_value
@@ -32,6 +34,38 @@ _SAFE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,100}$")
 #: ``ctx.acquire()`` without arguments (marker) and the empty selector it passes on
 _NO_ARGS: Any = object()
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+class _EndedLeases(list):
+    """``held_leases`` of a context whose attempt has ended (one shared, always empty).
+
+    Task code can keep ``ctx`` past its attempt (a background task, a stored reference). A lease
+    taken through it then would never be reclaimed and its slot would be lost for the rest of
+    the run; instead the lease goes straight back and the caller gets an error. Swapping this in
+    at the end of the attempt costs nothing on the path of a lease taken in time.
+    """
+
+    __slots__ = ()
+
+    def append(self, lease: Any) -> None:
+        lease.release_now()
+        raise RuntimeError(
+            f"task {lease.task_name!r}: ctx.acquire() after its attempt ended (a ctx is valid only"
+            " while the task body runs; keep no reference to it in background work); the lease"
+            " was returned"
+        )
+
+
+_ENDED: list[Any] = _EndedLeases()
+
+
+def _plain(data: dict[str, Any]) -> dict[str, Any]:
+    """Event data as plain JSON-able values: what the store can encode never fails a commit.
+
+    Anything else (a lock, a client, a custom object) is stored as its ``repr``.
+    """
+    plain: dict[str, Any] = msgspec.to_builtins(data, enc_hook=repr, str_keys=True)
+    return plain
 
 
 def _full(args: Any) -> tuple[Any, ...]:
@@ -233,7 +267,7 @@ class TaskContext:
             self.lease_records.append(lease.as_dict())
         try:
             self.held_leases.remove(lease)
-        except ValueError:
+        except ValueError:  # released already, or the attempt has ended (``_ENDED``)
             pass
 
     def reclaim_now(self) -> list[Lease]:
@@ -248,7 +282,7 @@ class TaskContext:
                 self.lease_records.append(record)
             else:
                 self.lease_records.append(lease.as_dict())
-        self.held_leases.clear()
+        self.held_leases = _ENDED  # the attempt is over: later leases through this ctx are refused
         return leaked
 
     def lease_log(self) -> list[dict[str, Any]]:
@@ -263,15 +297,21 @@ class TaskContext:
 
     # -- events and metrics -------------------------------------------------------------------
     def emit(self, kind: str, **data: Any) -> None:
-        """Record a structured event (task, seq and attempt are added). Never raises."""
+        """Record a structured event (task, seq and attempt are added).
+
+        ``kind`` must be a non-empty string (``TypeError`` otherwise). The data never fails the
+        task or the store's commit: values JSON cannot hold are stored as their ``repr``.
+        """
+        if not isinstance(kind, str) or not kind:
+            raise TypeError(f"ctx.emit(kind): kind must be a non-empty string, got {kind!r}")
         try:
             data.setdefault("task", self.task.name)
             data.setdefault("seq", self.seq)
             data.setdefault("attempt", self.attempt)
             self._runner._event(
-                kind, "task", pipeline_id=self.pipeline_id, task_run_id=self.task_run_id, data=data
+                kind, "task", pipeline_id=self.pipeline_id, task_run_id=self.task_run_id, data=_plain(data)
             )
-        except Exception as exc:  # pragma: no cover - defensive: emit must never fail a task
+        except Exception as exc:  # defensive: emit must never fail a task
             log.warning("pyattacker: ctx.emit(%r) dropped: %s", kind, exc)
 
     def _reject(self, what: str, exc: Exception) -> bool:

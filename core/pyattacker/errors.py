@@ -33,6 +33,7 @@ __all__ = [
     "WorkerCrashed",
     "error_class_of",
     "retry_after_of",
+    "safe_str",
 ]
 
 
@@ -120,8 +121,16 @@ class WorkerCrashed(PyAttackerError):
 
     def __init__(self, pipeline_id: str | None, cause: BaseException | None = None) -> None:
         self.pipeline_id = pipeline_id
-        detail = f"{type(cause).__name__}: {cause}" if cause is not None else "unknown error"
+        detail = f"{type(cause).__name__}: {safe_str(cause)}" if cause is not None else "unknown error"
         super().__init__(f"worker for pipeline {pipeline_id} died with {detail}")
+
+
+def safe_str(exc: BaseException) -> str:
+    """``str(exc)``, or a placeholder when the exception's own ``__str__`` fails (task code)."""
+    try:
+        return str(exc)
+    except BaseException as err:
+        return f"<{type(exc).__name__}.__str__ failed: {type(err).__name__}>"
 
 
 class RetryableError(PyAttackerError):

@@ -13,7 +13,7 @@ from typing import Any
 
 from .codecs import CodecRegistry
 from .digest import blake2b_hasher, digest_bytes, digest_of
-from .errors import ConfigError, FatalError, PipelineBuildError
+from .errors import ConfigError, FatalError, PipelineBuildError, safe_str
 from .retry import Retrying, coerce_retry
 from .task import TaskSpec
 
@@ -286,9 +286,14 @@ def fanout(
 
     async def run_children(value: Any, ctx: Any) -> dict[str, Any]:
         async def one(child: TaskSpec) -> Any:
-            result = child.fn(value, ctx) if child.takes_ctx else child.fn(value)
-            if asyncio.iscoroutine(result):
-                result = await result
+            try:
+                result = child.fn(value, ctx) if child.takes_ctx else child.fn(value)
+                if asyncio.iscoroutine(result):
+                    result = await result
+            except SystemExit as exc:
+                # asyncio re-raises a SystemExit of a child task out of the event loop (the whole
+                # run would die): keep it this child's failure, like in a plain task
+                raise RuntimeError(f"fanout child {child.name!r} raised SystemExit({exc.code!r})") from exc
             if getattr(result, "__pyattacker_handoff__", False):
                 raise FatalError(f"fanout child {child.name!r} returned a handoff; not allowed inside fanout")
             return result
@@ -297,7 +302,10 @@ def fanout(
             results = await asyncio.gather(*(one(c) for c in children))
         else:
             raw = await asyncio.gather(*(one(c) for c in children), return_exceptions=True)
-            results = [{"error": f"{type(r).__name__}: {r}"} if isinstance(r, Exception) else r for r in raw]
+            results = [
+                {"error": f"{type(r).__name__}: {safe_str(r)}"} if isinstance(r, BaseException) else r
+                for r in raw
+            ]
         return dict(zip(names, results, strict=True))
 
     return TaskSpec(

@@ -18,6 +18,7 @@ import enum
 import inspect
 import itertools
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -142,6 +143,28 @@ def mask_secrets(value: Any) -> Any:
 _ids: dict[str, itertools.count[int]] = {}
 
 
+def shown(value: Any) -> Any:
+    """``value`` masked and made plain JSON, for the store and the views.
+
+    Options may hold live objects (a client, a lock): those are shown as their ``repr``, so a
+    resource's row can never fail the store's commit.
+    """
+    return msgspec.to_builtins(mask_secrets(value), enc_hook=repr, str_keys=True)
+
+
+def _tag_list(tags: Any) -> tuple[str, ...]:
+    """Tags given as a string or a list of strings (a mapping is kept as it is by the caller)."""
+    if isinstance(tags, str):
+        return (tags,)
+    try:
+        listed = tuple(tags)
+    except TypeError:
+        raise ConfigError(f"resource tags must be strings or a mapping, got {tags!r}") from None
+    if not all(isinstance(t, str) for t in listed):
+        raise ConfigError(f"resource tags must be strings, got {list(listed)!r}")
+    return listed
+
+
 def _next_id(kind: str) -> str:
     counter = _ids.get(kind)
     if counter is None:
@@ -208,8 +231,12 @@ class Resource:
             raise ConfigError(f"resource id must be a non-empty string, got {id!r}")
         if factory is not None and not callable(factory):
             raise ConfigError(f"resource factory must be callable, got {type(factory).__name__}")
-        if isinstance(cooldown_s, bool) or not isinstance(cooldown_s, int | float) or cooldown_s < 0:
-            raise ConfigError(f"resource cooldown_s must be a number >= 0, got {cooldown_s!r}")
+        if (
+            isinstance(cooldown_s, bool)
+            or not isinstance(cooldown_s, int | float)
+            or not 0 <= cooldown_s < math.inf  # NaN fails too
+        ):
+            raise ConfigError(f"resource cooldown_s must be a finite number >= 0, got {cooldown_s!r}")
         if options is not None and not isinstance(options, Mapping):
             raise ConfigError(f"resource options must be a mapping, got {type(options).__name__}")
         self.kind = kind
@@ -224,7 +251,7 @@ class Resource:
             self.tags = dict(tags)
             self._tagset: frozenset[str] = frozenset()
         else:
-            self.tags = (tags,) if isinstance(tags, str) else tuple(tags)
+            self.tags = _tag_list(tags)
             self._tagset = frozenset(self.tags)
         self.factory = factory
         self.meta: dict[str, Any] = dict(meta or {})
@@ -314,17 +341,21 @@ class Resource:
 
     # -- views --------------------------------------------------------------------------
     def spec(self) -> dict[str, Any]:
-        """The declared shape of the resource, secrets masked (safe to store and display)."""
+        """The declared shape of the resource, secrets masked (safe to store and display).
+
+        Options may hold live objects (a client, a lock): those are stored as their ``repr``,
+        so the run's resource rows never fail the store's commit.
+        """
         return {
             "id": self.id,
             "kind": self.kind,
             "capacity": self.capacity,
-            "options": mask_secrets(self.options),
-            "tags": mask_secrets(self.tags) if isinstance(self.tags, dict) else list(self.tags),
+            "options": shown(self.options),
+            "tags": shown(self.tags) if isinstance(self.tags, dict) else list(self.tags),
             "degrade_after": self.degrade_after,
             "dead_after": self.dead_after,
             "cooldown_s": self.cooldown_s,
-            "meta": mask_secrets(self.meta),
+            "meta": shown(self.meta),
         }
 
     def __repr__(self) -> str:
@@ -1266,8 +1297,8 @@ class Pool:
                     "failed": r.failed_total,
                     "latency_ms_ema": None if r.latency_ms_ema is None else round(r.latency_ms_ema, 3),
                     "blocked_until": r.blocked_until,
-                    "options": mask_secrets(r.options),
-                    "tags": mask_secrets(r.tags) if isinstance(r.tags, dict) else list(r.tags),
+                    "options": shown(r.options),
+                    "tags": shown(r.tags) if isinstance(r.tags, dict) else list(r.tags),
                 }
             )
         return rows

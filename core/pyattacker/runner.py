@@ -44,6 +44,7 @@ from .errors import (
     StoreUnavailable,
     WorkerCrashed,
     error_class_of,
+    safe_str,
 )
 from .event_loop import loop_factory, resolve_event_loop
 from .model import (
@@ -125,8 +126,17 @@ def _loop_kind(loop: asyncio.AbstractEventLoop) -> str:
 
 
 def _error_text(exc: BaseException) -> str:
-    text = str(exc)
+    """The message stored for ``exc``, cut to ``_MAX_ERROR``. Task code owns ``__str__``: one that
+    raises or returns a non-str must not cost the attempt row, the retry or the run."""
+    text = safe_str(exc)
     return text if len(text) <= _MAX_ERROR else text[: _MAX_ERROR - 1] + "…"
+
+
+def _cancel_requested() -> bool:
+    """Whether the current task was really cancelled (``task.cancel()``), as opposed to task code
+    raising ``CancelledError`` itself (which is that task's failure, not a stop of its worker)."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
 
 
 class Runner:
@@ -174,6 +184,8 @@ class Runner:
         self._codecs = codecs
         self.on_pipeline_finished = on_pipeline_finished
         self._extra_sinks = list(sinks)
+        if store is not None and not isinstance(store, str | os.PathLike) and not hasattr(store, "commit"):
+            raise ConfigError(f"store: expected a path, a location or a Store, got {type(store).__name__}")
         location = self.config.store or ":memory:"
         self.store: Store = (
             store
@@ -190,6 +202,8 @@ class Runner:
         self._closed = False
         self._artifact_root: Path | None = None
         self._warned: set[str] = set()
+        #: the id (or "?") of the run in progress: a second concurrent run_async() is refused
+        self._running: str | None = None
         self._reset()
 
     # -- public API ---------------------------------------------------------------------------
@@ -208,6 +222,8 @@ class Runner:
         return self._codecs
 
     def add_pool(self, pool: Any) -> None:
+        if not isinstance(getattr(pool, "name", None), str) or not hasattr(pool, "acquire"):
+            raise ConfigError(f"pools: expected Pool objects, got {type(pool).__name__}: {pool!r}"[:300])
         if pool.name in self.pools:
             raise ConfigError(f"two pools are named {pool.name!r}")
         self.pools[pool.name] = pool
@@ -389,6 +405,8 @@ class Runner:
         self._grace_timer = None
         self._trace = False
         self._in_sync = False
+        #: whether this run installed its SIGINT/SIGTERM handlers (see ``_real_interrupt``)
+        self._owns_signals = False
         self._skipped_quietly = 0
         #: workers are started as work arrives (a run of ten pipelines at concurrency 10,000 starts
         #: ten, not ten thousand); ``_idle`` counts those waiting on the queue
@@ -469,6 +487,21 @@ class Runner:
         """
         if self._closed:
             raise ConfigError("this runner is closed")
+        if self._running is not None:
+            raise ConfigError(
+                f"this runner is already running run {self._running!r}; a Runner runs one run at a"
+                " time (wait for it, or use a second Runner on another store)"
+            )
+        self._running = run_id or self.config.run_id or "?"
+        try:
+            return await self._run_async(specs, resume, run_id, expected)
+        finally:
+            self._running = None
+
+    async def _run_async(
+        self, specs: Iterable[PipelineSpec], resume: bool | None, run_id: str | None, expected: int | None
+    ) -> RunReport:
+        """``run_async`` once it is known that no other run of this runner is in progress."""
         if expected is None:
             expected = len(specs) if isinstance(specs, Sized) else getattr(specs, "length", None)
         self._reset()
@@ -486,6 +519,7 @@ class Runner:
             or cfg.run_id
             or (time.strftime("run-%Y%m%d-%H%M%S-", time.gmtime(self.clock.wall())) + uuid.uuid4().hex[:6])
         )
+        self._running = self.run_id
         self._backend = self._resolve_backend() if cfg.journal == "full" else None
         self._trace = cfg.events == "all"
         sinks = self._resolve_sinks()
@@ -517,6 +551,7 @@ class Runner:
             self._event("run.interrupted_pipelines", "run", data={"count": stale})
         listeners = self._attach_pools()
         signals = self._install_signals(loop) if cfg.handle_signals else []
+        self._owns_signals = bool(signals)
         queue: asyncio.Queue[_Pipeline | None] = asyncio.Queue(maxsize=max(2, 2 * cfg.concurrency))
         workers = self._workers
         producer = loop.create_task(self._produce(specs, queue), name="pyattacker-producer")
@@ -669,7 +704,7 @@ class Runner:
             self._fatal = self._fatal or exc
             self.stop("identity_conflict")
         elif task.get_name() == "pyattacker-producer":
-            self._producer_error = f"{type(exc).__name__}: {exc}"
+            self._producer_error = f"{type(exc).__name__}: {_error_text(exc)}"
             self._producer_done = True
             self.stop("producer_error")
         else:
@@ -681,7 +716,7 @@ class Runner:
                 "run",
                 pipeline_id=held,
                 data={
-                    "error": f"{type(exc).__name__}: {exc}",
+                    "error": f"{type(exc).__name__}: {_error_text(exc)}",
                     "traceback": "".join(traceback.format_exception(exc)),
                     "during_shutdown": self._stopping,
                 },
@@ -1243,9 +1278,11 @@ class Runner:
             except Exception as exc:
                 self._internal_error(state, exc)
             except BaseException as exc:
-                # outside task code (task bodies never get here): record, then let supervision stop the run
+                # outside task code, or a real Ctrl-C in a task body (resumable): record, then let
+                # supervision (or the caller) stop the run
+                interrupted = self._stopping or isinstance(exc, KeyboardInterrupt)
                 self._terminal(
-                    state, "interrupted" if self._stopping else "failed", error=exc, phase="worker_crashed"
+                    state, "interrupted" if interrupted else "failed", error=exc, phase="worker_crashed"
                 )
                 raise
             if me is not None:
@@ -1257,7 +1294,7 @@ class Runner:
             "run",
             pipeline_id=state.spec.key,
             data={
-                "error": f"{type(exc).__name__}: {exc}",
+                "error": f"{type(exc).__name__}: {_error_text(exc)}",
                 "traceback": "".join(traceback.format_exception(exc)),
             },
         )
@@ -1303,20 +1340,18 @@ class Runner:
                         value = await value
                 else:
                     value = await value
-        except asyncio.CancelledError:
-            ctx.reclaim_now()
-            self._record_attempt(
-                state,
-                ctx,
-                t0,
-                wall0,
-                "cancelled",
-                None,
-                {"retry": False, "reason": "cancelled", "delay_s": 0.0},
-            )
-            raise
+        except asyncio.CancelledError as exc:
+            if self._stopping or _cancel_requested():
+                self._attempt_interrupted(state, ctx, t0, wall0, "cancelled")
+                raise
+            error = exc  # raised by the task body itself: its failure, the worker goes on
         except Exception as exc:
             error = exc
+        except BaseException as exc:
+            if self._real_interrupt(exc):
+                self._attempt_interrupted(state, ctx, t0, wall0, "interrupted")
+                raise
+            error = exc  # SystemExit, GeneratorExit, a custom BaseException: the task's failure
         leaked = ctx.reclaim_now()
         if leaked:
             self.counters["leases_leaked"] += len(leaked)
@@ -1394,6 +1429,26 @@ class Runner:
             return False
         await self._fail(state, ctx, error, decision)
         return False
+
+    def _attempt_interrupted(
+        self, state: _Pipeline, ctx: TaskContext, t0: float, wall0: float, reason: str
+    ) -> None:
+        """A cancel or a real Ctrl-C ends the attempt: return its leases, record it, let it go on."""
+        ctx.reclaim_now()
+        self._record_attempt(
+            state, ctx, t0, wall0, "cancelled", None, {"retry": False, "reason": reason, "delay_s": 0.0}
+        )
+
+    def _real_interrupt(self, exc: BaseException) -> bool:
+        """Whether a ``BaseException`` out of a task body stops the run rather than failing the task.
+
+        Only a ``KeyboardInterrupt`` can be a real Ctrl-C: the runner's own handler raises one
+        into a blocking sync body (after setting ``_stopping``), and without the runner's
+        handlers (``handle_signals=False``, not the main thread) Python's default handler may.
+        Anything else (``SystemExit`` from ``sys.exit()``, ``GeneratorExit``, a custom
+        ``BaseException``) is task code failing, recorded like any exception.
+        """
+        return isinstance(exc, KeyboardInterrupt) and (self._stopping or not self._owns_signals)
 
     def _record_attempt(
         self,
@@ -1647,7 +1702,7 @@ class Runner:
                     "monitor.callback_failed",
                     "run",
                     pipeline_id=state.spec.key,
-                    data={"error": f"{type(exc).__name__}: {exc}"},
+                    data={"error": f"{type(exc).__name__}: {_error_text(exc)}"},
                 )
         self._check_complete()
 

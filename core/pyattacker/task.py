@@ -14,6 +14,8 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import msgspec
+
 from .errors import ConfigError, PipelineBuildError
 from .retry import Retrying, coerce_retry
 
@@ -63,13 +65,50 @@ def _strict_json(value: Any, where: str) -> None:
     raise ConfigError(f"{where}: {type(value).__name__} is not strict JSON (use lists, dicts, str, numbers)")
 
 
+def _unpartial(fn: Callable[..., Any]) -> tuple[Callable[..., Any], list[Any]]:
+    """The function under ``functools.partial`` layers, and the arguments they bind."""
+    bound: list[Any] = []
+    while isinstance(fn, functools.partial):
+        bound.append([fn.args, fn.keywords])
+        fn = fn.func
+    return fn, bound
+
+
 def _source_digest(fn: Callable[..., Any]) -> str:
-    target = getattr(fn, "__wrapped__", fn)
+    """A digest of the task's code that is the same in every process (resume compares it).
+
+    A ``functools.partial`` is its function's source plus the arguments it binds, and a callable
+    object without a ``__qualname__`` its class's: neither may fall back on a ``repr`` holding a
+    memory address, which would make every resume a changed-identity conflict.
+    """
+    target, bound = _unpartial(fn)
+    target = getattr(target, "__wrapped__", target)
+    if not hasattr(target, "__qualname__"):
+        target = type(target)
     try:
         text = inspect.getsource(target)
     except (OSError, TypeError):
-        text = f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', repr(target))}"
+        text = f"{getattr(target, '__module__', '?')}:{target.__qualname__}"
+    if bound:
+        text += msgspec.json.encode(bound, enc_hook=_type_name).decode()
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def _type_name(value: Any) -> str:
+    """Bound arguments JSON cannot hold count by their type (their repr may hold an address)."""
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"
+
+
+def _check_callable(fn: Any, name: str) -> None:
+    """A task body must be a function that returns its result: refuse what never could."""
+    if not callable(fn):
+        raise PipelineBuildError(f"task {name!r}: a task must be callable, got {type(fn).__name__}")
+    target = _unpartial(fn)[0]
+    if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
+        raise PipelineBuildError(
+            f"task {name!r}: {getattr(target, '__qualname__', target)} is a generator function; a task"
+            " returns its result (return a list, or use fanout/map for many values)"
+        )
 
 
 def _arity(fn: Callable[..., Any], name: str) -> bool:
@@ -152,9 +191,17 @@ class TaskSpec:
         if not isinstance(name, str) or not name:
             raise PipelineBuildError(f"task name must be a non-empty string, got {name!r}")
         if timeout_s is not None and (
-            isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0
-        ):
+            isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not timeout_s > 0
+        ):  # ``not > 0``: NaN fails too (inf is refused with the identity, where a config can clear it)
             raise ConfigError(f"task {name!r}: timeout_s must be a positive number, got {timeout_s!r}")
+        if resource is not None and (not isinstance(resource, str) or not resource):
+            from .config_schema import type_name  # only on this error: no import cost otherwise
+
+            raise ConfigError(
+                f"task {name!r}: resource must be a pool name (a string), got {type_name(resource)}"
+            )
+        if not children:
+            _check_callable(fn, name)
         if version is not None and not isinstance(version, str):
             raise ConfigError(f"task {name!r}: version must be a string, got {version!r}")
         cfg = dict(config or {})
@@ -181,8 +228,9 @@ class TaskSpec:
             ),
         )
         object.__setattr__(self, "source_digest", _source_digest(fn))
+        code = _unpartial(fn)[0]
         object.__setattr__(
-            self, "target", f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', '?')}"
+            self, "target", f"{getattr(code, '__module__', '?')}:{getattr(code, '__qualname__', '?')}"
         )
         object.__setattr__(self, "_fingerprint", None)
 
@@ -256,7 +304,7 @@ class TaskSpec:
 
 def build_task_spec(fn: Callable[..., Any], **options: Any) -> TaskSpec:
     """The programmatic form of ``@task(...)``."""
-    name = options.pop("name", None) or getattr(fn, "__name__", None) or "task"
+    name = options.pop("name", None) or getattr(_unpartial(fn)[0], "__name__", None) or "task"
     return TaskSpec(fn, name=name, **options)
 
 
@@ -266,6 +314,8 @@ def task(fn: Callable[..., Any] | str | None = None, **options: Any) -> Any:
         return build_task_spec(fn, **options)
     if isinstance(fn, str):
         options.setdefault("name", fn)
+    elif fn is not None:
+        raise TypeError(f"@task takes a function or a name, got {type(fn).__name__}: {fn!r}")
 
     def wrap(f: Callable[..., Any]) -> TaskSpec:
         return build_task_spec(f, **options)
