@@ -92,7 +92,9 @@ def in_process(view_store: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tup
         return snap
 
     monkeypatch.setattr(Api, "stats", aged)
-    server = ViewerServer(view_store, "127.0.0.1", 0, TOKEN, None)
+    # every /stats reads again: the test changes the age between two page loads within a second,
+    # which the shared answers (serve/shared_answers.py) would otherwise reuse
+    server = ViewerServer(view_store, "127.0.0.1", 0, TOKEN, None, answer_ttl_s=0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
