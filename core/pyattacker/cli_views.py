@@ -143,13 +143,10 @@ def export_command(paths: tuple[str, ...], rows: str, fmt: str | None, run_id: s
 def _watched_store(arg: str) -> str:
     """``watch`` shows one store. A glob pattern (the shard stores of a run, say) used to be
     taken as a file name, "does not exist"; now one match is watched and several are refused,
-    naming them and the command that merges them. A location with a scheme is taken as is
-    (its ``?`` starts options, not a pattern)."""
+    naming them and the command that merges them (``expand_locations`` reads only the path of
+    a location with a scheme as a pattern, never its ``?options``)."""
     from .errors import ConfigError
-    from .store import _scheme_of
 
-    if _scheme_of(arg)[0] is not None:
-        return arg
     matches = expand_locations([arg])  # a pattern matching nothing: "matches no file", exit 2
     if len(matches) == 1:
         return matches[0]
