@@ -260,10 +260,10 @@ class _Merge:
         self.why: str | None = None
 
     def _present(self, index: int) -> bool:
-        from .store import _scheme_of
+        from .store import scheme_of
 
         store = self.stores[index]
-        return _scheme_of(store)[0] not in (None, "file") or os.path.exists(store)
+        return scheme_of(store) not in (None, "file") or os.path.exists(store)
 
     def add(self, index: int) -> None:
         """Start reading shard ``index``'s store if it exists (in a forked child if allowed)."""
