@@ -89,6 +89,8 @@ def in_process(view_store: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tup
     def aged(self: Api, *args: Any) -> dict[str, Any]:
         snap = real(self, *args)
         snap["stats_age_s"] = age["s"]
+        if "eta_s" in age:  # a live run that knows its size (the stored run has finished)
+            snap["eta_s"] = age["eta_s"]
         return snap
 
     monkeypatch.setattr(Api, "stats", aged)
@@ -115,6 +117,18 @@ def test_dashboard_says_how_old_the_counts_are(in_process: tuple[str, dict[str, 
     assert _cards(dom)["pipelines"] == "20"
     age["s"] = 1.2
     assert _text_of(render(url, budget_ms=500), "age") == ""
+
+
+def test_dashboard_shows_how_long_is_left_only_when_it_is_known(
+    in_process: tuple[str, dict[str, Any]],
+) -> None:
+    """The `eta` card reads `/stats`' `eta_s` as `watch` prints it; a finished run (null) has none."""
+    url, age = in_process
+    assert "eta" not in _cards(render(url, budget_ms=500))
+    age["eta_s"] = 750.0
+    assert _cards(render(url, budget_ms=500))["eta"] == "12m 30s"
+    age["eta_s"] = 3720.4
+    assert _cards(render(url, budget_ms=500))["eta"] == "1h 02m"
 
 
 def test_browser_helper_finds_no_chromium_outside_ci(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
