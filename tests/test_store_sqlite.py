@@ -366,6 +366,52 @@ def test_none_booleans_and_blobs_round_trip_through_null_pattern_statements(tmp_
         store.close()
 
 
+def test_multi_row_statements_keep_order_across_chunks(tmp_path: Path) -> None:
+    """Consecutive rows of one NULL pattern go to SQLite as multi-row statements of at most
+    ``MAX_ROWS_PER_STATEMENT`` rows (cut into power-of-two chunks). A batch of 101 task rows that
+    upserts one slot in several chunks and switches pattern in between keeps every other row and
+    the last version of the repeated slot; 150 pipelines register 150 distinct keys."""
+    from pyattacker.model import Batch
+    from pyattacker_plugins.store_sqlite.statements import MAX_ROWS_PER_STATEMENT
+
+    assert MAX_ROWS_PER_STATEMENT < 101
+    store = OPENER.open(str(tmp_path / "m.db"))
+    try:
+        b = Batch()
+        b.pipelines += [pipeline(f"p{i}") for i in range(150)]
+        for i in range(101):
+            if i % 40 == 0:  # the repeated slot, alternating NULL patterns
+                b.tasks.append(task("p0", 0, state="failed", error_message=f"try {i}"))
+            else:
+                b.tasks.append(task(f"p{i}", 0, state="succeeded", output_artifact_id=f"p{i}:0"))
+        b.tasks.append(task("p0", 0, state="succeeded", output_artifact_id="p0:0"))  # last word
+        store.commit(b)
+        assert store.count_rows("pipelines") == 150
+        tasks = {t.pipeline_id: t for t in store.page("tasks", limit=1000)}
+        assert len(tasks) == 99  # p1..p100 minus p40 and p80, plus p0
+        assert (tasks["p0"].state, tasks["p0"].error_message) == ("succeeded", None)
+        assert all(tasks[f"p{i}"].output_artifact_id == f"p{i}:0" for i in range(1, 101) if i % 40)
+    finally:
+        store.close()
+
+
+def test_multi_row_statements_respect_an_old_sqlites_parameter_limit() -> None:
+    """SQLite before 3.32 allows 999 parameters per statement: 100 rows of 25 columns are then
+    written in smaller multi-row statements, all of them."""
+    import sqlite3
+
+    from pyattacker_plugins.store_sqlite.statements import write_rows
+
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+        conn.execute(f"CREATE TABLE t ({', '.join(f'c{i}' for i in range(25))})")
+        write_rows(conn, f"INSERT INTO t VALUES ({', '.join('?' * 25)})", [(i,) * 25 for i in range(100)])
+        assert conn.execute("SELECT c0 FROM t ORDER BY rowid").fetchall() == [(i,) for i in range(100)]
+    finally:
+        conn.close()
+
+
 def test_keys_of_a_rolled_back_batch_are_registered_again(tmp_path: Path) -> None:
     """The writer remembers committed pipeline keys; a failed batch must not be remembered."""
     from pyattacker.model import Batch

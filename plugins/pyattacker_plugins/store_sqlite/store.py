@@ -47,7 +47,7 @@ from .rows import (
     RowCodec,
 )
 from .state_lookup import StateLookup
-from .statements import Statement
+from .statements import Statement, write_rows
 from .wal_bound import WalBound, truncate_wal
 
 __all__ = ["LOOKUP_CHUNK", "WAL_SIZE_LIMIT", "SqliteStore"]
@@ -470,7 +470,7 @@ class SqliteStore:
                 fresh.append((pk, pid))
                 pks[pid] = pk
         if fresh:
-            conn.executemany(_REGISTER_KEY, fresh)
+            write_rows(conn, _REGISTER_KEY, fresh)
         return pks, len(fresh)
 
     @staticmethod
@@ -905,7 +905,9 @@ def _check_counted(
 
 
 def _connect(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    # room for every multi-row variant of the write statements (up to seven sizes per NULL
+    # pattern per table), so no commit re-parses one evicted by another
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, cached_statements=512)
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     return conn
 
