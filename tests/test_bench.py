@@ -6,6 +6,8 @@ is (the wall-budget test uses a budget far below any run's length).
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import os
 import subprocess
@@ -237,6 +239,17 @@ def test_a_world_where_every_endpoint_is_dead_stalls_at_once(dead_world: str) ->
         _report(scenario=dead_world, seeds=1, algorithms=["wait"])
 
 
+def test_a_failed_run_leaves_no_task_error_unretrieved(
+    dead_world: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Several workers meet the dead world in the same step; only the first error ends the run,
+    and the others must not be logged later as "exception was never retrieved"."""
+    with pytest.raises(BenchmarkStalled):
+        _report(scenario=dead_world, seeds=1, algorithms=["wait"])
+    gc.collect()
+    assert "never retrieved" not in caplog.text
+
+
 @pytest.mark.parametrize("algorithm", ["backoff", "immediate", "sticky", "quota_aware"])
 def test_every_algorithm_meets_the_dead_world_guard(dead_world: str, algorithm: str) -> None:
     with pytest.raises(BenchmarkStalled):
@@ -271,6 +284,33 @@ def test_a_third_party_algorithm_is_benchmarked_through_the_registry() -> None:
     assert "polite" in plan.algorithms
     report = run_bench(plan)
     assert report.algorithms["polite"].runs[0].jobs_done > 0
+
+
+def test_pool_cooldowns_follow_the_scaled_clock() -> None:
+    """On ``--clock real`` the loop's time and the pool's clock are the same compressed time,
+    so a 20 s cooldown ends after 20 simulated seconds (a tenth of a real second at x200)."""
+    from pyattacker.pool import Pool, Resource
+    from pyattacker_plugins.bench.clocks import ScaledClock
+
+    clock = ScaledClock(200.0)
+
+    async def main() -> float:
+        resource = Resource.create("x", id="r", degrade_after=1, cooldown_s=20.0)
+        pool = Pool("p", [resource], clock=clock, algorithms=get_plugins().algorithms)
+        lease = pool.try_acquire()
+        assert lease is not None
+        lease.report(ok=False)  # degraded: not leasable for 20 simulated seconds
+        lease.release_now()
+        again = await pool.acquire(algorithm="wait")
+        again.release_now()
+        assert abs(asyncio.get_running_loop().time() - clock.now()) < 1.0
+        return clock.now()
+
+    loop = clock.new_event_loop()
+    try:
+        assert loop.run_until_complete(main()) >= 20.0
+    finally:
+        loop.close()
 
 
 # -- scenarios ----------------------------------------------------------------------------------
@@ -436,3 +476,21 @@ def test_help_does_not_import_the_simulator() -> None:
     assert "bench" in proc.stdout
     loaded = proc.stderr.strip().splitlines()[-1]
     assert "driver" not in loaded and "world" not in loaded and "api" not in loaded
+
+
+# -- the docs cannot fall behind --------------------------------------------------------------------
+
+
+def test_every_metric_is_documented_and_every_flag_listed() -> None:
+    from pyattacker_plugins.bench.command import bench_command
+
+    benchmark = (TESTS.parent / "docs" / "benchmark.md").read_text()
+    for metric in METRICS:
+        stem = metric.name.removesuffix("_p95_ms").removesuffix("_p99_ms")
+        assert f"`{metric.name}`" in benchmark or f"`{stem}" in benchmark, metric.name
+        assert metric.unit in benchmark
+    cli = (TESTS.parent / "docs" / "cli.md").read_text()
+    section = cli[cli.index("## `bench`") :]
+    for param in bench_command.params:
+        for flag in param.opts:
+            assert f"`{flag}" in section, flag

@@ -175,6 +175,11 @@ class _Run:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+            for task in (*workers, guard):
+                if task.done() and not task.cancelled():
+                    # a second worker that failed in the same step: retrieved here, or its task
+                    # would log "exception was never retrieved" whenever it is collected
+                    task.exception()
 
     async def _worker(self) -> None:
         s = self.scenario
