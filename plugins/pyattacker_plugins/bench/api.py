@@ -201,6 +201,12 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None) -> BenchRepo
     say = progress or (lambda line: None)
     registry = algorithm_registry(plan.registry)
     say(_header(plan))
+    s = plan.scenario
+    if plan.clock == "real" and s.horizon_s / plan.speedup > plan.wall_budget_s:
+        say(
+            f"  warning: a run that lasts its horizon needs {s.horizon_s / plan.speedup:.0f}s of real time,"
+            f" more than the wall budget of {plan.wall_budget_s:g}s (raise --speedup or --wall-budget)"
+        )
     for name, why in plan.skipped.items():
         say(f"  skipped {name}: {why}")
     results: dict[str, AlgorithmResult] = {}
