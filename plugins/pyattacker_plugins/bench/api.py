@@ -187,7 +187,7 @@ def _header(plan: BenchPlan) -> str:
     clock = "virtual"
     if plan.clock != "virtual":
         clock = (
-            f"real x{plan.speedup:g} (a run takes about {s.horizon_s / plan.speedup:.0f}s: horizon / speedup)"
+            f"real x{plan.speedup:g} (up to about {s.horizon_s / plan.speedup:.0f}s a run: horizon / speedup)"
         )
     return (
         f"bench {s.name}: {len(plan.algorithms)} algorithm(s) x {len(plan.seeds)} seed(s);"

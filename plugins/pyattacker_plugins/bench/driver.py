@@ -38,7 +38,8 @@ __all__ = ["BenchContext", "RunResult", "RunSettings", "run_once"]
 GUARD_TICK_S = 5.0
 #: jobs in flight at the horizon get at least this long (simulated) to finish
 MIN_DRAIN_S = 3600.0
-#: a wall-budget overrun counts as a stall when nothing moved for this long (real seconds)
+#: a wall-budget overrun counts as a stall when nothing finished for this long (real seconds),
+#: or for a tenth of the budget if that is longer (on the real clock a slow request is no stall)
 STALL_AFTER_S = 1.0
 
 
@@ -377,7 +378,7 @@ class _Watchdog:
         horizon = run.scenario.horizon_s
         head = f"{run._where()}: did not finish within the wall budget of {self.budget_s:g}s"
         state = f"simulated t={sim:.1f}s of a {horizon:g}s horizon, {r.jobs_done}/{r.jobs_total} jobs done"
-        if self.idle_s >= STALL_AFTER_S:
+        if self.idle_s >= max(STALL_AFTER_S, self.budget_s / 10):
             return BenchmarkTimeout(
                 f"{head}: stalled, nothing finished during its last {self.idle_s:.1f}s ({state});"
                 " an algorithm or scenario that never lets a request through"
