@@ -42,7 +42,7 @@ CORE_COMMANDS: dict[str, LazyCommand] = {
 PANELS = {
     "Run pipelines": ["run", "resume", "demo"],
     "Look at results": ["report", "watch", "export", "serve"],
-    "Check the setup": ["validate", "init", "plugins"],
+    "Check the setup": ["validate", "init", "plugins", "bench"],
 }
 
 

@@ -55,6 +55,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "backend-inline",
     "backend-null",
     "bridge",
+    "cmd-bench",
     "cmd-serve",
     "codec-bytes",
     "codec-json",

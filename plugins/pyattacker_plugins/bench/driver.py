@@ -1,0 +1,411 @@
+"""The closed-loop client: workers drive jobs through the real pool, algorithm and retry policy.
+
+There is no Runner here: its real-time machinery (write-behind, admission, signals) has no
+place in simulated time. What a task attempt does with a pool is reproduced instead, with the
+kernel's own pieces: ``Pool.try_now``/``Pool.acquire`` through the algorithm under test,
+``Lease.report`` (the only input of resource health), ``release_now`` in a ``finally``,
+``error_class_of`` (through ``Retrying.decide``) and the retry delay slept on the pool's clock.
+
+A worker takes the next job, runs its steps in order (each step is the retry unit, like a task,
+and makes ``calls`` requests, each under its own lease) and takes the next job until the
+horizon passes; jobs already started always finish. The worker stays with its job through
+retry delays, like a client that sleeps between attempts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyattacker.algorithm import resolve_algorithm
+from pyattacker.errors import ResourceUnavailable
+from pyattacker.pool import Lease, Pool, Resource
+from pyattacker.registry import Registry
+
+from .clocks import make_clock
+from .errors import BenchmarkError, BenchmarkStalled, BenchmarkTimeout
+from .keys import keyed_rng
+from .scenario import Scenario
+from .world import REFUSED, World
+
+__all__ = ["BenchContext", "RunResult", "RunSettings", "run_once"]
+
+#: simulated seconds between two checks that in-flight jobs still drain after the horizon
+GUARD_TICK_S = 5.0
+#: jobs in flight at the horizon get at least this long (simulated) to finish
+MIN_DRAIN_S = 3600.0
+#: a wall-budget overrun counts as a stall when nothing finished for this long (real seconds),
+#: or for a tenth of the budget if that is longer (on the real clock a slow request is no stall)
+STALL_AFTER_S = 1.0
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """One run: a scenario (with the overrides already applied), one algorithm, one seed."""
+
+    scenario: Scenario
+    algorithm: str
+    seed: int
+    clock: str = "virtual"
+    speedup: float = 10.0
+    wall_budget_s: float = 600.0
+
+
+@dataclass
+class RunResult:
+    """The raw counts of one run; ``metrics.compute`` turns them into the reported metrics."""
+
+    algorithm: str
+    seed: int
+    jobs_total: int
+    steps: int
+    calls: int
+    slots: int
+    jobs_started: int = 0
+    jobs_done: int = 0
+    jobs_failed: int = 0
+    makespan_s: float = 0.0
+    steps_started: int = 0
+    steps_retried: int = 0
+    step_attempts: int = 0
+    failed_attempts: int = 0
+    requests: int = 0
+    refused: int = 0
+    errored: int = 0
+    ok_busy_s: float = 0.0
+    job_latencies_s: list[float] = field(default_factory=list)
+    acquire_waits_s: list[float] = field(default_factory=list)
+    request_latencies_s: list[float] = field(default_factory=list)
+    requests_by_endpoint: dict[str, int] = field(default_factory=dict)
+    endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    decisions: dict[str, int] = field(default_factory=dict)
+    error_classes: dict[str, int] = field(default_factory=dict)
+    leases_active_at_end: int = 0
+    sim_end_s: float = 0.0
+    wall_s: float = 0.0
+
+
+class BenchContext:
+    """What the algorithm sees of a step attempt (the ``AcquireContext`` protocol).
+
+    Its ``rng`` is keyed by (seed, "acquire", job, step, attempt), so an algorithm's jitter never
+    depends on what other workers drew; ``meta`` is fresh per attempt, like a task's.
+    """
+
+    __slots__ = ("_key", "_rng", "held_leases", "meta", "pipeline_id", "pools", "task_name")
+
+    def __init__(self, pools: dict[str, Pool], seed: int, job: int, step: int, attempt: int) -> None:
+        self._key = (seed, "acquire", job, step, attempt)
+        self._rng: Any = None
+        self.pools = pools
+        self.meta: dict[str, Any] = {}
+        self.task_name = f"step{step}"
+        self.pipeline_id = f"job{job}"
+        self.held_leases: list[Lease] = []
+
+    @property
+    def rng(self) -> Any:
+        if self._rng is None:
+            self._rng = keyed_rng(*self._key)
+        return self._rng
+
+    def emit(self, kind: str, **data: Any) -> None:
+        """Algorithms emit task events (``acquire.backoff``); a benchmark has no store for them."""
+
+
+class _Run:
+    """The state of one run while it is going."""
+
+    def __init__(self, settings: RunSettings, registry: Registry) -> None:
+        scenario = settings.scenario
+        self.settings = settings
+        self.scenario = scenario
+        self.seed = settings.seed
+        self.clock = make_clock(settings.clock, settings.speedup)
+        self.world = World(scenario, settings.seed)
+        self.pool = Pool(
+            "bench",
+            [
+                Resource.create(
+                    "endpoint",
+                    id=e.name,
+                    capacity=e.slots,
+                    options={"quota": {"tokens": e.quota_tokens}} if e.quota_tokens is not None else {},
+                    degrade_after=e.degrade_after,
+                    dead_after=e.dead_after,
+                    cooldown_s=e.cooldown_s,
+                )
+                for e in scenario.endpoints
+            ],
+            clock=self.clock,
+            deadlock_warn_s=None,
+            algorithms=registry,
+        )
+        self.pools = {self.pool.name: self.pool}
+        self.algorithm = resolve_algorithm(settings.algorithm, registry)
+        self.result = RunResult(
+            algorithm=settings.algorithm,
+            seed=settings.seed,
+            jobs_total=scenario.jobs,
+            steps=scenario.steps,
+            calls=scenario.calls,
+            slots=scenario.slots,
+        )
+        self.by_endpoint: Counter[str] = Counter()
+        self.decisions: Counter[str] = Counter()
+        self.error_classes: Counter[str] = Counter()
+        self.next_job = 0
+        #: bumped whenever something finishes; the wall-budget watchdog reads it from its thread
+        self.progress = 0
+
+    # -- the client ----------------------------------------------------------------------------
+    async def main(self) -> None:
+        workers = {asyncio.create_task(self._worker()) for _ in range(self.scenario.concurrency)}
+        guard = asyncio.create_task(self._drain_guard())
+        pending: set[asyncio.Task[None]] = {*workers, guard}
+        try:
+            while workers & pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()  # the first error ends the run (the others are cancelled below)
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            for task in (*workers, guard):
+                if task.done() and not task.cancelled():
+                    # a second worker that failed in the same step: retrieved here, or its task
+                    # would log "exception was never retrieved" whenever it is collected
+                    task.exception()
+
+    async def _worker(self) -> None:
+        s = self.scenario
+        now = self.clock.now
+        while self.next_job < s.jobs and now() < s.horizon_s:
+            job = self.next_job
+            self.next_job += 1
+            await self._job(job)
+
+    async def _job(self, job: int) -> None:
+        r = self.result
+        start = self.clock.now()
+        r.jobs_started += 1
+        self.progress += 1
+        done = True
+        for step in range(self.scenario.steps):
+            if not await self._step(job, step):
+                done = False
+                break
+        end = self.clock.now()
+        r.makespan_s = max(r.makespan_s, end)
+        if done:
+            r.jobs_done += 1
+            r.job_latencies_s.append(end - start)
+        else:
+            r.jobs_failed += 1
+        self.progress += 1
+
+    async def _step(self, job: int, step: int) -> bool:
+        r = self.result
+        clock = self.clock
+        retry = self.scenario.retry
+        first = clock.now()
+        r.steps_started += 1
+        attempt = 1
+        while True:
+            r.step_attempts += 1
+            try:
+                await self._attempt(BenchContext(self.pools, self.seed, job, step, attempt))
+            except BenchmarkError:
+                raise
+            except Exception as exc:  # task-like failure; cancellation is not an Exception
+                r.failed_attempts += 1
+                if isinstance(exc, ResourceUnavailable):
+                    self._check_alive()
+                rng = keyed_rng(self.seed, "retry", job, step, attempt)
+                decision = retry.decide(exc, attempt, rng, clock.now() - first)
+                self.decisions[decision["reason"]] += 1
+                self.error_classes[decision["error_class"]] += 1
+                if not decision["retry"]:
+                    if attempt > 1:
+                        r.steps_retried += 1
+                    return False
+                await clock.sleep(decision["delay_s"])
+                attempt += 1
+                continue
+            if attempt > 1:
+                r.steps_retried += 1
+            return True
+
+    async def _attempt(self, ctx: BenchContext) -> None:
+        """One step attempt: ``calls`` requests in order, each under its own lease."""
+        r = self.result
+        clock = self.clock
+        pool = self.pool
+        algorithm = self.algorithm
+        timeout_s = self.scenario.request_timeout_s
+        for _ in range(self.scenario.calls):
+            asked = clock.now()
+            lease = pool.try_now(ctx, algorithm=algorithm, where=None, selector={})
+            if lease is None:
+                lease = await pool.acquire(ctx, algorithm=algorithm)
+            r.acquire_waits_s.append(clock.now() - asked)
+            ctx.held_leases.append(lease)
+            try:
+                name = lease.resource.id
+                endpoint = self.world.endpoint(name)
+                outcome = endpoint.send(clock.now())
+                try:
+                    await clock.sleep(outcome.duration_s)
+                finally:
+                    if outcome.kind != REFUSED:
+                        endpoint.finish()
+                r.requests += 1
+                self.by_endpoint[name] += 1
+                r.request_latencies_s.append(outcome.duration_s)
+                self.progress += 1
+                error = outcome.error(name, timeout_s)
+                latency_ms = outcome.duration_s * 1000.0
+                if error is None:
+                    r.ok_busy_s += outcome.duration_s
+                    lease.report(ok=True, latency_ms=latency_ms, usage={"tokens": outcome.tokens})
+                else:
+                    if outcome.kind == REFUSED:
+                        r.refused += 1
+                    else:
+                        r.errored += 1
+                    lease.report(ok=False, latency_ms=latency_ms, error=error)
+                    raise error
+            finally:
+                lease.release_now()
+                ctx.held_leases.remove(lease)
+
+    # -- guards -------------------------------------------------------------------------------
+    def _where(self) -> str:
+        s = self.settings
+        return f"scenario {s.scenario.name!r}, algorithm {s.algorithm!r}, seed {s.seed}"
+
+    def _check_alive(self) -> None:
+        """Every endpoint dead or revoked: nothing can be leased again, the numbers would be empty."""
+        why = self.pool.beyond_recovery()
+        if why is not None:
+            raise BenchmarkStalled(
+                f"{self._where()}: no endpoint can be leased again at simulated"
+                f" t={self.clock.now():.1f}s ({why}); the run would measure nothing"
+            )
+
+    async def _drain_guard(self) -> None:
+        """Jobs started before the horizon must end; a livelock in simulated time must not."""
+        s = self.scenario
+        limit = s.horizon_s + max(s.horizon_s, MIN_DRAIN_S)
+        while True:
+            await self.clock.sleep(GUARD_TICK_S)
+            if self.clock.now() > limit:
+                r = self.result
+                in_flight = r.jobs_started - r.jobs_done - r.jobs_failed
+                raise BenchmarkStalled(
+                    f"{self._where()}: {in_flight} job(s) still unfinished at simulated"
+                    f" t={self.clock.now():.0f}s, long after the {s.horizon_s:g}s horizon"
+                    " (an acquisition or retry loop that never ends)"
+                )
+
+    def finish(self, wall_s: float) -> RunResult:
+        r = self.result
+        r.requests_by_endpoint = {e.name: self.by_endpoint.get(e.name, 0) for e in self.scenario.endpoints}
+        r.endpoints = {name: ep.admission() for name, ep in self.world.endpoints.items()}
+        r.decisions = dict(sorted(self.decisions.items()))
+        r.error_classes = dict(sorted(self.error_classes.items()))
+        r.leases_active_at_end = sum(res.active for res in self.pool.resources())
+        r.sim_end_s = self.clock.now()
+        r.wall_s = wall_s
+        return r
+
+
+class _Watchdog:
+    """Cancels the run from a thread when the wall budget is spent.
+
+    A thread, because the event loop cannot time itself: a loop spinning on ready callbacks
+    never reaches a timer, and a virtual clock's timers do not follow real time. It also
+    watches the run's progress counter, to say whether the run was stalled or merely slow.
+    """
+
+    def __init__(self, run: _Run, budget_s: float) -> None:
+        self.run = run
+        self.budget_s = budget_s
+        self.fired = False
+        self.idle_s = 0.0
+        self._stop = threading.Event()
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._thread = threading.Thread(target=self._watch, name="bench-watchdog", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        start = time.monotonic()
+        deadline = start + self.budget_s
+        interval = min(0.25, self.budget_s / 4)
+        seen = self.run.progress
+        changed = start
+        while True:
+            left = deadline - time.monotonic()
+            if self._stop.wait(max(0.0, min(interval, left))):
+                return
+            now = time.monotonic()
+            progress = self.run.progress
+            if progress != seen:
+                seen, changed = progress, now
+            if now >= deadline:
+                self.idle_s = now - changed
+                self.fired = True
+                if self._task is not None:
+                    self._loop.call_soon_threadsafe(self._task.cancel)
+                return
+
+    def error(self) -> BenchmarkTimeout:
+        run = self.run
+        r = run.result
+        sim = run.clock.now()
+        horizon = run.scenario.horizon_s
+        head = f"{run._where()}: did not finish within the wall budget of {self.budget_s:g}s"
+        state = f"simulated t={sim:.1f}s of a {horizon:g}s horizon, {r.jobs_done}/{r.jobs_total} jobs done"
+        if self.idle_s >= max(STALL_AFTER_S, self.budget_s / 10):
+            return BenchmarkTimeout(
+                f"{head}: stalled, nothing finished during its last {self.idle_s:.1f}s ({state});"
+                " an algorithm or scenario that never lets a request through"
+            )
+        return BenchmarkTimeout(
+            f"{head}: still making progress but too slowly ({state}); raise --wall-budget,"
+            " or lower --jobs or --horizon"
+        )
+
+
+def run_once(settings: RunSettings, registry: Registry) -> RunResult:
+    """Run one (scenario, algorithm, seed) to the end, or raise a ``BenchmarkError``."""
+    run = _Run(settings, registry)
+
+    async def supervised() -> None:
+        watchdog = _Watchdog(run, settings.wall_budget_s)
+        watchdog.start()
+        try:
+            await run.main()
+        except asyncio.CancelledError:
+            if watchdog.fired:
+                raise watchdog.error() from None
+            raise
+        finally:
+            watchdog.stop()
+
+    started = time.perf_counter()
+    with asyncio.Runner(loop_factory=run.clock.new_event_loop) as runner:
+        runner.run(supervised())
+    return run.finish(time.perf_counter() - started)

@@ -1,0 +1,23 @@
+"""Why a benchmark produced no table: both are ``PyAttackerError`` (the CLI exits 2).
+
+A benchmark that cannot finish never returns partial metrics: numbers from a run cut short
+would sit under the right heading and mean something else.
+"""
+
+from __future__ import annotations
+
+from pyattacker.errors import PyAttackerError
+
+__all__ = ["BenchmarkError", "BenchmarkStalled", "BenchmarkTimeout"]
+
+
+class BenchmarkError(PyAttackerError):
+    """Base of the errors that end a benchmark without a report."""
+
+
+class BenchmarkTimeout(BenchmarkError):
+    """A run used up its wall-clock budget (the message says whether it stalled or was slow)."""
+
+
+class BenchmarkStalled(BenchmarkError):
+    """A run can never finish: every endpoint is beyond recovery, or jobs never drain."""

@@ -1,0 +1,307 @@
+"""A ``BenchReport`` as a text table (stdout), a JSON document and a markdown file.
+
+The three say the same thing: per metric, each algorithm's mean ± stdev (min/max) over the
+seeds, the winners marked ``*``, and the notes that explain a missing winner. JSON also holds
+every run's raw numbers, including those of algorithms the table shows as N/A.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .api import BenchReport
+from .driver import RunResult
+from .metrics import METRICS, NEUTRAL, Metric
+from .scenario import EndpointSpec
+from .winners import ELIGIBLE_SHARE, Summary
+
+__all__ = ["to_json", "to_markdown", "to_table"]
+
+GATED = "†"
+
+
+def fmt(value: float | None, unit: str = "") -> str:
+    """A number short enough for a table cell: ratios with 3 decimals, milliseconds whole,
+    anything else with about four significant digits (no exponent, no trailing zeros)."""
+    if value is None:
+        return "-"
+    if unit == "ratio":
+        return f"{value:.3f}"
+    if unit == "ms":
+        return f"{value:.0f}"
+    size = abs(value)
+    if size >= 100:
+        return f"{value:.0f}"
+    text = f"{value:.1f}" if size >= 10 else f"{value:.2f}" if size >= 1 else f"{value:.3f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _cell(summary: Summary, unit: str) -> str:
+    if summary.mean is None:
+        return "-"
+    if summary.n == 1:
+        return fmt(summary.mean, unit)
+    return (
+        f"{fmt(summary.mean, unit)} ± {fmt(summary.stdev, unit)}"
+        f" ({fmt(summary.min, unit)}/{fmt(summary.max, unit)})"
+    )
+
+
+def _better(metric: Metric) -> str:
+    return metric.direction + (GATED if metric.needs_completion else "")
+
+
+def _rows(report: BenchReport) -> tuple[list[str], list[list[str]]]:
+    names = list(report.algorithms)
+    head = ["metric", "unit", "better", *names]
+    rows = []
+    for metric in METRICS:
+        verdict = report.verdicts[metric.name]
+        row = [metric.name, metric.unit, _better(metric)]
+        for name in names:
+            result = report.algorithms[name]
+            if not result.suited:
+                row.append("N/A")
+                continue
+            mark = " *" if name in verdict.winners else ""
+            row.append(_cell(result.summary[metric.name], metric.unit) + mark)
+        rows.append(row)
+    return head, rows
+
+
+def _settings(report: BenchReport) -> str:
+    plan = report.plan
+    s = plan.scenario
+    clock = "virtual" if plan.clock == "virtual" else f"real x{plan.speedup:g}"
+    seeds = ", ".join(str(x) for x in plan.seeds)
+    return (
+        f"scenario {s.name}: {s.jobs} jobs x {s.steps} steps x {s.calls} calls, {s.concurrency} workers,"
+        f" horizon {s.horizon_s:g}s, clock {clock}, seeds {seeds}"
+    )
+
+
+def _notes(report: BenchReport) -> list[str]:
+    notes = [
+        f"mean ± stdev (min/max) over {len(report.plan.seeds)} seed(s); * = winner: the best mean, and"
+        " every mean within max(1% of it, 2 x SE of the paired per-seed differences); no composite score",
+    ]
+    suited = [a for a, r in report.algorithms.items() if r.suited]
+    if report.baseline is not None:
+        leader = max(suited, key=lambda a: report.algorithms[a].summary["completion"].mean or 0.0)
+        out = [a for a in suited if a not in report.eligible]
+        eligible = ", ".join(report.eligible) or "none"
+        line = (
+            f"{GATED} compared only among algorithms completing at least {ELIGIBLE_SHARE:.0%} of the best"
+            f" mean completion ({fmt(report.baseline, 'ratio')}, {leader}): {eligible}"
+        )
+        if out:
+            shown = ", ".join(
+                f"{a} ({fmt(report.algorithms[a].summary['completion'].mean, 'ratio')})" for a in out
+            )
+            line += f"; not eligible: {shown}"
+        notes.append(line)
+    quiet: dict[str, list[str]] = {}
+    for metric in METRICS:
+        verdict = report.verdicts[metric.name]
+        if metric.direction != NEUTRAL and verdict.note and not verdict.winners:
+            quiet.setdefault(verdict.note, []).append(metric.name)
+    for note, metrics in quiet.items():
+        notes.append(f"no winner for {', '.join(metrics)}: {note}")
+    if len(report.plan.seeds) == 1:
+        notes.append("one seed: the best mean wins outright (no measure of noise; use --seeds 3 or more)")
+    for name, result in report.algorithms.items():
+        if not result.suited:
+            notes.append(f"N/A {name}: {result.reason} (its raw numbers are in --json)")
+    for name, why in report.plan.skipped.items():
+        notes.append(f"skipped {name}: {why}")
+    held = [
+        f"{name} seed {run.seed}: {run.leases_active_at_end}"
+        for name, result in report.algorithms.items()
+        for run in result.runs
+        if run.leases_active_at_end
+    ]
+    if held:
+        notes.append(f"WARNING: leases still held at the end ({'; '.join(held)}): a lease-safety bug")
+    return notes
+
+
+def _aligned(head: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    return [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+
+
+def to_table(report: BenchReport) -> str:
+    """The text table printed on stdout."""
+    head, rows = _rows(report)
+    lines = [_settings(report), "", *_aligned(head, rows), ""]
+    lines += _notes(report)
+    return "\n".join(lines) + "\n"
+
+
+def _summary_dict(summary: Summary) -> dict[str, Any]:
+    return dataclasses.asdict(summary)
+
+
+def to_json(report: BenchReport) -> dict[str, Any]:
+    """The full report as plain JSON values (every number; ``wall_s`` is the only real-time one)."""
+    plan = report.plan
+    s = plan.scenario
+    return {
+        "scenario": {
+            "name": s.name,
+            "description": s.description,
+            "jobs": s.jobs,
+            "steps": s.steps,
+            "calls": s.calls,
+            "concurrency": s.concurrency,
+            "horizon_s": s.horizon_s,
+            "retry": s.retry.fingerprint(),
+            "endpoints": [dataclasses.asdict(e) for e in s.endpoints],
+            "unsuited": dict(s.unsuited),
+        },
+        "seeds": list(plan.seeds),
+        "clock": plan.clock,
+        "speedup": plan.speedup,
+        "wall_budget_s": plan.wall_budget_s,
+        "metrics": [dataclasses.asdict(m) for m in METRICS],
+        "completion_baseline": report.baseline,
+        "eligible": list(report.eligible),
+        "algorithms": {
+            name: {
+                "suited": result.suited,
+                "unsuited_reason": result.reason,
+                "summary": {k: _summary_dict(v) for k, v in result.summary.items()},
+                "runs": [
+                    {
+                        "seed": run.seed,
+                        "metrics": metrics,
+                        "endpoints": run.endpoints,
+                        "retry_decisions": run.decisions,
+                        "error_classes": run.error_classes,
+                    }
+                    for run, metrics in zip(result.runs, result.metrics, strict=True)
+                ],
+            }
+            for name, result in report.algorithms.items()
+        },
+        "winners": {
+            name: {
+                "winners": list(v.winners),
+                "best": v.best,
+                "competitors": list(v.competitors),
+                "note": v.note,
+            }
+            for name, v in report.verdicts.items()
+        },
+        "skipped": dict(plan.skipped),
+        "wall_s": report.wall_s,
+    }
+
+
+def _md(cells: list[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return [_md(head), _md(["---"] * len(head)), *(_md(r) for r in rows)]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _pct(part: float, whole: float | None) -> str:
+    return f"{part / whole:.1%}" if whole else "-"
+
+
+def _admission_row(endpoint: EndpointSpec, runs: list[RunResult], total: float) -> list[str]:
+    def avg(key: str) -> float:
+        return _mean([float(run.endpoints[endpoint.name][key]) for run in runs])
+
+    requests = avg("requests")
+    admitted = avg("admitted")
+    return [
+        endpoint.name,
+        fmt(requests),
+        _pct(requests, total),
+        _pct(admitted, requests),
+        _pct(avg("refused"), requests),
+        _pct(avg("errors"), admitted),
+        fmt(avg("timeouts")),
+        _pct(avg("overloaded"), admitted),
+        fmt(avg("tokens_used")),
+        _pct(avg("tokens_used"), endpoint.quota_tokens),
+    ]
+
+
+def _admission(report: BenchReport) -> list[str]:
+    lines = [
+        "## Per-endpoint admission",
+        "",
+        "Means per run over the seeds. share: of all requests; admitted and refused: of the"
+        " endpoint's requests; errors and overloaded (served beyond the endpoint's current"
+        " capacity, so slower): of its admitted requests; of quota: tokens spent / declared quota.",
+    ]
+    head = [
+        "endpoint",
+        "requests",
+        "share",
+        "admitted",
+        "refused (429)",
+        "errors",
+        "timeouts",
+        "overloaded",
+        "tokens",
+        "of quota",
+    ]
+    for name, result in report.algorithms.items():
+        if not result.runs:
+            continue
+        tag = "" if result.suited else " (N/A: unsuited)"
+        lines += ["", f"### {name}{tag}", ""]
+        total = _mean([float(sum(e["requests"] for e in run.endpoints.values())) for run in result.runs])
+        rows = [_admission_row(endpoint, result.runs, total) for endpoint in report.plan.scenario.endpoints]
+        lines += _md_table(head, rows)
+    return lines
+
+
+def to_markdown(report: BenchReport) -> str:
+    """The report as markdown: the table, the notes and each endpoint's admission."""
+    head, rows = _rows(report)
+    s = report.plan.scenario
+    lines = [f"# bench: {s.name}", "", _settings(report) + ".", "", s.description + ".", ""]
+    lines += _md_table(head, rows)
+    lines += ["", *(f"- {note}" for note in _notes(report)), ""]
+    lines += _admission(report)
+    return "\n".join(lines) + "\n"
+
+
+def listing(registry_names: list[str]) -> str:
+    """``--list``: every scenario, every installed algorithm, every metric with unit and direction."""
+    from .scenario import get_scenario, scenario_names
+
+    lines = ["scenarios:"]
+    for name in scenario_names():
+        s = get_scenario(name)
+        lines.append(f"  {name}: {s.description}")
+        lines.append(
+            f"    {s.jobs} jobs x {s.steps} steps x {s.calls} calls, {s.concurrency} workers,"
+            f" horizon {s.horizon_s:g}s, seeds from {s.seed};"
+            f" endpoints: {', '.join(e.name for e in s.endpoints)}"
+        )
+        for algo, why in s.unsuited.items():
+            lines.append(f"    unsuited: {algo} ({why})")
+    lines += ["", "algorithms (installed):"]
+    lines += [f"  {name}" for name in registry_names]
+    lines += ["", f"metrics (better: higher, lower or neutral; {GATED}: only among comparable completion):"]
+    width = max(len(m.name) for m in METRICS)
+    unit_width = max(len(m.unit) for m in METRICS)
+    for m in METRICS:
+        better = _better(m).ljust(8)
+        lines.append(f"  {m.name.ljust(width)}  {m.unit.ljust(unit_width)}  {better}  {m.meaning}")
+    return "\n".join(lines) + "\n"

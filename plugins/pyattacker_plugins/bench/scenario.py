@@ -1,0 +1,287 @@
+"""Scenarios: the written-down assumptions a benchmark's numbers are a property of.
+
+A scenario is plain data: the endpoints (their capacity, rate limit, latency, errors and
+declared quota), the shape of the client (jobs, steps, calls, workers, horizon, retry policy)
+and which algorithms it cannot tell apart from others. ``register_scenario`` adds one from
+Python (a test's dead world, a plugin's multi-vendor world); the built-in ``bursty_provider``
+is registered when this module is imported.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from pyattacker.errors import ConfigError
+from pyattacker.retry import Retrying
+
+__all__ = [
+    "DEFAULT_SCENARIO",
+    "EndpointSpec",
+    "Scenario",
+    "get_scenario",
+    "register_scenario",
+    "scenario_names",
+    "unregister_scenario",
+]
+
+DEFAULT_SCENARIO = "bursty_provider"
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    """One simulated endpoint: what the client declares about it and how it really behaves."""
+
+    name: str
+    #: the pool capacity the client declares (leases at once)
+    slots: int
+    #: requests the endpoint serves at full speed at the peak of its capacity cycle (more queue)
+    server_concurrency: int
+    #: token-bucket refill (requests per second) at the peak, and the bucket's size
+    rate_per_s: float
+    burst: float
+    #: log-normal latency: median and sigma of the underlying normal
+    latency_median_s: float
+    latency_sigma: float
+    #: the slow tail: this share of admitted requests takes ``tail_factor`` times longer
+    tail_p: float = 0.0
+    tail_factor: float = 1.0
+    #: independent error probability of an admitted request, and inside a storm window
+    error_rate: float = 0.0
+    storm_p: float = 0.0
+    storm_error_rate: float = 0.0
+    #: the declared quota (``options.quota.tokens``, read by ``quota_aware``); None: undeclared
+    quota_tokens: float | None = None
+    #: tokens an admitted request spends (uniform between the two)
+    tokens_per_request: tuple[int, int] = (500, 1500)
+    #: whether refusals carry a Retry-After the client's retry policy obeys
+    retry_after_hint: bool = False
+    #: where in the capacity cycle this endpoint starts (seconds)
+    phase_s: float = 0.0
+    #: the pool's health machine for this resource
+    degrade_after: int = 3
+    dead_after: int = 50
+    cooldown_s: float = 10.0
+
+    def check(self) -> None:
+        """Refuse a spec that would make the numbers meaningless (ConfigError naming the field)."""
+        where = f"endpoint {self.name!r}"
+        if not self.name:
+            raise ConfigError("an endpoint needs a name")
+        for name in ("slots", "server_concurrency", "degrade_after", "dead_after"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{where}: {name} must be an integer >= 1, got {value!r}")
+        for name in ("rate_per_s", "burst", "latency_median_s"):
+            _positive(f"{where}: {name}", getattr(self, name))
+        for name in ("latency_sigma", "cooldown_s", "phase_s"):
+            _non_negative(f"{where}: {name}", getattr(self, name))
+        for name in ("tail_p", "error_rate", "storm_p", "storm_error_rate"):
+            value = getattr(self, name)
+            _non_negative(f"{where}: {name}", value)
+            if value > 1:
+                raise ConfigError(f"{where}: {name} is a probability, got {value!r}")
+        _positive(f"{where}: tail_factor", self.tail_factor)
+        if self.quota_tokens is not None:
+            _positive(f"{where}: quota_tokens", self.quota_tokens)
+        low, high = self.tokens_per_request
+        if not 0 <= low <= high:
+            raise ConfigError(f"{where}: tokens_per_request must be (low, high) with 0 <= low <= high")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A simulated provider world and the client that drives it."""
+
+    name: str
+    description: str
+    endpoints: tuple[EndpointSpec, ...]
+    jobs: int = 3000
+    steps: int = 3
+    calls: int = 2
+    concurrency: int = 12
+    horizon_s: float = 600.0
+    #: the first seed; ``--seeds N`` runs seed .. seed + N - 1
+    seed: int = 1
+    retry: Retrying = field(default_factory=Retrying)
+    #: capacity cycle shared by every endpoint (each shifted by its ``phase_s``)
+    cycle_period_s: float = 120.0
+    cycle_trough: float = 0.35
+    cycle_peak: float = 1.0
+    #: a refusal multiplies the endpoint's refill rate by this (down to the floor); the rate
+    #: recovers towards normal with this time constant
+    tighten_factor: float = 0.9
+    tighten_floor: float = 0.5
+    tighten_recover_s: float = 15.0
+    #: storms are decided per (seed, endpoint, window of this length)
+    storm_window_s: float = 30.0
+    #: the client gives up on a request after this long (a ``TimeoutError``)
+    request_timeout_s: float = 10.0
+    #: how long a refusal (429) takes to arrive
+    refusal_latency_s: float = 0.05
+    #: algorithms this world cannot exercise: name -> why (run on request, shown N/A)
+    unsuited: Mapping[str, str] = field(default_factory=dict)
+    #: column order for these algorithms (others follow, sorted)
+    order: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "unsuited", MappingProxyType(dict(self.unsuited)))
+
+    def check(self) -> None:
+        """Refuse an inconsistent scenario when it is registered, not halfway through a run."""
+        if not self.name or not isinstance(self.name, str):
+            raise ConfigError(f"a scenario needs a name, got {self.name!r}")
+        where = f"scenario {self.name!r}"
+        if not self.endpoints:
+            raise ConfigError(f"{where}: needs at least one endpoint")
+        names = [e.name for e in self.endpoints]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"{where}: endpoint names must be unique, got {names}")
+        for endpoint in self.endpoints:
+            endpoint.check()
+        for name in ("jobs", "steps", "calls", "concurrency"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{where}: {name} must be an integer >= 1, got {value!r}")
+        for name in ("horizon_s", "cycle_period_s", "storm_window_s", "request_timeout_s"):
+            _positive(f"{where}: {name}", getattr(self, name))
+        _positive(f"{where}: tighten_recover_s", self.tighten_recover_s)
+        _non_negative(f"{where}: refusal_latency_s", self.refusal_latency_s)
+        if not 0 < self.cycle_trough <= self.cycle_peak:
+            raise ConfigError(f"{where}: needs 0 < cycle_trough <= cycle_peak")
+        if not 0 < self.tighten_floor <= self.tighten_factor <= 1:
+            raise ConfigError(f"{where}: needs 0 < tighten_floor <= tighten_factor <= 1")
+
+    @property
+    def slots(self) -> int:
+        """The pool's total capacity (leases at once over every endpoint)."""
+        return sum(e.slots for e in self.endpoints)
+
+
+def _positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ConfigError(f"{name} must be a positive number, got {value!r}")
+
+
+def _non_negative(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise ConfigError(f"{name} must be a number >= 0, got {value!r}")
+
+
+# -- the registry -----------------------------------------------------------------------------
+
+_SCENARIOS: dict[str, Scenario] = {}
+
+
+def register_scenario(scenario: Scenario, *, replace: bool = False) -> Scenario:
+    """Make ``scenario`` available to ``run_bench`` and ``pyattacker bench --scenario``.
+
+    A name that is taken is refused unless ``replace`` is true: two worlds under one name would
+    give two sets of numbers under one heading.
+    """
+    scenario.check()
+    if scenario.name in _SCENARIOS and not replace:
+        raise ConfigError(f"scenario {scenario.name!r} is already registered (pass replace=True)")
+    _SCENARIOS[scenario.name] = scenario
+    return scenario
+
+
+def unregister_scenario(name: str) -> bool:
+    """Remove a scenario (tests clean up after themselves); True when it was registered."""
+    return _SCENARIOS.pop(name, None) is not None
+
+
+def scenario_names() -> list[str]:
+    return sorted(_SCENARIOS)
+
+
+def get_scenario(name: str, *, flag: str = "--scenario") -> Scenario:
+    """The registered scenario, or a ConfigError naming ``flag`` with a did-you-mean hint."""
+    found = _SCENARIOS.get(name)
+    if found is not None:
+        return found
+    known = scenario_names()
+    hint = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    maybe = f" (did you mean {hint[0]!r}?)" if hint else ""
+    raise ConfigError(f"{flag}: unknown scenario {name!r}{maybe}; known: {', '.join(known) or 'none'}")
+
+
+# -- the built-in world -----------------------------------------------------------------------
+
+BURSTY_PROVIDER = register_scenario(
+    Scenario(
+        name=DEFAULT_SCENARIO,
+        description=(
+            "one pool of three endpoints of one provider whose capacity swings on a 120 s cycle,"
+            " with rate limits that tighten when hammered, slow tails and correlated error storms"
+        ),
+        endpoints=(
+            EndpointSpec(
+                name="fast-flaky",
+                slots=4,
+                server_concurrency=6,
+                rate_per_s=25.0,
+                burst=8.0,
+                latency_median_s=0.35,
+                latency_sigma=0.5,
+                tail_p=0.03,
+                tail_factor=8.0,
+                error_rate=0.06,
+                storm_p=0.15,
+                storm_error_rate=0.6,
+                quota_tokens=4_000_000,
+                phase_s=0.0,
+            ),
+            EndpointSpec(
+                name="slow-steady",
+                slots=3,
+                server_concurrency=4,
+                rate_per_s=5.5,
+                burst=4.0,
+                latency_median_s=1.4,
+                latency_sigma=0.3,
+                tail_p=0.01,
+                tail_factor=4.0,
+                error_rate=0.01,
+                storm_p=0.03,
+                storm_error_rate=0.5,
+                quota_tokens=6_000_000,
+                phase_s=40.0,
+            ),
+            EndpointSpec(
+                name="metered",
+                slots=3,
+                server_concurrency=4,
+                rate_per_s=6.5,
+                burst=4.0,
+                latency_median_s=0.7,
+                latency_sigma=0.4,
+                tail_p=0.02,
+                tail_factor=6.0,
+                error_rate=0.02,
+                storm_p=0.05,
+                storm_error_rate=0.5,
+                quota_tokens=1_500_000,
+                retry_after_hint=True,
+                phase_s=80.0,
+            ),
+        ),
+        jobs=3000,
+        steps=3,
+        calls=2,
+        concurrency=12,
+        horizon_s=600.0,
+        seed=1,
+        retry=Retrying(max_attempts=5, base=0.5, factor=2.0, cap=8.0, jitter="full"),
+        unsuited={
+            "failover": ("one pool: failover has no other pool to fail over to, so it behaves like wait"),
+            "least_busy": (
+                "one pool: the pool already picks the least busy endpoint, so it behaves like wait"
+            ),
+        },
+        order=("wait", "backoff", "sticky", "quota_aware", "immediate", "least_busy", "failover"),
+    )
+)

@@ -1,0 +1,72 @@
+"""Scenarios and algorithms the bench tests register (importable from a subprocess too)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from pyattacker.retry import Retrying
+from pyattacker_plugins.bench.scenario import EndpointSpec, Scenario, register_scenario
+
+DEAD = "test_all_dead"
+
+
+def dead_scenario() -> Scenario:
+    """One endpoint that fails every request and is dead after its first failure."""
+    return Scenario(
+        name=DEAD,
+        description="every endpoint fails every request and is dead after one failure",
+        endpoints=(
+            EndpointSpec(
+                name="gone",
+                slots=2,
+                server_concurrency=2,
+                rate_per_s=100.0,
+                burst=100.0,
+                latency_median_s=0.1,
+                latency_sigma=0.0,
+                error_rate=1.0,
+                degrade_after=1,
+                dead_after=1,
+            ),
+        ),
+        jobs=50,
+        concurrency=4,
+        horizon_s=60.0,
+        retry=Retrying(max_attempts=3, base=0.1, cap=1.0),
+    )
+
+
+def register_dead() -> None:
+    register_scenario(dead_scenario(), replace=True)
+
+
+class Spin:
+    """Never returns and never sleeps: a loop spinning on ready callbacks (simulated time stops)."""
+
+    name = "spin"
+
+    async def acquire(
+        self, pool: Any, *, ctx: Any, where: Any, timeout: float | None, selector: Mapping[str, Any]
+    ) -> Any:
+        while True:
+            await asyncio.sleep(0)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+class Poll:
+    """Never returns but sleeps on the pool's clock: simulated time runs, nothing finishes."""
+
+    name = "poll"
+
+    async def acquire(
+        self, pool: Any, *, ctx: Any, where: Any, timeout: float | None, selector: Mapping[str, Any]
+    ) -> Any:
+        while True:
+            await pool.clock.sleep(1.0)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"name": self.name}

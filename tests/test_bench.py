@@ -1,0 +1,496 @@
+"""``pyattacker bench``: deterministic simulation, the winners rule, the guards and the CLI contract.
+
+Everything runs on the virtual clock with small job counts; nothing asserts how fast anything
+is (the wall-budget test uses a budget far below any run's length).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _bench_fixtures import DEAD, Poll, Spin, register_dead
+from pyattacker.errors import ConfigError
+from pyattacker.plugins import get_plugins
+from pyattacker.registry import Provided, Registry
+from pyattacker_plugins.bench.api import BenchOptions, BenchReport, make_plan, run_bench
+from pyattacker_plugins.bench.errors import BenchmarkStalled, BenchmarkTimeout
+from pyattacker_plugins.bench.keys import keyed_rng
+from pyattacker_plugins.bench.metrics import METRICS, Metric
+from pyattacker_plugins.bench.report import to_json, to_markdown, to_table
+from pyattacker_plugins.bench.scenario import (
+    DEFAULT_SCENARIO,
+    Scenario,
+    get_scenario,
+    register_scenario,
+    unregister_scenario,
+)
+from pyattacker_plugins.bench.winners import eligibility, judge
+
+TESTS = Path(__file__).resolve().parent
+ALL = ("wait", "backoff", "sticky", "quota_aware", "immediate", "least_busy", "failover")
+SMALL = {"jobs": 40, "seeds": 2}
+
+
+def _without_wall(value: Any) -> Any:
+    """The report minus its real-time numbers (the only ones allowed to change between runs)."""
+    if isinstance(value, dict):
+        return {k: _without_wall(v) for k, v in value.items() if k != "wall_s"}
+    if isinstance(value, list):
+        return [_without_wall(v) for v in value]
+    return value
+
+
+def _report(**options: Any) -> BenchReport:
+    return run_bench(make_plan(BenchOptions(**{**SMALL, **options})))
+
+
+@pytest.fixture(scope="module")
+def report() -> BenchReport:
+    """Every built-in algorithm, the unsuited ones included, on two seeds."""
+    return _report(algorithms=ALL)
+
+
+def _registry_with(**extra: Any) -> Registry:
+    """The built-in algorithms plus test ones, as a third-party plugin would add them."""
+    registry = Registry("algorithms")
+    builtins = get_plugins().algorithms
+    for name in builtins.names():
+        provided = builtins.provider(name)
+        assert provided is not None
+        registry.add(provided)
+    for name, factory in extra.items():
+        registry.add(Provided("algorithms", name, factory, "test-plugin", False))
+    return registry
+
+
+# -- determinism and fairness ------------------------------------------------------------------
+
+
+def test_the_same_seed_gives_the_same_numbers(report: BenchReport) -> None:
+    again = _report(algorithms=ALL)
+    assert _without_wall(to_json(again)) == _without_wall(to_json(report))
+
+
+def test_different_seeds_give_different_numbers(report: BenchReport) -> None:
+    first, second = report.algorithms["wait"].metrics
+    assert first != second
+    assert [run.seed for run in report.algorithms["wait"].runs] == [1, 2]
+
+
+def test_keyed_streams_do_not_depend_on_the_process() -> None:
+    """String seeds hash with SHA-512, not ``hash()``: the same value in every process."""
+    assert keyed_rng(1, "fast-flaky", 0).random() == 0.7088500327190896
+
+
+def test_no_lease_is_held_at_the_end_by_any_algorithm(report: BenchReport) -> None:
+    for name, result in report.algorithms.items():
+        for values in result.metrics:
+            assert values["leases_active_at_end"] == 0, name
+
+
+def test_every_run_drives_requests_through_the_pool(report: BenchReport) -> None:
+    for name in ("wait", "backoff", "sticky", "quota_aware"):
+        for run in report.algorithms[name].runs:
+            assert run.jobs_done > 0 and run.requests >= run.jobs_done * 6, name
+            assert sum(run.requests_by_endpoint.values()) == run.requests
+
+
+def test_immediate_fails_fast_and_is_not_eligible(report: BenchReport) -> None:
+    """More workers than slots: the fail-fast algorithm gives up on jobs, so it must not win
+    the latency or rate metrics it would otherwise look good on."""
+    assert "immediate" not in report.eligible
+    for metric in METRICS:
+        if metric.needs_completion:
+            assert "immediate" not in report.verdicts[metric.name].winners
+
+
+# -- unsuited algorithms ------------------------------------------------------------------------
+
+
+def test_unsuited_algorithms_are_skipped_by_default() -> None:
+    plan = make_plan(BenchOptions(**SMALL))
+    assert plan.algorithms == ("wait", "backoff", "sticky", "quota_aware", "immediate")
+    assert plan.unsuited == {}
+
+
+def test_requested_unsuited_algorithms_run_but_show_as_na(report: BenchReport) -> None:
+    for name in ("failover", "least_busy"):
+        result = report.algorithms[name]
+        assert not result.suited and result.runs
+        assert all(name not in v.winners for v in report.verdicts.values())
+    table = to_table(report)
+    assert "N/A" in table and "N/A failover: one pool" in table
+    data = to_json(report)
+    assert data["algorithms"]["failover"]["suited"] is False
+    assert data["algorithms"]["failover"]["summary"]["jobs_done"]["mean"] > 0
+
+
+# -- the winners rule on hand-made numbers ------------------------------------------------------
+
+HIGH = Metric("m", "x", "higher", False, "")
+LOW = Metric("m", "x", "lower", False, "")
+GATED = Metric("g", "x", "lower", True, "")
+NEUTRAL = Metric("n", "x", "neutral", False, "")
+
+
+def _judge(metric: Metric, values: dict[str, list[float | None]], eligible: Any = None) -> Any:
+    return judge(metric, values, suited=set(values), eligible=set(values) if eligible is None else eligible)
+
+
+def test_the_best_mean_wins_and_a_clear_loser_does_not() -> None:
+    verdict = _judge(HIGH, {"a": [10, 11, 12], "b": [5, 6, 7]})
+    assert verdict.winners == ("a",) and verdict.best == "a" and verdict.note == ""
+
+
+def test_lower_is_better_when_the_metric_says_so() -> None:
+    assert _judge(LOW, {"a": [10, 11, 12], "b": [5, 6, 7]}).winners == ("b",)
+
+
+def test_exact_ties_share_the_star() -> None:
+    assert _judge(HIGH, {"a": [3, 4], "b": [3, 4], "c": [1, 1]}).winners == ("a", "b")
+
+
+def test_differences_are_paired_by_seed() -> None:
+    """b is 3 below a on every seed: a real difference, although the seeds swing by 100."""
+    assert _judge(HIGH, {"a": [100, 200, 300], "b": [97, 197, 297]}).winners == ("a",)
+
+
+def test_a_gap_within_two_standard_errors_is_a_tie() -> None:
+    # differences b - a: 2, -6, 0 -> SE 2.4; the gap of 1.33 is inside 2 x SE
+    assert _judge(HIGH, {"a": [10, 20, 30], "b": [12, 14, 30]}).winners == ("a", "b")
+
+
+def test_a_gap_within_one_percent_is_a_tie() -> None:
+    assert _judge(HIGH, {"a": [1000, 1000], "b": [995, 995]}).winners == ("a", "b")
+
+
+def test_one_seed_the_best_mean_wins() -> None:
+    verdict = _judge(HIGH, {"a": [10.0], "b": [9.99]})
+    assert verdict.winners == ("a",) and "one seed" in verdict.note
+    assert _judge(HIGH, {"a": [10.0], "b": [10.0]}).winners == ("a", "b")
+
+
+def test_a_single_algorithm_is_never_crowned() -> None:
+    verdict = _judge(HIGH, {"a": [10, 11]})
+    assert verdict.winners == () and "single algorithm" in verdict.note
+
+
+def test_a_lone_survivor_is_named_but_not_crowned() -> None:
+    verdict = _judge(GATED, {"a": [1, 1], "b": [0.5, 0.5]}, eligible={"a"})
+    assert verdict.winners == () and "only a" in verdict.note
+
+
+def test_neutral_metrics_have_no_winner() -> None:
+    verdict = _judge(NEUTRAL, {"a": [1, 2], "b": [5, 6]})
+    assert verdict.winners == () and "neutral" in verdict.note
+
+
+def test_all_zero_has_no_winner() -> None:
+    verdict = _judge(LOW, {"a": [0, 0], "b": [0, 0]})
+    assert verdict.winners == () and verdict.note == "all zero"
+
+
+def test_an_undefined_value_drops_out() -> None:
+    verdict = _judge(LOW, {"a": [1, None], "b": [2, 2], "c": [2, 2]})
+    assert "a" not in verdict.competitors and verdict.winners == ("b", "c")
+
+
+def test_eligibility_is_90_percent_of_the_best_suited_completion() -> None:
+    completion: dict[str, list[float]] = {
+        "a": [1.0, 1.0],
+        "b": [0.9, 0.9],
+        "c": [0.89, 0.89],
+        "u": [1.0, 1.0],
+    }
+    baseline, eligible = eligibility(completion, suited={"a", "b", "c"})
+    assert baseline == 1.0 and eligible == ("a", "b")
+    # an unsuited algorithm never sets the baseline
+    baseline, eligible = eligibility({"a": [0.5, 0.5], "u": [1.0, 1.0]}, suited={"a"})
+    assert baseline == 0.5 and eligible == ("a",)
+
+
+def test_unsuited_algorithms_never_win_even_with_the_best_numbers() -> None:
+    verdict = judge(HIGH, {"a": [1, 1], "b": [2, 2], "u": [9, 9]}, suited={"a", "b"}, eligible={"a", "b"})
+    assert verdict.winners == ("b",)
+
+
+# -- guards -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def dead_world() -> Iterator[str]:
+    register_dead()
+    yield DEAD
+    unregister_scenario(DEAD)
+
+
+def test_a_world_where_every_endpoint_is_dead_stalls_at_once(dead_world: str) -> None:
+    with pytest.raises(BenchmarkStalled, match=r"no endpoint can be leased again.*gone dead"):
+        _report(scenario=dead_world, seeds=1, algorithms=["wait"])
+
+
+def test_a_failed_run_leaves_no_task_error_unretrieved(
+    dead_world: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Several workers meet the dead world in the same step; only the first error ends the run,
+    and the others must not be logged later as "exception was never retrieved"."""
+    with pytest.raises(BenchmarkStalled):
+        _report(scenario=dead_world, seeds=1, algorithms=["wait"])
+    gc.collect()
+    assert "never retrieved" not in caplog.text
+
+
+@pytest.mark.parametrize("algorithm", ["backoff", "immediate", "sticky", "quota_aware"])
+def test_every_algorithm_meets_the_dead_world_guard(dead_world: str, algorithm: str) -> None:
+    with pytest.raises(BenchmarkStalled):
+        _report(scenario=dead_world, seeds=1, algorithms=[algorithm])
+
+
+def test_a_spinning_algorithm_is_stopped_by_the_wall_budget_as_stalled() -> None:
+    plan = make_plan(
+        BenchOptions(jobs=5, seeds=1, algorithms=["spin"], wall_budget_s=1.5),
+        registry=_registry_with(spin=Spin),
+    )
+    with pytest.raises(BenchmarkTimeout, match=r"wall budget of 1\.5s: stalled"):
+        run_bench(plan)
+
+
+def test_jobs_that_never_drain_after_the_horizon_are_a_stall() -> None:
+    plan = make_plan(
+        BenchOptions(jobs=5, seeds=1, algorithms=["poll"], horizon_s=10.0),
+        registry=_registry_with(poll=Poll),
+    )
+    with pytest.raises(BenchmarkStalled, match=r"5 job\(s\) still unfinished"):
+        run_bench(plan)
+
+
+def test_a_third_party_algorithm_is_benchmarked_through_the_registry() -> None:
+    from pyattacker_plugins.algo_wait import Wait
+
+    class Polite(Wait):
+        name = "polite"
+
+    plan = make_plan(BenchOptions(jobs=20, seeds=1), registry=_registry_with(polite=Polite))
+    assert "polite" in plan.algorithms
+    report = run_bench(plan)
+    assert report.algorithms["polite"].runs[0].jobs_done > 0
+
+
+def test_pool_cooldowns_follow_the_scaled_clock() -> None:
+    """On ``--clock real`` the loop's time and the pool's clock are the same compressed time,
+    so a 20 s cooldown ends after 20 simulated seconds (a tenth of a real second at x200)."""
+    from pyattacker.pool import Pool, Resource
+    from pyattacker_plugins.bench.clocks import ScaledClock
+
+    clock = ScaledClock(200.0)
+
+    async def main() -> float:
+        resource = Resource.create("x", id="r", degrade_after=1, cooldown_s=20.0)
+        pool = Pool("p", [resource], clock=clock, algorithms=get_plugins().algorithms)
+        lease = pool.try_acquire()
+        assert lease is not None
+        lease.report(ok=False)  # degraded: not leasable for 20 simulated seconds
+        lease.release_now()
+        again = await pool.acquire(algorithm="wait")
+        again.release_now()
+        assert abs(asyncio.get_running_loop().time() - clock.now()) < 1.0
+        return clock.now()
+
+    loop = clock.new_event_loop()
+    try:
+        assert loop.run_until_complete(main()) >= 20.0
+    finally:
+        loop.close()
+
+
+# -- scenarios ----------------------------------------------------------------------------------
+
+
+def test_scenarios_are_registered_once_and_checked() -> None:
+    base = get_scenario(DEFAULT_SCENARIO)
+    with pytest.raises(ConfigError, match="already registered"):
+        register_scenario(base)
+    with pytest.raises(ConfigError, match="at least one endpoint"):
+        register_scenario(Scenario(name="empty", description="", endpoints=()))
+    with pytest.raises(
+        ConfigError, match=r"--scenario: unknown scenario 'bursty'.*did you mean 'bursty_provider'"
+    ):
+        get_scenario("bursty")
+
+
+def test_overrides_apply_to_the_plan_and_seeds_count_from_the_scenario() -> None:
+    plan = make_plan(BenchOptions(jobs=7, concurrency=3, horizon_s=30.0, seeds=4))
+    assert (plan.scenario.jobs, plan.scenario.concurrency, plan.scenario.horizon_s) == (7, 3, 30.0)
+    assert plan.seeds == (1, 2, 3, 4)
+    assert get_scenario(DEFAULT_SCENARIO).jobs == 3000  # the registered scenario is untouched
+
+
+def test_reports_render(report: BenchReport) -> None:
+    table = to_table(report)
+    assert "mean ± stdev (min/max) over 2 seed(s)" in table
+    assert all(m.name in table for m in METRICS)
+    markdown = to_markdown(report)
+    assert "## Per-endpoint admission" in markdown and "| fast-flaky |" in markdown
+
+
+# -- the command line (real subprocesses) -----------------------------------------------------------
+
+
+def _bench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pyattacker", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
+
+
+def test_list_prints_scenarios_algorithms_and_metrics() -> None:
+    proc = _bench("--list")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "bursty_provider" in out and "unsuited: failover" in out
+    assert all(name in out for name in ALL)
+    assert "throughput_rps" in out and "jobs/s" in out and "higher†" in out
+    assert "leases_active_at_end" in out and "(must be 0)" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "flag", "words"),
+    [
+        (["--seeds", "0"], "--seeds", "at least 1"),
+        (["--seeds", "x"], "--seeds", "not a valid integer"),
+        (["--jobs", "0"], "--jobs", "at least 1"),
+        (["--concurrency", "-1"], "--concurrency", "at least 1"),
+        (["--horizon", "0"], "--horizon", "positive"),
+        (["--horizon", "nan"], "--horizon", "positive"),
+        (["--wall-budget", "0"], "--wall-budget", "positive"),
+        (["--speedup", "0"], "--speedup", "positive"),
+        (["--speedup", "-2", "--clock", "real"], "--speedup", "positive"),
+        (["--clock", "fast"], "--clock", "fast"),
+        (["--scenario", "nope"], "--scenario", "unknown scenario 'nope'"),
+        (["--algorithms", "wiat"], "--algorithms", "did you mean 'wait'"),
+        (["--algorithms", "wait,wait"], "--algorithms", "twice"),
+        (["--algorithms", ""], "--algorithms", "names"),
+        (["--json", "/nonexistent-dir-xyz/r.json"], "--json", "does not exist"),
+        (["--json", "-", "--markdown", "-"], "--markdown", "stdout"),
+    ],
+)
+def test_a_bad_flag_is_exit_2_naming_it_before_any_progress(args: list[str], flag: str, words: str) -> None:
+    proc = _bench(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert flag in proc.stderr and words in proc.stderr
+    assert "bench bursty_provider:" not in proc.stderr  # the progress header never started
+
+
+def test_json_to_stdout_is_one_document_and_the_same_in_any_process() -> None:
+    args = ("--jobs", "20", "--seeds", "1", "--algorithms", "wait,backoff", "--json", "-", "--quiet")
+    env = dict(os.environ)
+    docs = []
+    for hash_seed in ("1", "2"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "pyattacker", "bench", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**env, "PYTHONHASHSEED": hash_seed},
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr == ""
+        docs.append(json.loads(proc.stdout))
+    assert _without_wall(docs[0]) == _without_wall(docs[1])
+    assert docs[0]["algorithms"]["wait"]["runs"][0]["metrics"]["jobs_done"] == 20
+
+
+def test_json_and_markdown_files_are_written_and_the_table_still_printed(tmp_path: Path) -> None:
+    proc = _bench(
+        "--jobs", "20", "--seeds", "2", "--algorithms", "wait,sticky",
+        "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "bench bursty_provider: 2 algorithm(s) x 2 seed(s)" in proc.stderr
+    assert proc.stdout.startswith("scenario bursty_provider: 20 jobs")
+    assert json.loads((tmp_path / "r.json").read_text())["seeds"] == [1, 2]
+    markdown = (tmp_path / "r.md").read_text()
+    assert "# bench: bursty_provider" in markdown and "## Per-endpoint admission" in markdown
+    assert "### sticky" in markdown and "| metered |" in markdown
+
+
+def test_a_dead_world_from_the_command_line_is_exit_2() -> None:
+    code = (
+        "from _bench_fixtures import register_dead\n"
+        "register_dead()\n"
+        "from pyattacker.cli import main\n"
+        f"main(['bench', '--scenario', {DEAD!r}, '--seeds', '1'])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=TESTS
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "BenchmarkStalled" in proc.stderr and proc.stdout == ""
+
+
+def test_a_spent_wall_budget_is_exit_2_and_no_table() -> None:
+    proc = _bench("--wall-budget", "0.001", "--seeds", "1", "--algorithms", "wait")
+    assert proc.returncode == 2, proc.stderr
+    assert "BenchmarkTimeout" in proc.stderr and "wall budget of 0.001s" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_a_tiny_run_on_the_scaled_real_clock() -> None:
+    proc = _bench(
+        "--clock", "real", "--speedup", "50", "--jobs", "6", "--seeds", "1",
+        "--algorithms", "wait", "--json", "-", "--quiet",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["clock"] == "real" and data["speedup"] == 50.0
+    run = data["algorithms"]["wait"]["runs"][0]["metrics"]
+    assert run["jobs_done"] + run["jobs_failed"] == 6 and run["leases_active_at_end"] == 0
+
+
+def test_help_does_not_import_the_simulator() -> None:
+    code = (
+        "import sys\n"
+        "from pyattacker.cli import main\n"
+        "try:\n"
+        "    main(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('pyattacker_plugins.bench')), file=sys.stderr)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "bench" in proc.stdout
+    loaded = proc.stderr.strip().splitlines()[-1]
+    assert "driver" not in loaded and "world" not in loaded and "api" not in loaded
+
+
+# -- the docs cannot fall behind --------------------------------------------------------------------
+
+
+def test_every_metric_is_documented_and_every_flag_listed() -> None:
+    from pyattacker_plugins.bench.command import bench_command
+
+    benchmark = (TESTS.parent / "docs" / "benchmark.md").read_text()
+    for metric in METRICS:
+        stem = metric.name.removesuffix("_p95_ms").removesuffix("_p99_ms")
+        assert f"`{metric.name}`" in benchmark or f"`{stem}" in benchmark, metric.name
+        assert metric.unit in benchmark
+    cli = (TESTS.parent / "docs" / "cli.md").read_text()
+    section = cli[cli.index("## `bench`") :]
+    for param in bench_command.params:
+        for flag in param.opts:
+            assert f"`{flag}" in section, flag
