@@ -1085,37 +1085,75 @@ class Runner:
         return state
 
     def _load_checkpoint(self, spec: PipelineSpec, row: PipelineRecord) -> tuple[int, Any]:
-        seq = row.cursor - 1
+        """Where a resumed pipeline continues: after the latest task whose output can be read.
+
+        The checkpoint at the cursor is the usual answer. When it cannot be used (its row or
+        bytes missing, a blob deleted or damaged, bytes no codec decodes), the earlier outputs
+        are tried, latest first, down to the seed: only the tasks after the last usable output
+        run again, never one whose answer is still on disk. One event names the checkpoint at
+        the cursor, why it could not be used and where the pipeline resumes (``resume_from``:
+        the number of tasks kept, 0 = from the seed)."""
+        problem: tuple[str, dict[str, Any]] | None = None
+        start, value = 0, spec.seed
+        for seq in range(row.cursor - 1, -1, -1):
+            loaded, why = self._checkpoint_at(spec, seq)
+            if why is None:
+                start, value = seq + 1, loaded
+                break
+            problem = problem or why
+        if problem is not None:
+            kind, data = problem
+            data["resume_from"] = start
+            self._event(kind, "pipeline", pipeline_id=spec.key, data=data)
+        return start, value
+
+    def _checkpoint_at(self, spec: PipelineSpec, seq: int) -> tuple[Any, tuple[str, dict[str, Any]] | None]:
+        """``(value, None)`` for the output of task ``seq``, or ``(None, (event kind, data))``
+        saying why it cannot be used."""
+        task = spec.template.tasks[seq].name
         try:
             art = self.store.get_artifact(spec.key, seq)
         except CorruptRow as exc:  # a damaged artifact row: like bytes no codec can decode
-            return self._unusable(spec, seq, exc)
-        if art is not None and art.payload is None and art.blob_ref and self._backend is not None:
-            art = self._backend.hydrate(art)
-        if art is None or art.payload is None:
-            reason = "summary_journal_or_null_backend" if art is not None else "artifact_row_missing"
-            self._event(
+            return None, ("pipeline.checkpoint_unusable", {"seq": seq, "task": task, "error": str(exc)})
+        if art is None:
+            return None, (
                 "pipeline.checkpoint_missing",
-                "pipeline",
-                pipeline_id=spec.key,
-                data={"seq": seq, "reason": reason},
+                {"seq": seq, "task": task, "reason": "artifact_row_missing"},
             )
-            return 0, spec.seed
+        if art.payload is None and art.blob_ref and self._backend is not None:
+            try:
+                art = self._backend.hydrate(art)
+            except Exception as exc:  # a backend plugin that raises: the bytes are unavailable
+                return None, self._blob_unavailable(seq, task, art, f"{type(exc).__name__}: {exc}")
+        if art.payload is None:
+            ref = art.blob_ref
+            if ref and not ref.startswith("null:"):
+                return None, self._blob_unavailable(seq, task, art, None)
+            return None, (
+                "pipeline.checkpoint_missing",
+                {"seq": seq, "task": task, "reason": "summary_journal_or_null_backend"},
+            )
         try:
-            value = self.codecs.decode(art.codec, art.type_name, art.payload)
+            return self.codecs.decode(art.codec, art.type_name, art.payload), None
         except ArtifactCodecError as exc:
-            return self._unusable(spec, seq, exc)
-        return row.cursor, value
+            return None, ("pipeline.checkpoint_unusable", {"seq": seq, "task": task, "error": str(exc)})
 
-    def _unusable(self, spec: PipelineSpec, seq: int, exc: Exception) -> tuple[int, Any]:
-        """A checkpoint that is there but cannot be used: say which and why, start from the seed."""
-        self._event(
-            "pipeline.checkpoint_unusable",
-            "pipeline",
-            pipeline_id=spec.key,
-            data={"seq": seq, "error": str(exc)},
-        )
-        return 0, spec.seed
+    def _blob_unavailable(
+        self, seq: int, task: str, art: ArtifactRecord, error: str | None
+    ) -> tuple[str, dict[str, Any]]:
+        """The row points at bytes elsewhere that this run's backend could not read back: a
+        blob deleted, truncated, replaced or unreadable, or a backend other than the one that
+        wrote it (``backend`` names the one this run uses)."""
+        data: dict[str, Any] = {
+            "seq": seq,
+            "task": task,
+            "reason": "blob_unavailable",
+            "blob_ref": art.blob_ref,
+            "backend": getattr(self._backend, "name", None),
+        }
+        if error is not None:
+            data["error"] = error
+        return "pipeline.checkpoint_missing", data
 
     def _corrupt(self, spec: PipelineSpec, record: PipelineRecord) -> None:
         err = CorruptCheckpoint(
