@@ -495,3 +495,24 @@ def test_a_scheme_spelled_store_flag_is_relative_to_the_cwd_and_gets_its_folder(
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["store"] == f"sqlite:{work / rel}"
         assert (work / rel).is_file()
+
+
+# -- artifact backends -----------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["root is a file", "root under a file"])
+def test_a_file_backend_root_that_cannot_hold_blobs_exits_2_before_any_task(
+    env: dict[str, str], tmp_path: Path, where: str
+) -> None:
+    """A root that is a file (or lies under one) used to fail every pipeline after its first
+    task had run (exit 1, an internal error per pipeline, no attempt row): each paid request
+    was sent, then lost. It is refused when the run starts, naming the field."""
+    (tmp_path / "blobs").write_text("not a folder")
+    root = "blobs" if where == "root is a file" else "blobs/sub"
+    body = AUDIT_CONFIG.replace("N}", "3}").replace(
+        "grace_s: 5}", f"grace_s: 5, artifact_backend: {{kind: file, root: {root}, min_bytes: 0}}}}"
+    )
+    result = cli(["run", "-c", str(_config(tmp_path, body))], env)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "run.artifact_backend.root:" in result.stderr and "is not a directory" in result.stderr
+    assert not (tmp_path / "audit.log").exists()  # no task ran
+    assert (tmp_path / "blobs").read_text() == "not a folder"

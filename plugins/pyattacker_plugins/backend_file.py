@@ -45,6 +45,9 @@ class FileBackend:
             raise ValueError("; ".join(problems))
         self.root = os.path.abspath(os.path.expanduser(os.fspath(root)))
         self.min_bytes = min_bytes
+        problem = _unusable_root(self.root)
+        if problem:  # found when the run starts, not after each pipeline's first task ran
+            raise ValueError(f"root: {problem}")
 
     @staticmethod
     def validate(params: Mapping[str, Any]) -> list[str]:
@@ -111,6 +114,30 @@ class FileBackend:
         except FileNotFoundError:
             return False
         return True
+
+
+def _unusable_root(root: str) -> str | None:
+    """Why blobs cannot be written under ``root``, or None; looks, creates nothing.
+
+    A root that is a file (or under one), or a folder this process cannot write, used to fail
+    each pipeline after its first task had run (and been paid for)."""
+    if os.path.exists(root):
+        if not os.path.isdir(root):
+            return f"{root} exists and is not a directory"
+        if not os.access(root, os.W_OK | os.X_OK):
+            return f"{root} is not writable"
+        return None
+    parent = os.path.dirname(root)
+    while parent and not os.path.exists(parent):
+        up = os.path.dirname(parent)
+        if up == parent:
+            break
+        parent = up
+    if not os.path.isdir(parent):
+        return f"{root} cannot be created: {parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{root} cannot be created: {parent} is not writable"
+    return None
 
 
 def _address(digest: str, payload: bytes) -> str:
