@@ -34,6 +34,7 @@ from .config_model import RunConfig
 from .context import TaskContext
 from .digest import digest_bytes
 from .errors import (
+    ArtifactBackendUnavailable,
     ArtifactCodecError,
     ConfigError,
     CorruptCheckpoint,
@@ -1418,6 +1419,9 @@ class Runner:
                 art = self._stage_checkpoint(state, ctx, value, t0, wall0)
             except ArtifactCodecError as exc:
                 error = exc
+            except ArtifactBackendUnavailable as exc:
+                self._backend_failed(state, ctx, t0, wall0, exc)
+                return False
             else:
                 assert self._recorder is not None
                 await self._recorder.commit_ticket()  # durable before the next task starts
@@ -1467,6 +1471,46 @@ class Runner:
             return False
         await self._fail(state, ctx, error, decision)
         return False
+
+    def _backend_failed(
+        self, state: _Pipeline, ctx: TaskContext, t0: float, wall0: float, exc: ArtifactBackendUnavailable
+    ) -> None:
+        """The task's output could not be stored. Not the task's failure, and not one that a
+        retry or the next pipeline would get past (a full disk, a folder made unwritable): the
+        attempt is recorded, the pipeline left resumable with its cursor (resume runs this task
+        again) and the run stops; the CLI exits 2 with the error."""
+        reason = "artifact_backend_unavailable"
+        self._record_attempt(
+            state, ctx, t0, wall0, "failed", exc, {"retry": False, "reason": reason, "delay_s": 0.0}
+        )
+        self._event(
+            "task.failed",
+            "task",
+            pipeline_id=state.spec.key,
+            task_run_id=ctx.task_run_id,
+            data={
+                "task": ctx.task.name,
+                "seq": state.seq,
+                "attempt": ctx.attempt,
+                "error": f"{type(exc).__name__}: {_error_text(exc)}",
+                "reason": reason,
+            },
+        )
+        self._fatal = self._fatal or exc
+        self.stop(reason)
+        self._terminal(state, "interrupted", error=exc, phase=reason)
+
+    def _put(self, art: ArtifactRecord, task: str, key: str) -> ArtifactRecord:
+        """``backend.put``; whatever it raises is the backend's failure, named for the user."""
+        assert self._backend is not None
+        try:
+            return self._backend.put(art)
+        except Exception as exc:
+            name = getattr(self._backend, "name", type(self._backend).__name__)
+            raise ArtifactBackendUnavailable(
+                f"artifact backend {name!r} could not store the output of task {task!r} of"
+                f" pipeline {key!r}: {type(exc).__name__}: {_error_text(exc)}"
+            ) from exc
 
     def _attempt_interrupted(
         self, state: _Pipeline, ctx: TaskContext, t0: float, wall0: float, reason: str
@@ -1555,12 +1599,14 @@ class Runner:
             is_final=last,
         )
         if full and self._backend is not None:
-            art = self._backend.put(art)
+            art = self._put(art, spec.name, key)
+        # the seed's bytes go out before anything is recorded: a backend failure leaves no row
+        seed = self._seed_artifact(state, full) if state.write_seed else None
         duration = self._record_attempt(state, ctx, t0, wall0, "succeeded", None, _OK_DECISION)
         # rows go straight into the batch the next group commit writes (no copy, no merge)
         batch = self._recorder.pending
-        if state.write_seed:
-            batch.artifacts.append(self._seed_artifact(state, full))
+        if seed is not None:
+            batch.artifacts.append(seed)
             state.write_seed = False
         batch.artifacts.append(art)
         task_wall = state.task_started_wall or wall0
@@ -1623,7 +1669,7 @@ class Runner:
             )
             self._finished(state, "succeeded", art)
 
-    def _seed_artifact(self, state: _Pipeline, full: bool) -> ArtifactRecord:
+    def _seed_artifact(self, state: _Pipeline, full: bool, strict: bool = True) -> ArtifactRecord:
         spec = state.spec
         art = ArtifactRecord(
             artifact_id=f"{spec.key}:-1",
@@ -1638,7 +1684,14 @@ class Runner:
             payload=spec.seed_bytes if full else None,
         )
         if full and self._backend is not None:
-            art = self._backend.put(art)
+            try:
+                art = self._put(art, "__seed__", spec.key)
+            except ArtifactBackendUnavailable:
+                if strict:
+                    raise
+                # a pipeline that fails or stops keeps its seed row without bytes: resume takes
+                # the seed from the source again, and the failure being recorded must not be lost
+                art = msgspec.structs.replace(art, payload=None)
         return art
 
     async def _fail(
@@ -1657,7 +1710,7 @@ class Runner:
         record.traceback = "".join(traceback.format_exception(error))[-8000:]
         batch = Batch()
         if state.write_seed:
-            batch.artifacts.append(self._seed_artifact(state, self.config.journal == "full"))
+            batch.artifacts.append(self._seed_artifact(state, self.config.journal == "full", strict=False))
             state.write_seed = False
         task_wall = state.task_started_wall or now
         batch.tasks.append(
@@ -1712,7 +1765,7 @@ class Runner:
             record.failed_task = state.tasks[min(state.seq, state.n - 1)].name
         pending = self._recorder.pending
         if state.write_seed:
-            pending.artifacts.append(self._seed_artifact(state, self.config.journal == "full"))
+            pending.artifacts.append(self._seed_artifact(state, self.config.journal == "full", strict=False))
             state.write_seed = False
         pending.pipelines.append(msgspec_copy(record))
         data: dict[str, Any] = {"cursor": record.cursor, "reason": phase}
