@@ -1500,17 +1500,13 @@ class Runner:
         self.stop(reason)
         self._terminal(state, "interrupted", error=exc, phase=reason)
 
-    def _put(self, art: ArtifactRecord, task: str, key: str) -> ArtifactRecord:
-        """``backend.put``; whatever it raises is the backend's failure, named for the user."""
-        assert self._backend is not None
-        try:
-            return self._backend.put(art)
-        except Exception as exc:
-            name = getattr(self._backend, "name", type(self._backend).__name__)
-            raise ArtifactBackendUnavailable(
-                f"artifact backend {name!r} could not store the output of task {task!r} of"
-                f" pipeline {key!r}: {type(exc).__name__}: {_error_text(exc)}"
-            ) from exc
+    def _backend_error(self, exc: Exception, task: str, key: str) -> ArtifactBackendUnavailable:
+        """What ``backend.put`` raised, as the backend's failure named for the user."""
+        name = getattr(self._backend, "name", type(self._backend).__name__)
+        return ArtifactBackendUnavailable(
+            f"artifact backend {name!r} could not store the output of task {task!r} of"
+            f" pipeline {key!r}: {type(exc).__name__}: {_error_text(exc)}"
+        )
 
     def _attempt_interrupted(
         self, state: _Pipeline, ctx: TaskContext, t0: float, wall0: float, reason: str
@@ -1599,7 +1595,10 @@ class Runner:
             is_final=last,
         )
         if full and self._backend is not None:
-            art = self._put(art, spec.name, key)
+            try:
+                art = self._backend.put(art)
+            except Exception as exc:  # the backend's failure, not the task's (see _backend_failed)
+                raise self._backend_error(exc, spec.name, key) from exc
         # the seed's bytes go out before anything is recorded: a backend failure leaves no row
         seed = self._seed_artifact(state, full) if state.write_seed else None
         duration = self._record_attempt(state, ctx, t0, wall0, "succeeded", None, _OK_DECISION)
@@ -1685,10 +1684,10 @@ class Runner:
         )
         if full and self._backend is not None:
             try:
-                art = self._put(art, "__seed__", spec.key)
-            except ArtifactBackendUnavailable:
+                art = self._backend.put(art)
+            except Exception as exc:
                 if strict:
-                    raise
+                    raise self._backend_error(exc, "__seed__", spec.key) from exc
                 # a pipeline that fails or stops keeps its seed row without bytes: resume takes
                 # the seed from the source again, and the failure being recorded must not be lost
                 art = msgspec.structs.replace(art, payload=None)
