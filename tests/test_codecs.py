@@ -7,6 +7,7 @@ docs/stores.md "Codecs"), and a value must never come back as a different one si
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 import math
@@ -83,6 +84,28 @@ def test_values_json_cannot_hold_come_back_exactly_after_a_resume(tmp_path: Path
     assert rep.succeeded == 1
     first, resumed = seen
     assert _same(first, value) and _same(resumed, value), (first, resumed)
+
+
+@dataclasses.dataclass
+class Scored:
+    label: str
+    score: float
+
+
+@task
+def scored(x: Any) -> Scored:
+    return Scored(label="a", score=float("nan"))
+
+
+def test_a_record_returned_by_an_annotated_task_comes_back_as_its_type(tmp_path: Path) -> None:
+    """A dataclass output came back as a dict after a restart: only the types encoded in the
+    process were known, and a resumed process had not encoded one yet (so ``value.score``
+    raised). The task's return annotation names it. A NaN inside survives too."""
+    seen, rep = _twice(tmp_path, None, produce=scored)
+    assert rep.succeeded == 1
+    first, resumed = seen
+    assert isinstance(resumed, Scored) and resumed.label == "a" and math.isnan(resumed.score)
+    assert isinstance(first, Scored)
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,27 @@ def is_record_type(cls: Any) -> bool:
     return isinstance(cls, type) and (dataclasses.is_dataclass(cls) or issubclass(cls, msgspec.Struct))
 
 
+def returned_record_types(fn: Any) -> dict[str, type]:
+    """The dataclasses and Structs named in ``fn``'s return annotation (``-> Answer``,
+    ``-> Answer | None``, ``-> list[Answer]``), by name; empty when there is none or it cannot be
+    resolved. A resumed process has not encoded one yet, so without them a task's record output
+    would decode as a plain dict."""
+    import typing
+
+    try:
+        hint = typing.get_type_hints(fn).get("return")
+    except Exception:  # an annotation naming something not importable here: no hint
+        return {}
+    found: dict[str, type] = {}
+    stack = [hint]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, type) and is_record_type(item):
+            found.setdefault(item.__name__, item)
+        stack.extend(typing.get_args(item))
+    return found
+
+
 class CodecRegistry:
     """The codecs and record types one runner (and its templates) encode artifacts with."""
 

@@ -29,7 +29,7 @@ import msgspec
 
 from . import __version__
 from .clock import Clock, RealClock, round3
-from .codecs import CodecRegistry
+from .codecs import CodecRegistry, returned_record_types
 from .config_model import RunConfig
 from .context import TaskContext
 from .digest import digest_bytes
@@ -62,6 +62,7 @@ from .pipeline import PipelineSpec
 from .recorder import Recorder
 from .report import RunReport
 from .store import Store, open_store
+from .task import TaskSpec
 
 __all__ = ["RunConfig", "RunReport", "Runner"]
 
@@ -394,6 +395,7 @@ class Runner:
         self._parked: list[tuple[float, int, _Pipeline]] = []
         self._tie = itertools.count()
         self._active: set[str] = set()
+        self._record_types: dict[int, dict[str, type]] = {}
         self._recorder: Recorder | None = None
         self._started = 0.0
         self._producer_error: str | None = None
@@ -1135,9 +1137,20 @@ class Runner:
                 {"seq": seq, "task": task, "reason": "summary_journal_or_null_backend"},
             )
         try:
-            return self.codecs.decode(art.codec, art.type_name, art.payload), None
+            types = self._returned_types(spec.template.tasks[seq])
+            return self.codecs.decode(art.codec, art.type_name, art.payload, types), None
         except ArtifactCodecError as exc:
             return None, ("pipeline.checkpoint_unusable", {"seq": seq, "task": task, "error": str(exc)})
+
+    def _returned_types(self, task: TaskSpec) -> dict[str, type]:
+        """The record types ``task`` declares it returns (resume decodes its output as one)."""
+        found = self._record_types.get(id(task))
+        if found is None:
+            found = {}
+            for item in (*task.children, task):  # a composite's own annotation wins
+                found.update(returned_record_types(item.fn))
+            self._record_types[id(task)] = found
+        return found
 
     def _blob_unavailable(
         self, seq: int, task: str, art: ArtifactRecord, error: str | None
