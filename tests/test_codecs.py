@@ -20,6 +20,7 @@ from tests.runner_helpers import vrunner
 
 from pyattacker.codecs import CodecRegistry
 from pyattacker.pipeline import pipeline
+from pyattacker.store import iter_rows, open_store
 from pyattacker.task import task
 
 
@@ -142,3 +143,41 @@ def test_nested_values_come_back_as_json_data_as_documented() -> None:
     codec, type_name, data = codecs.encode(value)
     assert codec == "json"
     assert codecs.decode(codec, type_name, data) == {"t": [1, 2], "s": [1, 2], "b": "AP8=", "d": "2024-01-02"}
+
+
+class Opaque:
+    def __init__(self) -> None:
+        self.a = 1
+
+
+def test_an_output_no_codec_takes_fails_its_pipeline_naming_task_and_pipeline(tmp_path: Path) -> None:
+    @task
+    def produce(x: Any) -> Any:
+        return Opaque()
+
+    path = str(tmp_path / "s.db")
+    tpl = pipeline("p", produce)
+    with vrunner(store=path) as r:
+        rep = r.run(tpl.map([{"i": 0}]))
+    assert rep.failed == 1
+    key = tpl.bind({"i": 0}).key
+    store = open_store(path, read_only=True)
+    try:
+        (row,) = iter_rows(store, "pipelines")
+    finally:
+        store.close()
+    assert row.error_type == "ArtifactCodecError" and row.failed_task == "produce"
+    assert row.error_message is not None
+    assert row.error_message.startswith(f"the output of task 'produce' of pipeline '{key}' cannot be stored:")
+    assert "no codec can encode a value of type Opaque" in row.error_message
+
+
+def test_a_seed_no_codec_takes_names_its_pipeline() -> None:
+    @task
+    def echo(x: Any) -> Any:
+        return x
+
+    with vrunner() as r:
+        rep = r.run(pipeline("named", echo).map([{"i": 0}, Opaque()]))
+    assert rep.stop_reason == "producer_error" and rep.producer_error is not None
+    assert "a seed of pipeline 'named': no codec can encode a value of type Opaque" in rep.producer_error

@@ -1430,8 +1430,11 @@ class Runner:
         if error is None:
             try:
                 art = self._stage_checkpoint(state, ctx, value, t0, wall0)
-            except ArtifactCodecError as exc:
-                error = exc
+            except ArtifactCodecError as exc:  # named: the codec's message knows neither
+                error = ArtifactCodecError(
+                    f"the output of task {spec.name!r} of pipeline {state.spec.key!r} cannot be stored: {exc}"
+                )
+                error.__cause__ = exc
             except ArtifactBackendUnavailable as exc:
                 self._backend_failed(state, ctx, t0, wall0, exc)
                 return False
