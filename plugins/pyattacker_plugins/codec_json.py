@@ -44,8 +44,9 @@ class JsonCodec:
 
     def encode(self, value: Any) -> bytes:
         data = self._encoder.encode(value)
-        # "null" is also how msgspec writes NaN and infinities: look closer only then
-        if b"null" in data and _non_finite(value):
+        # "null" is also how msgspec writes NaN and infinities: look closer only then (find,
+        # not ``in``: ``b"null" in data`` first tries the operand as an int, raising inside)
+        if data.find(b"null") >= 0 and _non_finite(value):
             raise ValueError("JSON has no NaN or infinity (it would be stored as null)")
         return data
 
