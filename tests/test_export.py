@@ -401,3 +401,21 @@ def test_a_write_that_fails_midway_exits_2_and_leaves_no_file(tmp_path: Path) ->
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert f"export: writing OUTPUT {out} failed: File too large" in proc.stderr
     assert list(out.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "csv"])
+def test_stdout_piped_to_head_exits_0_without_a_traceback(tmp_path: Path, fmt: str) -> None:
+    """`export STORE - | head` ended quietly but with exit 1, rich-click's code for a closed
+    pipe and this CLI's code for failed pipelines; the CLI means 0 (the reader chose to stop)."""
+    path = build_store(tmp_path / "big.db", 200)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyattacker", "export", path, "-", "--format", fmt],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err

@@ -70,6 +70,14 @@ class LazyGroup(click.RichGroup):
                 raise
             raise PluginError(f"plugin {provided.plugin!r}: {exc}") from exc.__cause__
 
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            # the reader of stdout went away (``| head``): end quietly with 0, as main() does;
+            # left to rich-click it became exit 1, the code of a run with failed pipelines
+            _quiet_pipe()
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         names = set(CORE_COMMANDS) | set(self._plugin_commands())
         return sorted(names)
