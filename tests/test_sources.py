@@ -84,8 +84,8 @@ def test_jsonl_with_a_byte_order_mark_and_crlf_reads_every_row(tmp_path: Path) -
     [
         (b"", None),
         (b"\n\n", None),
-        (b'[1, 2]\n', r"d\.jsonl:1: key_field 'id' needs a JSON object on each line, got list"),
-        (b'null\n', r"d\.jsonl:1: key_field 'id' needs a JSON object on each line, got null"),
+        (b"[1, 2]\n", r"d\.jsonl:1: key_field 'id' needs a JSON object on each line, got list"),
+        (b"null\n", r"d\.jsonl:1: key_field 'id' needs a JSON object on each line, got null"),
         (b'{"id": 1}\n{"id": 2\n', r"d\.jsonl:2: invalid JSON line"),
         (b'{"id": 1, "v": "\xff"}\n', r"d\.jsonl:1: invalid JSON line: .*UTF-8"),
     ],

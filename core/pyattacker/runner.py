@@ -394,7 +394,8 @@ class Runner:
         self._done = 0
         self._parked: list[tuple[float, int, _Pipeline]] = []
         self._tie = itertools.count()
-        self._active: set[str] = set()
+        #: admitted and not finished: key -> its spec (a second spec under the key is compared)
+        self._active: dict[str, PipelineSpec] = {}
         self._record_types: dict[int, dict[str, type]] = {}
         self._recorder: Recorder | None = None
         self._started = 0.0
@@ -935,21 +936,21 @@ class Runner:
                             f"run() takes PipelineSpecs (template.map(...)), got {type(spec).__name__}"
                         )
                 rows, states = self._lookup([s.key for s in chunk])
-                seen: set[str] = set()
+                seen: dict[str, PipelineSpec] = {}
                 for spec in chunk:
                     if self._stopping:
                         break
                     key = spec.key
                     if key in seen or key in self._active:
-                        self._skip(spec, "duplicate_key")
+                        self._duplicate(spec, seen.get(key) or self._active[key])
                         continue
-                    seen.add(key)
+                    seen[key] = spec
                     done = states.get(key)
                     if done is not None and done[0] == "succeeded":
                         _state, spec_digest, seed_digest, run_id = done
                         if spec_digest == spec.template.spec_digest and seed_digest == spec.seed_digest:
-                            if run_id != self.run_id:  # finished already: nothing to do
-                                self._skip(spec, "succeeded")
+                            # finished already; by this run: the key was given twice
+                            self._skip(spec, "succeeded" if run_id != self.run_id else "duplicate_key")
                             continue
                         row = PipelineRecord(
                             pipeline_id=key, run_id=run_id, name="", key=key, state="succeeded",
@@ -968,7 +969,7 @@ class Runner:
                         break
                     self._admitted += 1
                     self.counters["pipelines_admitted"] += 1
-                    self._active.add(spec.key)
+                    self._active[spec.key] = spec
                     self._staff(queue)
                     try:
                         await queue.put(state)
@@ -992,6 +993,22 @@ class Runner:
         states = narrow(keys)
         rest = [key for key, st in states.items() if st[0] != "succeeded"]
         return (self.store.lookup_pipelines(rest) if rest else {}), states
+
+    def _duplicate(self, spec: PipelineSpec, first: PipelineSpec) -> None:
+        """A key admitted a second time while its first spec is queued or running: the same
+        seed and chain is one pipeline (skipped, ``duplicate_key``); another seed or chain under
+        the key is refused, as a resume refuses it, instead of being dropped in silence."""
+        if first.seed_digest == spec.seed_digest and first.template.spec_digest == spec.template.spec_digest:
+            self._skip(spec, "duplicate_key")
+            return
+        what = "task chain" if first.template.spec_digest != spec.template.spec_digest else "seed"
+        err = PipelineIdentityConflict(
+            f"pipeline {spec.key!r} is given twice in this run with a different {what}; a key"
+            " names one pipeline: make the keys unique (the source's key_field) or drop the"
+            " duplicate row"
+        )
+        self._event("pipeline.identity_conflict", "pipeline", pipeline_id=spec.key, data={"error": str(err)})
+        raise err
 
     def _skip(self, spec: PipelineSpec, reason: str) -> None:
         """Count a skipped pipeline. Its stored row is unchanged; with ``events="all"`` each skip is
@@ -1019,9 +1036,13 @@ class Runner:
                 "pipeline.identity_conflict", "pipeline", pipeline_id=spec.key, data={"error": str(err)}
             )
             raise err
+        if row is not None and self.run_id and row.run_id == self.run_id:
+            # this run admitted the key already and finished it: it is given twice (running
+            # it again would repeat its tasks, a failed one included)
+            self._skip(spec, "duplicate_key")
+            return None
         if row is not None and row.state == "succeeded" and not cfg.retry_succeeded:
-            if row.run_id != self.run_id:
-                self._skip(spec, "succeeded")
+            self._skip(spec, "succeeded")
             return None
         n = len(template.tasks)
         now = self.clock.wall()
@@ -1793,7 +1814,7 @@ class Runner:
         self._done += 1
         self.counters["pipelines_done"] += 1
         self.counters[f"pipelines_{final}"] = self.counters.get(f"pipelines_{final}", 0) + 1
-        self._active.discard(state.spec.key)
+        self._active.pop(state.spec.key, None)
         if self._capacity is not None:
             self._capacity.set()
         limit = self.config.stop_after_failures
