@@ -17,6 +17,7 @@ from pyattacker.plugins import get_plugins
 from pyattacker.pool import Pool, Resource
 from pyattacker.runner import Runner
 from pyattacker.store import iter_rows, open_store
+from pyattacker.task import task
 from pyattacker_plugins.sink_console import ConsoleSink
 from pyattacker_plugins.sink_jsonl import JsonlSink
 
@@ -119,3 +120,31 @@ def test_sink_options_are_checked_when_built_from_python() -> None:
     with pytest.raises(ConfigError, match=r"event sink 'console': kinds: must be a list of event kinds"):
         ConsoleSink(kinds="task.failed")
     assert ConsoleSink(kinds=("task.failed",)).kinds == frozenset({"task.failed"})
+
+
+@pytest.mark.parametrize("where", ["a directory", "under a file"])
+def test_a_jsonl_sink_path_that_cannot_be_written_stops_the_run_before_it_starts(
+    tmp_path: Path, where: str
+) -> None:
+    """The run used to go on with one warning and no event file at all; it is refused when the
+    run starts, naming the entry, and no pipeline runs."""
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "file").write_text("x")
+    path = tmp_path / ("taken" if where == "a directory" else "file/events.jsonl")
+    store = str(tmp_path / "s.db")
+    calls = {"n": 0}
+
+    @task
+    def counted(x: Any) -> Any:
+        calls["n"] += 1
+        return x
+
+    with (
+        Runner(store=store, event_sinks=["console", {"name": "jsonl", "path": str(path)}]) as runner,
+        pytest.raises(
+            ConfigError,
+            match=r"run\.event_sinks\[1\]: event sink 'jsonl': path: .*(is a directory|is not a directory)",
+        ),
+    ):
+        runner.run(pipeline("p", counted).map([{"i": 0}]))
+    assert calls["n"] == 0

@@ -461,7 +461,7 @@ class Runner:
     def _resolve_sinks(self) -> list[Any]:
         sinks = list(self._extra_sinks)
         registry = self.plugins.event_sinks
-        for item in self.config.event_sinks:
+        for index, item in enumerate(self.config.event_sinks):
             name, options = (
                 (item, {})
                 if isinstance(item, str)
@@ -472,7 +472,10 @@ class Runner:
                 raise ConfigError(
                     f"run.event_sinks: unknown sink {name!r} (known: {', '.join(registry.names()) or 'none'})"
                 )
-            sinks.append(factory(**options))
+            try:
+                sinks.append(factory(**options))
+            except Exception as exc:  # which entry, before anything runs (exit 2)
+                raise ConfigError(f"run.event_sinks[{index}]: {exc}") from exc
         return sinks
 
     async def run_async(

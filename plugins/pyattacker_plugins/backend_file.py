@@ -23,6 +23,7 @@ import msgspec
 from pyattacker.digest import DIGEST_SIZE, digest_bytes
 from pyattacker.hookspecs import hookimpl
 from pyattacker.model import ArtifactRecord
+from pyattacker.paths import unwritable
 
 __all__ = ["DEFAULT_MIN_BYTES", "FileBackend"]
 
@@ -45,8 +46,10 @@ class FileBackend:
             raise ValueError("; ".join(problems))
         self.root = os.path.abspath(os.path.expanduser(os.fspath(root)))
         self.min_bytes = min_bytes
-        problem = _unusable_root(self.root)
-        if problem:  # found when the run starts, not after each pipeline's first task ran
+        # found when the run starts, not after each pipeline's first task ran: a root that is a
+        # file (or under one), or a folder this process cannot write
+        problem = unwritable(self.root, directory=True)
+        if problem:
             raise ValueError(f"root: {problem}")
 
     @staticmethod
@@ -114,30 +117,6 @@ class FileBackend:
         except FileNotFoundError:
             return False
         return True
-
-
-def _unusable_root(root: str) -> str | None:
-    """Why blobs cannot be written under ``root``, or None; looks, creates nothing.
-
-    A root that is a file (or under one), or a folder this process cannot write, used to fail
-    each pipeline after its first task had run (and been paid for)."""
-    if os.path.exists(root):
-        if not os.path.isdir(root):
-            return f"{root} exists and is not a directory"
-        if not os.access(root, os.W_OK | os.X_OK):
-            return f"{root} is not writable"
-        return None
-    parent = os.path.dirname(root)
-    while parent and not os.path.exists(parent):
-        up = os.path.dirname(parent)
-        if up == parent:
-            break
-        parent = up
-    if not os.path.isdir(parent):
-        return f"{root} cannot be created: {parent} is not a directory"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"{root} cannot be created: {parent} is not writable"
-    return None
 
 
 def _address(digest: str, payload: bytes) -> str:
