@@ -566,3 +566,26 @@ def test_a_blob_write_that_fails_mid_run_stops_it_resumable_with_exit_2(
         + len([p for p in by_seed.values() if p.state == "succeeded"])
         == 3
     )
+
+
+@pytest.mark.parametrize("closed", [1, 2], ids=["stdout", "stderr"])
+def test_a_closed_stdout_or_stderr_keeps_the_runs_exit_code(
+    env: dict[str, str], tmp_path: Path, closed: int
+) -> None:
+    """`pyattacker run ... >&-` printed a traceback after the run (sys.stdout is None) and
+    exited 1 whatever the pipelines did; with stderr closed the console sink failed each batch.
+    The run and its exit code are what they would be with the streams open."""
+    body = AUDIT_CONFIG.replace("N}", "3}").replace("grace_s: 5}", "grace_s: 5, event_sinks: [console]}")
+    cfg = _config(tmp_path, body)
+    result = subprocess.run(
+        [sys.executable, "-m", "pyattacker", "run", "-c", str(cfg)],
+        env=env,
+        stdout=subprocess.PIPE if closed == 2 else None,
+        stderr=subprocess.PIPE if closed == 1 else None,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(closed),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in (result.stderr or "") + (result.stdout or "")
+    assert count_succeeded(tmp_path / "runs" / "audit.db") == 3

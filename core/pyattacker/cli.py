@@ -109,8 +109,18 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _closed_streams_to_devnull() -> None:
+    """A stream closed before the start (``pyattacker run ... >&-``) is None in ``sys``:
+    printing the summary raised AttributeError after the run had finished (a traceback, exit
+    1). Writes to it go nowhere instead, as they would to a reader that went away."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - lives as sys.stdout
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: maps errors to exit codes and handles closed pipes quietly."""
+    _closed_streams_to_devnull()
     try:
         cli.main(args=argv, prog_name="pyattacker", standalone_mode=False)
     except click_exceptions.Abort:
