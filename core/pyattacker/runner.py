@@ -945,7 +945,8 @@ class Runner:
                         break
                     key = spec.key
                     if key in seen or key in self._active:
-                        self._duplicate(spec, seen.get(key) or self._active[key])
+                        first = seen.get(key)
+                        self._duplicate(spec, first if first is not None else self._active[key])
                         continue
                     seen[key] = spec
                     done = states.get(key)
