@@ -93,6 +93,34 @@ def test_file_backend_missing_or_truncated_file_is_unavailable(tmp_path: Path) -
     assert backend.delete(stored.digest) is False
 
 
+def test_file_backend_never_takes_replaced_bytes_for_the_artifact(tmp_path: Path) -> None:
+    """A blob overwritten with other bytes of the same length (a copy gone wrong, a hand edit) is
+    not the artifact: hydrate leaves it unavailable (resume recomputes) instead of handing the
+    next task the wrong data, which only a size check did."""
+    backend = FileBackend(root=str(tmp_path), min_bytes=0)
+    stored = backend.put(art(b"B" * 100))
+    path = Path(stored.blob_ref[len("file://") :])
+    path.write_bytes(b"C" * 100)
+    assert backend.hydrate(stored).payload is None
+    path.write_bytes(b"B" * 100)
+    assert backend.hydrate(stored).payload == b"B" * 100
+
+
+@pytest.mark.parametrize("damage", [b"B" * 40, b"C" * 100, b""], ids=["truncated", "replaced", "emptied"])
+def test_file_backend_rewrites_a_damaged_blob_instead_of_sharing_it(tmp_path: Path, damage: bytes) -> None:
+    """Identical payloads share one file, but only while it holds them: a blob truncated or
+    replaced after it was written is written again by the next identical payload, where the new
+    row used to point at the damaged file (and every resume recomputed it for nothing)."""
+    backend = FileBackend(root=str(tmp_path), min_bytes=0)
+    first = backend.put(art(b"B" * 100))
+    path = Path(first.blob_ref[len("file://") :])
+    path.write_bytes(damage)
+    again = backend.put(msgspec.structs.replace(art(b"B" * 100), artifact_id="q:0"))
+    assert again.blob_ref == first.blob_ref and path.read_bytes() == b"B" * 100
+    assert backend.hydrate(again).payload == b"B" * 100 and backend.hydrate(first).payload == b"B" * 100
+    assert not [n for n in os.listdir(path.parent) if n.startswith(".tmp-")]
+
+
 def test_file_backend_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     backend = FileBackend(root=str(tmp_path), min_bytes=0)
     a = art(b"important")
@@ -113,7 +141,7 @@ def test_file_backend_relative_ref_and_unsafe_digest(tmp_path: Path) -> None:
     backend = FileBackend(root=str(tmp_path), min_bytes=0)
     (tmp_path / "ab").mkdir()
     (tmp_path / "ab" / "cd").write_bytes(b"xyz")
-    row = msgspec.structs.replace(art(None), size=3, blob_ref="file://ab/cd")
+    row = msgspec.structs.replace(art(None), size=3, digest=digest_bytes(b"xyz"), blob_ref="file://ab/cd")
     assert backend.hydrate(row).payload == b"xyz"
     evil = msgspec.structs.replace(art(b"data"), digest="../../etc/passwd")
     stored = backend.put(evil)

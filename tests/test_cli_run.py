@@ -495,3 +495,97 @@ def test_a_scheme_spelled_store_flag_is_relative_to_the_cwd_and_gets_its_folder(
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["store"] == f"sqlite:{work / rel}"
         assert (work / rel).is_file()
+
+
+# -- artifact backends -----------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["root is a file", "root under a file"])
+def test_a_file_backend_root_that_cannot_hold_blobs_exits_2_before_any_task(
+    env: dict[str, str], tmp_path: Path, where: str
+) -> None:
+    """A root that is a file (or lies under one) used to fail every pipeline after its first
+    task had run (exit 1, an internal error per pipeline, no attempt row): each paid request
+    was sent, then lost. It is refused when the run starts, naming the field."""
+    (tmp_path / "blobs").write_text("not a folder")
+    root = "blobs" if where == "root is a file" else "blobs/sub"
+    body = AUDIT_CONFIG.replace("N}", "3}").replace(
+        "grace_s: 5}", f"grace_s: 5, artifact_backend: {{kind: file, root: {root}, min_bytes: 0}}}}"
+    )
+    result = cli(["run", "-c", str(_config(tmp_path, body))], env)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "run.artifact_backend.root:" in result.stderr and "is not a directory" in result.stderr
+    assert not (tmp_path / "audit.log").exists()  # no task ran
+    assert (tmp_path / "blobs").read_text() == "not a folder"
+
+
+def test_a_blob_write_that_fails_mid_run_stops_it_resumable_with_exit_2(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """The backend failing while the run goes on (a folder made unwritable, a full disk; here a
+    file where pipeline 1's blob folder must go) is not that task's fault, and would fail each
+    following pipeline after its paid task too. It used to be an internal error per pipeline
+    with no attempt row. Now the attempt is recorded, the pipeline stays resumable, the run
+    stops with exit 2 naming the backend, task and pipeline, and a resume finishes the work."""
+    from pyattacker.digest import digest_bytes
+    from pyattacker.store import iter_rows, open_store
+
+    root = tmp_path / "blobs"
+    root.mkdir()
+    blocker = root / digest_bytes(b'{"i":1}')[:2]  # `first` returns its seed {"i": 1}
+    blocker.write_text("in the way")
+    body = AUDIT_CONFIG.replace("N}", "3}").replace(
+        "concurrency: 2, grace_s: 5}",
+        "concurrency: 1, grace_s: 5, artifact_backend: {kind: file, root: blobs, min_bytes: 0}}",
+    )
+    cfg = _config(tmp_path, body)
+    result = cli(["run", "-c", str(cfg)], env)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    store = open_store(str(tmp_path / "runs" / "audit.db"), read_only=True)
+    try:
+        by_seed = {p.seed_key or p.key: p for p in iter_rows(store, "pipelines")}
+        failed_attempts = [a for a in iter_rows(store, "attempts") if a.outcome == "failed"]
+        (run,) = store.runs()
+    finally:
+        store.close()
+    (attempt,) = failed_attempts
+    key = attempt.pipeline_id
+    message = f"artifact backend 'file' could not store the output of task 'first' of pipeline '{key}'"
+    assert message in result.stderr and str(blocker) in result.stderr
+    assert attempt.task_name == "first" and attempt.error_type == "ArtifactBackendUnavailable"
+    assert attempt.decision["reason"] == "artifact_backend_unavailable"
+    row = by_seed[key]
+    assert (row.state, row.cursor, row.error_type) == ("interrupted", 0, "ArtifactBackendUnavailable")
+    assert run.stop_reason == "artifact_backend_unavailable"
+    assert all(p.state != "failed" for p in by_seed.values())
+    blocker.unlink()
+    result = cli(["resume", "-c", str(cfg), "--summary-format", "json"], env)
+    assert result.returncode == 0, result.stderr
+    assert (
+        json.loads(result.stdout)["counters"]["pipelines_succeeded"]
+        + len([p for p in by_seed.values() if p.state == "succeeded"])
+        == 3
+    )
+
+
+@pytest.mark.parametrize("closed", [1, 2], ids=["stdout", "stderr"])
+def test_a_closed_stdout_or_stderr_keeps_the_runs_exit_code(
+    env: dict[str, str], tmp_path: Path, closed: int
+) -> None:
+    """`pyattacker run ... >&-` printed a traceback after the run (sys.stdout is None) and
+    exited 1 whatever the pipelines did; with stderr closed the console sink failed each batch.
+    The run and its exit code are what they would be with the streams open."""
+    body = AUDIT_CONFIG.replace("N}", "3}").replace("grace_s: 5}", "grace_s: 5, event_sinks: [console]}")
+    cfg = _config(tmp_path, body)
+    result = subprocess.run(
+        [sys.executable, "-m", "pyattacker", "run", "-c", str(cfg)],
+        env=env,
+        stdout=subprocess.PIPE if closed == 2 else None,
+        stderr=subprocess.PIPE if closed == 1 else None,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(closed),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in (result.stderr or "") + (result.stdout or "")
+    assert count_succeeded(tmp_path / "runs" / "audit.db") == 3

@@ -353,3 +353,69 @@ def test_a_row_damaged_by_hand_exits_2_and_writes_no_output(
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert needle in proc.stderr and path in proc.stderr
     assert not [p.name for p in tmp_path.iterdir() if "out" in p.name]  # not even a temp file
+
+
+def _export_cli(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pyattacker", "export", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        **kwargs,
+    )
+
+
+def test_an_output_that_is_a_directory_is_refused_before_reading(store: str, tmp_path: Path) -> None:
+    """Every row was read and written to a temporary file, then the rename onto the folder
+    failed with a traceback (exit 1). It is refused first, exit 2, the folder untouched."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    proc = _export_cli(store, str(folder))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"OUTPUT {folder} is a directory" in proc.stderr
+    assert list(folder.iterdir()) == [] and [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc (Linux)")
+def test_an_output_where_no_file_can_be_created_exits_2(store: str) -> None:
+    """/proc exists but takes no new file, even for root: the temporary file could not be
+    created, which was a traceback (exit 1)."""
+    proc = _export_cli(store, "/proc/pyattacker-export.jsonl")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "export: cannot write OUTPUT /proc/pyattacker-export.jsonl" in proc.stderr
+
+
+def test_a_write_that_fails_midway_exits_2_and_leaves_no_file(tmp_path: Path) -> None:
+    """A file-size limit (the kernel's EFBIG, as a full disk's ENOSPC) cuts the export short:
+    one line naming OUTPUT, exit 2, and neither OUTPUT nor the temporary file is left."""
+    import resource
+
+    path = build_store(tmp_path / "big.db", 200)
+    out = tmp_path / "o" / "rows.jsonl"
+    out.parent.mkdir()
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+
+    proc = _export_cli(path, str(out), preexec_fn=limit)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"export: writing OUTPUT {out} failed: File too large" in proc.stderr
+    assert list(out.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "csv"])
+def test_stdout_piped_to_head_exits_0_without_a_traceback(tmp_path: Path, fmt: str) -> None:
+    """`export STORE - | head` ended quietly but with exit 1, rich-click's code for a closed
+    pipe and this CLI's code for failed pipelines; the CLI means 0 (the reader chose to stop)."""
+    path = build_store(tmp_path / "big.db", 200)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyattacker", "export", path, "-", "--format", fmt],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err

@@ -310,3 +310,83 @@ def test_a_finished_cursor_without_its_final_artifact_runs_the_last_task_again(t
     finally:
         store.close()
     assert row.state == "succeeded" and row.cursor == 2 and final is not None and final.is_final
+
+
+def _damage_blob(path: Path, how: str) -> None:
+    if how == "deleted":
+        path.unlink()
+    elif how == "truncated":
+        path.write_bytes(path.read_bytes()[:-2])
+    else:  # replaced by other bytes of the same length: only the digest tells
+        path.write_bytes(b"x" * path.stat().st_size)
+
+
+@pytest.mark.parametrize("how", ["deleted", "truncated", "replaced"])
+def test_a_lost_blob_reruns_only_the_task_that_produced_it(tmp_path: Path, how: str) -> None:
+    """``first -> second -> third`` with every output in a file blob, ``third`` failing; then
+    the blob of ``second``'s output is lost. Resume must run ``second`` again from ``first``'s
+    durable output (never ``first``, whose answer is on disk), with an event saying which blob
+    and why, and never hand ``third`` the wrong bytes. It used to restart from the seed and
+    blame the journal or the null backend."""
+    path = str(tmp_path / "s.db")
+    backend = {"kind": "file", "root": str(tmp_path / "blobs"), "min_bytes": 0}
+    fail = {"on": True}
+    seen: list[Any] = []
+
+    @task
+    def third(x: Any) -> Any:
+        seen.append(x)
+        if fail["on"]:
+            raise ValueError("later")
+        return x
+
+    tpl = pipeline("p", first, second, third)
+    with vrunner(store=path, artifact_backend=backend) as r:
+        r.run(tpl.map(seeds(2)))
+    key = tpl.bind({"i": 1}).key
+    store = open_store(path, read_only=True)
+    try:
+        ref = store.get_artifact(key, 1).blob_ref
+    finally:
+        store.close()
+    assert ref is not None and ref.startswith("file://")
+    _damage_blob(Path(ref[len("file://") :]), how)
+    fail["on"] = False
+    CALLS.clear()
+    seen.clear()
+    with vrunner(store=path, artifact_backend=backend) as r:
+        rep = r.run(tpl.map(seeds(2)))
+    assert rep.succeeded == 2 and CALLS == {"second": 1}  # not first, whose output is on disk
+    assert sorted(v["v"] for v in seen) == [1, 3]  # {"v": 2i + 1}: the right values, recomputed
+    (missing,) = _events(path, "pipeline.checkpoint_missing")
+    assert missing.pipeline_id == key
+    assert missing.data["reason"] == "blob_unavailable" and missing.data["blob_ref"] == ref
+    assert (missing.data["seq"], missing.data["task"], missing.data["resume_from"]) == (1, "second", 1)
+    (resumed,) = [e for e in _events(path, "pipeline.resumed") if e.pipeline_id == key]
+    assert resumed.data["from_seq"] == 1
+
+
+def test_an_undecodable_checkpoint_resumes_from_the_output_before_it(tmp_path: Path) -> None:
+    """Bytes no codec decodes at the cursor: the output before it is used (its task is not run
+    again), with one ``pipeline.checkpoint_unusable`` event naming the task and where it resumes."""
+    path = str(tmp_path / "s.db")
+    fail = {"on": True}
+
+    @task
+    def third(x: Any) -> Any:
+        if fail["on"]:
+            raise ValueError("later")
+        return x
+
+    tpl = pipeline("p", first, second, third)
+    with vrunner(store=path) as r:
+        r.run(tpl.map(seeds(1)))
+    _edit(path, "UPDATE artifacts SET codec = 'gone' WHERE seq = 1")
+    fail["on"] = False
+    CALLS.clear()
+    with vrunner(store=path) as r:
+        rep = r.run(tpl.map(seeds(1)))
+    assert rep.succeeded == 1 and CALLS == {"second": 1}
+    (unusable,) = _events(path, "pipeline.checkpoint_unusable")
+    assert "'gone'" in unusable.data["error"]
+    assert (unusable.data["seq"], unusable.data["task"], unusable.data["resume_from"]) == (1, "second", 1)

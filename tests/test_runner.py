@@ -407,6 +407,53 @@ def test_duplicate_keys_in_one_run_run_once() -> None:
     assert calls["n"] == 2 and rep.skipped == 1
 
 
+def test_a_key_given_twice_with_different_seeds_is_refused_not_dropped() -> None:
+    """Two source rows under one explicit key (``key_field``: ``1`` and ``"1"`` both give "1"),
+    close enough to be in flight together: the second row's data was skipped in silence
+    (``duplicate_key``), while the same rows further apart were an identity conflict. Both
+    are now the conflict, naming the key."""
+    from pyattacker.errors import PipelineIdentityConflict
+
+    calls = {"n": 0}
+
+    @task
+    def count(x: Any) -> Any:
+        calls["n"] += 1
+        return x
+
+    tpl = pipeline("p", count)
+    rows_in = [(str(r["id"]), r) for r in ({"id": 1, "v": "a"}, {"id": "1", "v": "b"})]
+    with vrunner() as r, pytest.raises(PipelineIdentityConflict, match="'1' is given twice in this run"):
+        r.run(tpl.map_keyed(rows_in))
+    assert calls["n"] <= 1
+
+
+@pytest.mark.parametrize("where", ["memory", "sqlite"])
+def test_a_key_given_again_after_it_finished_is_a_counted_skip_and_never_reruns(
+    tmp_path: Any, where: str
+) -> None:
+    """The same rows again after their pipelines finished in this run (a lookup chunk later):
+    a succeeded one was passed over without being counted, and a failed one ran all its tasks
+    again within the same run. Both are a ``duplicate_key`` skip now."""
+    n = 600  # more than one lookup chunk (512): k0 and k1 have finished when they come again
+    calls: dict[int, int] = {}
+
+    @task
+    async def flaky(x: Any) -> Any:
+        calls[x["i"]] = calls.get(x["i"], 0) + 1
+        if x["i"] == 0:
+            raise ValueError("k0 fails")
+        return x
+
+    keyed = [(f"k{i}", {"i": i}) for i in range(n)] + [("k0", {"i": 0}), ("k1", {"i": 1})]
+    store = None if where == "memory" else str(tmp_path / "s.db")
+    with vrunner(store=store, concurrency=4) as r:
+        rep = r.run(pipeline("p", flaky).map_keyed(keyed))
+        skipped = events(r.store, "pipeline.skipped")
+    assert calls[0] == 1 and calls[1] == 1 and rep.failed == 1 and rep.succeeded == n - 1
+    assert rep.skipped == 2 and [e.data["reason"] for e in skipped] == ["duplicate_key"] * 2
+
+
 def test_on_pipeline_finished_sees_durable_rows() -> None:
     seen: list[tuple[str, str]] = []
 

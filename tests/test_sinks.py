@@ -17,6 +17,7 @@ from pyattacker.plugins import get_plugins
 from pyattacker.pool import Pool, Resource
 from pyattacker.runner import Runner
 from pyattacker.store import iter_rows, open_store
+from pyattacker.task import task
 from pyattacker_plugins.sink_console import ConsoleSink
 from pyattacker_plugins.sink_jsonl import JsonlSink
 
@@ -119,3 +120,80 @@ def test_sink_options_are_checked_when_built_from_python() -> None:
     with pytest.raises(ConfigError, match=r"event sink 'console': kinds: must be a list of event kinds"):
         ConsoleSink(kinds="task.failed")
     assert ConsoleSink(kinds=("task.failed",)).kinds == frozenset({"task.failed"})
+
+
+@task
+def _same(x: Any) -> Any:
+    return x
+
+
+class _Exiting:
+    """A sink whose plugin code calls ``sys.exit()`` on every batch that has ``kind``."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.batches = 0
+
+    def handle(self, events: list[EventRecord]) -> None:
+        self.batches += 1
+        if any(e.kind == self.kind for e in events):
+            raise SystemExit(3)
+
+    def close(self) -> None:
+        raise SystemExit(4)
+
+
+@pytest.mark.parametrize(("kind", "write_behind"), [("pipeline.succeeded", False), ("run.finished", True)])
+def test_a_sink_that_calls_sys_exit_never_breaks_the_run(
+    tmp_path: Path, kind: str, write_behind: bool
+) -> None:
+    """``SystemExit`` is not an ``Exception``: from a sink it aborted a run committing each event
+    (pipelines left interrupted), or escaped from the final commit (no report). It is a sink
+    failure like any other now: counted, the run and its rows complete, the next sink served."""
+    store = str(tmp_path / "s.db")
+    bad, log = _Exiting(kind), tmp_path / "events.jsonl"
+    with Runner(
+        store=store,
+        concurrency=2,
+        sinks=[bad],
+        event_sinks=[{"name": "jsonl", "path": str(log)}],
+        write_behind=write_behind,
+    ) as runner:
+        rep = runner.run(pipeline("p", _same).map({"i": i} for i in range(10)))
+    assert rep.succeeded == 10 and rep.counters["sink_errors"] >= 2  # its batches and its close()
+    s = open_store(store, read_only=True)
+    try:
+        stored = [e.kind for e in iter_rows(s, "events")]
+        assert [p.state for p in iter_rows(s, "pipelines")] == ["succeeded"] * 10
+        assert [r.status for r in s.runs()] == ["completed"]
+    finally:
+        s.close()
+    assert [json.loads(line)["kind"] for line in log.read_text().splitlines()] == stored
+
+
+@pytest.mark.parametrize("where", ["a directory", "under a file"])
+def test_a_jsonl_sink_path_that_cannot_be_written_stops_the_run_before_it_starts(
+    tmp_path: Path, where: str
+) -> None:
+    """The run used to go on with one warning and no event file at all; it is refused when the
+    run starts, naming the entry, and no pipeline runs."""
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "file").write_text("x")
+    path = tmp_path / ("taken" if where == "a directory" else "file/events.jsonl")
+    store = str(tmp_path / "s.db")
+    calls = {"n": 0}
+
+    @task
+    def counted(x: Any) -> Any:
+        calls["n"] += 1
+        return x
+
+    with (
+        Runner(store=store, event_sinks=["console", {"name": "jsonl", "path": str(path)}]) as runner,
+        pytest.raises(
+            ConfigError,
+            match=r"run\.event_sinks\[1\]: event sink 'jsonl': path: .*(is a directory|is not a directory)",
+        ),
+    ):
+        runner.run(pipeline("p", counted).map([{"i": 0}]))
+    assert calls["n"] == 0

@@ -68,3 +68,53 @@ def test_repeats_is_pass_at_k(tmp_path: Path) -> None:
     specs = list(build(load_config(cfg)).specs())
     assert [s.repeat for s in specs] == [0, 1, 2]
     assert len({s.key for s in specs}) == 3  # three independent pipelines for one seed
+
+
+def test_jsonl_with_a_byte_order_mark_and_crlf_reads_every_row(tmp_path: Path) -> None:
+    """A file saved by a Windows editor starts with a UTF-8 BOM (and ends lines with CRLF): its
+    first row was 'invalid JSON line: invalid character' and the run stopped before starting."""
+    (tmp_path / "d.jsonl").write_bytes(b'\xef\xbb\xbf{"id": 1, "q": "\xc3\xa9"}\r\n\r\n{"id": 2}\r\n')
+    src = _source("jsonl")
+    rows = list(src.open(src.options(path="d.jsonl", key_field="id"), tmp_path))
+    assert rows == [("1", {"id": 1, "q": "é"}), ("2", {"id": 2})]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", None),
+        (b"\n\n", None),
+        (b"[1, 2]\n", r"d\.jsonl:1: key_field 'id' needs a JSON object on each line, got list"),
+        (b"null\n", r"d\.jsonl:1: key_field 'id' needs a JSON object on each line, got null"),
+        (b'{"id": 1}\n{"id": 2\n', r"d\.jsonl:2: invalid JSON line"),
+        (b'{"id": 1, "v": "\xff"}\n', r"d\.jsonl:1: invalid JSON line: .*UTF-8"),
+    ],
+    ids=["empty", "blank", "list", "null", "truncated-line", "bad-utf8"],
+)
+def test_jsonl_rows_that_are_not_usable_name_file_and_line(
+    tmp_path: Path, content: bytes, message: str | None
+) -> None:
+    (tmp_path / "d.jsonl").write_bytes(content)
+    src = _source("jsonl")
+    rows = src.open(src.options(path="d.jsonl", key_field="id"), tmp_path)
+    if message is None:
+        assert list(rows) == []
+        return
+    with pytest.raises(ConfigError, match=message):
+        list(rows)
+
+
+def test_jsonl_a_gzip_file_says_so(tmp_path: Path) -> None:
+    import gzip
+
+    (tmp_path / "d.jsonl").write_bytes(gzip.compress(b'{"id": 1}\n'))
+    src = _source("jsonl")
+    with pytest.raises(ConfigError, match=r"d\.jsonl:1: invalid JSON line: .*gzip-compressed"):
+        list(src.open(src.options(path="d.jsonl"), tmp_path))
+
+
+def test_jsonl_a_directory_is_not_reported_as_missing(tmp_path: Path) -> None:
+    (tmp_path / "d.jsonl").mkdir()
+    src = _source("jsonl")
+    with pytest.raises(ConfigError, match=r"source\.path: .*d\.jsonl is a directory"):
+        src.check(src.options(path="d.jsonl"), tmp_path)

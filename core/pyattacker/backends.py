@@ -209,5 +209,9 @@ def resolve_backend(spec: Any, registry: Registry, path: str = "run.artifact_bac
     except ConfigError:
         raise
     except Exception as exc:
+        # a factory may name the parameter at fault as validate() does: ValueError("root: ...")
+        field, sep, message = str(exc).partition(": ")
+        if sep and field in params:
+            raise ConfigError(_field_message(path, field, message)) from exc
         raise ConfigError(f"{path}: cannot build artifact backend {kind!r}: {exc}") from exc
     return built

@@ -70,6 +70,14 @@ class LazyGroup(click.RichGroup):
                 raise
             raise PluginError(f"plugin {provided.plugin!r}: {exc}") from exc.__cause__
 
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            # the reader of stdout went away (``| head``): end quietly with 0, as main() does;
+            # left to rich-click it became exit 1, the code of a run with failed pipelines
+            _quiet_pipe()
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         names = set(CORE_COMMANDS) | set(self._plugin_commands())
         return sorted(names)
@@ -101,8 +109,18 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _closed_streams_to_devnull() -> None:
+    """A stream closed before the start (``pyattacker run ... >&-``) is None in ``sys``:
+    printing the summary raised AttributeError after the run had finished (a traceback, exit
+    1). Writes to it go nowhere instead, as they would to a reader that went away."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - lives as sys.stdout
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: maps errors to exit codes and handles closed pipes quietly."""
+    _closed_streams_to_devnull()
     try:
         cli.main(args=argv, prog_name="pyattacker", standalone_mode=False)
     except click_exceptions.Abort:

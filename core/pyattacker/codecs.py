@@ -4,12 +4,22 @@ Codecs themselves are plugins (``json``, ``bytes``, ``msgpack`` are built-in plu
 module only composes them. Choice order: an explicit preference for the exact type, a codec
 claiming the exact type, one claiming a base class (MRO), then the highest-priority codec whose
 ``can_encode`` accepts the value. The choice per type is cached: encoding sits on the hot path.
+A codec may hand out a faster encoder for a type whose every value it takes
+(``encoder_for(cls)``). When the chosen codec refuses one value (JSON has no NaN, no integer
+keys), the next codec that can encode it is used: only the error path pays for that.
+
+Decoding gives back the top-level type of a few standard types that a codec stores as a list or
+a string (``tuple``, ``set``, ``frozenset``, ``datetime``, ``date``, ``time``, ``timedelta``,
+``Decimal``, ``UUID``): resume must hand the next task what the first run handed it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import datetime
+import decimal
+import uuid
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import msgspec
@@ -32,9 +42,32 @@ class Codec(Protocol):
 
     def decode(self, data: bytes, type_name: str, types: dict[str, type]) -> Any: ...
 
+    # optional: ``encoder_for(cls)`` -> a function that encodes every value of ``cls`` (or None)
+
 
 def is_record_type(cls: Any) -> bool:
     return isinstance(cls, type) and (dataclasses.is_dataclass(cls) or issubclass(cls, msgspec.Struct))
+
+
+def returned_record_types(fn: Any) -> dict[str, type]:
+    """The dataclasses and Structs named in ``fn``'s return annotation (``-> Answer``,
+    ``-> Answer | None``, ``-> list[Answer]``), by name; empty when there is none or it cannot be
+    resolved. A resumed process has not encoded one yet, so without them a task's record output
+    would decode as a plain dict."""
+    import typing
+
+    try:
+        hint = typing.get_type_hints(fn).get("return")
+    except Exception:  # an annotation naming something not importable here: no hint
+        return {}
+    found: dict[str, type] = {}
+    stack = [hint]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, type) and is_record_type(item):
+            found.setdefault(item.__name__, item)
+        stack.extend(typing.get_args(item))
+    return found
 
 
 class CodecRegistry:
@@ -45,6 +78,8 @@ class CodecRegistry:
         self._types: dict[str, type] = {}
         self._prefer: dict[type, str] = {}
         self._cache: dict[type, Any] = {}
+        #: per type: (codec name, encode function), what ``encode`` calls on the hot path
+        self._encoders: dict[type, tuple[str, Callable[[Any], bytes]]] = {}
         for codec in codecs:
             self.register(codec)
         for cls in types:
@@ -59,6 +94,7 @@ class CodecRegistry:
     def register(self, codec: Any) -> None:
         self._codecs[codec.name] = codec
         self._cache.clear()
+        self._encoders.clear()
 
     def register_type(self, cls: type) -> None:
         """Make a dataclass or msgspec Struct decode back to its own type."""
@@ -70,6 +106,7 @@ class CodecRegistry:
             raise ArtifactCodecError(f"unknown codec {codec_name!r}")
         self._prefer[cls] = codec_name
         self._cache.clear()
+        self._encoders.clear()
 
     @property
     def names(self) -> list[str]:
@@ -77,9 +114,7 @@ class CodecRegistry:
 
     def _choose(self, value: Any) -> Any:
         cls = type(value)
-        codec = self._cache.get(cls)
-        if codec is not None:
-            return codec
+        codec = None
         if cls in self._prefer:
             codec = self._codecs[self._prefer[cls]]
         else:
@@ -89,8 +124,7 @@ class CodecRegistry:
                     codec = max(owners, key=lambda c: getattr(c, "priority", 0))
                     break
         if codec is None:
-            ranked = sorted(self._codecs.values(), key=lambda c: -getattr(c, "priority", 0))
-            codec = next((c for c in ranked if c.can_encode(value)), None)
+            codec = next((c for c in self._ranked() if c.can_encode(value)), None)
             if codec is None:
                 raise ArtifactCodecError(
                     f"no codec can encode a value of type {cls.__qualname__}"
@@ -102,31 +136,105 @@ class CodecRegistry:
         self._cache[cls] = codec
         return codec
 
+    def _ranked(self) -> list[Any]:
+        return sorted(self._codecs.values(), key=lambda c: -getattr(c, "priority", 0))
+
+    def _entry(self, value: Any) -> tuple[str, Callable[[Any], bytes]]:
+        """``(codec name, encode function)`` for a value's type (cached with the codec)."""
+        cls = type(value)
+        if is_record_type(cls):
+            self._types.setdefault(cls.__name__, cls)
+        codec = self._choose(value)
+        special = getattr(codec, "encoder_for", None)
+        fn = special(cls) if special is not None else None
+        entry = (codec.name, fn or codec.encode)
+        if self._cache.get(cls) is codec:
+            self._encoders[cls] = entry
+        return entry
+
     def encode(self, value: Any) -> tuple[str, str, bytes]:
         """``(codec name, type name, bytes)`` for a value."""
         cls = type(value)
-        codec = self._cache.get(cls)
-        if codec is None:
-            if is_record_type(cls):
-                self._types.setdefault(cls.__name__, cls)
-            codec = self._choose(value)
+        entry = self._encoders.get(cls)
+        if entry is None:
+            entry = self._entry(value)
+        name, fn = entry
         try:
-            data = codec.encode(value)
+            data = fn(value)
         except ArtifactCodecError:
             raise
         except Exception as exc:
-            raise ArtifactCodecError(
-                f"codec {codec.name!r} cannot encode {type(value).__qualname__}: {exc}"
-            ) from exc
-        return codec.name, type(value).__name__, data
+            return self._fallback(value, name, exc)
+        return name, cls.__name__, data
 
-    def decode(self, codec_name: str, type_name: str, data: bytes) -> Any:
+    def _fallback(self, value: Any, refused_by: str, exc: Exception) -> tuple[str, str, bytes]:
+        """The codec of the value's type refused this value (a NaN or an infinity, which JSON
+        would store as null; a dict with integer keys): the next codec, by priority, that can
+        encode it exactly. None can: the first codec's error."""
+        for codec in self._ranked():
+            if codec.name == refused_by:
+                continue
+            try:
+                if codec.can_encode(value):
+                    return codec.name, type(value).__name__, codec.encode(value)
+            except Exception:
+                continue
+        raise ArtifactCodecError(
+            f"codec {refused_by!r} cannot encode {type(value).__qualname__}: {exc}"
+        ) from exc
+
+    def decode(
+        self, codec_name: str, type_name: str, data: bytes, types: dict[str, type] | None = None
+    ) -> Any:
+        """The value of stored bytes. ``types`` (name -> record type) adds to, and wins over,
+        the types registered here: the runner passes the record types a task's return
+        annotation names, so a resumed process rebuilds them before it has encoded one."""
         codec = self._codecs.get(codec_name)
         if codec is None:
             raise ArtifactCodecError(f"artifact written with codec {codec_name!r}, which is not installed")
+        known = self._types if not types else {**self._types, **types}
         try:
-            return codec.decode(data, type_name, self._types)
+            value = codec.decode(data, type_name, known)
         except ArtifactCodecError:
             raise
         except Exception as exc:
             raise ArtifactCodecError(f"codec {codec_name!r} cannot decode {type_name}: {exc}") from exc
+        if type_name in _RESTORED and type_name not in known:
+            return _restore(type_name, value)
+        return value
+
+
+def _hashable(value: Any) -> Any:
+    """A set's elements as they were: lists (how a codec stores tuples) back to tuples."""
+    return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
+
+
+#: standard types a codec stores as a list or a string, rebuilt from the recorded type name
+_RESTORED: dict[str, type] = {
+    "tuple": tuple,
+    "set": set,
+    "frozenset": frozenset,
+    "datetime": datetime.datetime,
+    "date": datetime.date,
+    "time": datetime.time,
+    "timedelta": datetime.timedelta,
+    "Decimal": decimal.Decimal,
+    "UUID": uuid.UUID,
+}
+
+
+def _restore(type_name: str, value: Any) -> Any:
+    """``value`` as the type it had when it was encoded, when that is plain (else as it is)."""
+    cls = _RESTORED[type_name]
+    if isinstance(value, cls):
+        return value
+    try:
+        if cls in (tuple, set, frozenset):
+            if not isinstance(value, list):
+                return value
+            return tuple(value) if cls is tuple else cls(_hashable(v) for v in value)
+        if not isinstance(value, str):
+            return value
+        return msgspec.convert(value, cls)
+    except (TypeError, ValueError, msgspec.ValidationError):
+        return value

@@ -13,6 +13,7 @@ from typing import Any
 __all__ = [
     "RETRYABLE_CLASSES",
     "AcquireTimeout",
+    "ArtifactBackendUnavailable",
     "ArtifactCodecError",
     "BudgetExceeded",
     "ConfigError",
@@ -67,6 +68,12 @@ class CorruptCheckpoint(PyAttackerError):
 
 class StoreUnavailable(PyAttackerError):
     """The store cannot be opened or written; nothing further can be recorded. Exit code 2."""
+
+
+class ArtifactBackendUnavailable(StoreUnavailable):
+    """The artifact backend could not store a task's output (a folder that became unwritable,
+    a full disk). Not the task's failure: its attempt is recorded, its pipeline left resumable
+    (that task runs again on resume) and the run stops. Exit code 2, like a store that fails."""
 
 
 class CorruptRow(StoreUnavailable):

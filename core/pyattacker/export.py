@@ -420,9 +420,14 @@ class _Target:
         parent = os.path.dirname(os.path.abspath(self.output))
         if not os.path.isdir(parent):
             raise ConfigError(f"export: directory {parent} does not exist")
-        fd, self.tmp = tempfile.mkstemp(
-            dir=parent, prefix="." + os.path.basename(self.output) + ".", suffix=".tmp"
-        )
+        try:
+            fd, self.tmp = tempfile.mkstemp(
+                dir=parent, prefix="." + os.path.basename(self.output) + ".", suffix=".tmp"
+            )
+        except OSError as exc:  # a folder this process cannot write, a read-only file system
+            raise ConfigError(
+                f"export: cannot write OUTPUT {self.output}: {exc.strerror or exc} ({parent})"
+            ) from None
         self.fh = io.open(fd, "w", encoding="utf-8", newline="")  # noqa: UP020 - explicit fd wrapper
         return self.fh
 
@@ -439,9 +444,18 @@ class _Target:
                 os.chmod(self.tmp, 0o666 & ~_umask())
                 os.replace(self.tmp, self.output)
                 self.tmp = None
+        except OSError as err:  # a full disk at the last flush, OUTPUT made a folder meanwhile
+            if exc_type is None:
+                raise _write_failed(self.output, err) from err
         finally:
             if self.tmp is not None and os.path.exists(self.tmp):
                 os.unlink(self.tmp)
+
+
+def _write_failed(output: str, exc: OSError) -> ConfigError:
+    """A write to OUTPUT failed: one line (exit 2), where a traceback was printed; the
+    temporary file is removed on the way out, so no partial OUTPUT is left."""
+    return ConfigError(f"export: writing OUTPUT {output} failed: {exc.strerror or exc}")
 
 
 def _winners(locations: Sequence[str], run_id: str | None) -> dict[str, int]:
@@ -468,9 +482,15 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 
 def _refuse_overwriting_a_store(output: str, locations: Sequence[str]) -> None:
     """OUTPUT must never be a store: ``export a.db b.db`` (OUTPUT forgotten) would otherwise
-    replace the second store with rows of the first, and a run's records are not ours to lose."""
+    replace the second store with rows of the first, and a run's records are not ours to lose.
+    Nor a directory: every row was read and written before the rename into it failed."""
     if output == "-":
         return
+    if os.path.isdir(output):
+        raise ConfigError(
+            f"export: OUTPUT {output} is a directory; name a file (for example"
+            f" {os.path.join(output, 'rows.jsonl')}), or - for stdout"
+        )
     target = os.path.realpath(output)
     for location in locations:
         path = local_file(location)
@@ -535,7 +555,17 @@ def export_stores(
                 for row in iter_kind(
                     store, rows, run_id=_run_filter(store, run_id), codecs=codecs, keep=keep
                 ):
-                    writer.write(row)
+                    try:
+                        writer.write(row)
+                    except BrokenPipeError:
+                        raise  # stdout's reader went away (| head): the CLI ends quietly
+                    except OSError as exc:
+                        raise _write_failed(output, exc) from exc
                     count += 1
-        writer.close()
+        try:
+            writer.close()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _write_failed(output, exc) from exc
     return count

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-__all__ = ["make_parent"]
+__all__ = ["make_parent", "unwritable"]
 
 
 def make_parent(path: str | os.PathLike[str], what: str) -> None:
@@ -23,3 +23,32 @@ def make_parent(path: str | os.PathLike[str], what: str) -> None:
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise ConfigError(f"{what}: cannot create the folder {parent} for {path}: {reason}") from None
+
+
+def unwritable(path: str | os.PathLike[str], *, directory: bool) -> str | None:
+    """Why ``path`` (a folder when ``directory``, else a file) cannot be written, or None.
+
+    It only looks: nothing is created. For a path that does not exist yet, its nearest
+    existing ancestor must be a folder this process can write. Plugins call it when they are
+    built (a run's start), so a place that cannot work is a config error before any task runs.
+    """
+    path = os.path.abspath(os.fspath(path))
+    if os.path.exists(path):
+        if directory and not os.path.isdir(path):
+            return f"{path} exists and is not a directory"
+        if not directory and os.path.isdir(path):
+            return f"{path} is a directory"
+        if not os.access(path, os.W_OK | os.X_OK if directory else os.W_OK):
+            return f"{path} is not writable"
+        return None
+    parent = os.path.dirname(path)
+    while not os.path.exists(parent):
+        up = os.path.dirname(parent)
+        if up == parent:
+            break
+        parent = up
+    if not os.path.isdir(parent):
+        return f"{path} cannot be created: {parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{path} cannot be created: {parent} is not writable"
+    return None

@@ -13,7 +13,7 @@ from typing import Any
 
 from .codecs import CodecRegistry
 from .digest import blake2b_hasher, digest_bytes, digest_of
-from .errors import ConfigError, FatalError, PipelineBuildError, safe_str
+from .errors import ArtifactCodecError, ConfigError, FatalError, PipelineBuildError, safe_str
 from .retry import Retrying, coerce_retry
 from .task import TaskSpec
 
@@ -157,7 +157,11 @@ class PipelineTemplate:
         key_hasher = blake2b_hasher(f"{self.spec_digest}|".encode())
 
         def bind(seed: Any, key: str | None, repeat: int, seed_key: str | None) -> PipelineSpec:
-            codec, type_name, data = encode(seed)
+            try:
+                codec, type_name, data = encode(seed)
+            except ArtifactCodecError as exc:  # say which pipeline (and key) the seed was for
+                where = f" (key {key!r})" if key is not None else ""
+                raise ArtifactCodecError(f"a seed of pipeline {self.name!r}{where}: {exc}") from exc
             hasher = seed_hasher.copy()
             hasher.update(data)
             seed_digest = hasher.hexdigest()

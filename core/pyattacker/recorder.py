@@ -145,7 +145,11 @@ class Recorder:
         for sink in self.sinks:
             try:
                 sink.handle(events)
-            except Exception as exc:  # a broken sink never breaks the run; it is counted and shown
+            except KeyboardInterrupt:  # a real Ctrl-C that landed in the sink: the run's to handle
+                raise
+            except BaseException as exc:  # a broken sink never breaks the run; it is counted and
+                # shown. sys.exit() in plugin code too: it aborted the run (or, written behind,
+                # was logged as a failed store write) and the next sinks missed the batch
                 self.sink_errors += 1
                 if self.on_sink_error is not None:
                     self.on_sink_error(sink, exc)
@@ -158,6 +162,8 @@ class Recorder:
         for sink in self.sinks:
             try:
                 sink.close()
-            except Exception as exc:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:
                 self.sink_errors += 1
                 log.warning("pyattacker: event sink %r failed to close: %s", sink, exc)

@@ -29,11 +29,12 @@ import msgspec
 
 from . import __version__
 from .clock import Clock, RealClock, round3
-from .codecs import CodecRegistry
+from .codecs import CodecRegistry, returned_record_types
 from .config_model import RunConfig
 from .context import TaskContext
 from .digest import digest_bytes
 from .errors import (
+    ArtifactBackendUnavailable,
     ArtifactCodecError,
     ConfigError,
     CorruptCheckpoint,
@@ -61,6 +62,7 @@ from .pipeline import PipelineSpec
 from .recorder import Recorder
 from .report import RunReport
 from .store import Store, open_store
+from .task import TaskSpec
 
 __all__ = ["RunConfig", "RunReport", "Runner"]
 
@@ -392,7 +394,9 @@ class Runner:
         self._done = 0
         self._parked: list[tuple[float, int, _Pipeline]] = []
         self._tie = itertools.count()
-        self._active: set[str] = set()
+        #: admitted and not finished: key -> its spec (a second spec under the key is compared)
+        self._active: dict[str, PipelineSpec] = {}
+        self._record_types: dict[int, dict[str, type]] = {}
         self._recorder: Recorder | None = None
         self._started = 0.0
         self._producer_error: str | None = None
@@ -457,7 +461,7 @@ class Runner:
     def _resolve_sinks(self) -> list[Any]:
         sinks = list(self._extra_sinks)
         registry = self.plugins.event_sinks
-        for item in self.config.event_sinks:
+        for index, item in enumerate(self.config.event_sinks):
             name, options = (
                 (item, {})
                 if isinstance(item, str)
@@ -468,7 +472,10 @@ class Runner:
                 raise ConfigError(
                     f"run.event_sinks: unknown sink {name!r} (known: {', '.join(registry.names()) or 'none'})"
                 )
-            sinks.append(factory(**options))
+            try:
+                sinks.append(factory(**options))
+            except Exception as exc:  # which entry, before anything runs (exit 2)
+                raise ConfigError(f"run.event_sinks[{index}]: {exc}") from exc
         return sinks
 
     async def run_async(
@@ -932,21 +939,22 @@ class Runner:
                             f"run() takes PipelineSpecs (template.map(...)), got {type(spec).__name__}"
                         )
                 rows, states = self._lookup([s.key for s in chunk])
-                seen: set[str] = set()
+                seen: dict[str, PipelineSpec] = {}
                 for spec in chunk:
                     if self._stopping:
                         break
                     key = spec.key
                     if key in seen or key in self._active:
-                        self._skip(spec, "duplicate_key")
+                        first = seen.get(key)
+                        self._duplicate(spec, first if first is not None else self._active[key])
                         continue
-                    seen.add(key)
+                    seen[key] = spec
                     done = states.get(key)
                     if done is not None and done[0] == "succeeded":
                         _state, spec_digest, seed_digest, run_id = done
                         if spec_digest == spec.template.spec_digest and seed_digest == spec.seed_digest:
-                            if run_id != self.run_id:  # finished already: nothing to do
-                                self._skip(spec, "succeeded")
+                            # finished already; by this run: the key was given twice
+                            self._skip(spec, "succeeded" if run_id != self.run_id else "duplicate_key")
                             continue
                         row = PipelineRecord(
                             pipeline_id=key, run_id=run_id, name="", key=key, state="succeeded",
@@ -965,7 +973,7 @@ class Runner:
                         break
                     self._admitted += 1
                     self.counters["pipelines_admitted"] += 1
-                    self._active.add(spec.key)
+                    self._active[spec.key] = spec
                     self._staff(queue)
                     try:
                         await queue.put(state)
@@ -989,6 +997,22 @@ class Runner:
         states = narrow(keys)
         rest = [key for key, st in states.items() if st[0] != "succeeded"]
         return (self.store.lookup_pipelines(rest) if rest else {}), states
+
+    def _duplicate(self, spec: PipelineSpec, first: PipelineSpec) -> None:
+        """A key admitted a second time while its first spec is queued or running: the same
+        seed and chain is one pipeline (skipped, ``duplicate_key``); another seed or chain under
+        the key is refused, as a resume refuses it, instead of being dropped in silence."""
+        if first.seed_digest == spec.seed_digest and first.template.spec_digest == spec.template.spec_digest:
+            self._skip(spec, "duplicate_key")
+            return
+        what = "task chain" if first.template.spec_digest != spec.template.spec_digest else "seed"
+        err = PipelineIdentityConflict(
+            f"pipeline {spec.key!r} is given twice in this run with a different {what}; a key"
+            " names one pipeline: make the keys unique (the source's key_field) or drop the"
+            " duplicate row"
+        )
+        self._event("pipeline.identity_conflict", "pipeline", pipeline_id=spec.key, data={"error": str(err)})
+        raise err
 
     def _skip(self, spec: PipelineSpec, reason: str) -> None:
         """Count a skipped pipeline. Its stored row is unchanged; with ``events="all"`` each skip is
@@ -1016,9 +1040,13 @@ class Runner:
                 "pipeline.identity_conflict", "pipeline", pipeline_id=spec.key, data={"error": str(err)}
             )
             raise err
+        if row is not None and self.run_id and row.run_id == self.run_id:
+            # this run admitted the key already and finished it: it is given twice (running
+            # it again would repeat its tasks, a failed one included)
+            self._skip(spec, "duplicate_key")
+            return None
         if row is not None and row.state == "succeeded" and not cfg.retry_succeeded:
-            if row.run_id != self.run_id:
-                self._skip(spec, "succeeded")
+            self._skip(spec, "succeeded")
             return None
         n = len(template.tasks)
         now = self.clock.wall()
@@ -1085,37 +1113,86 @@ class Runner:
         return state
 
     def _load_checkpoint(self, spec: PipelineSpec, row: PipelineRecord) -> tuple[int, Any]:
-        seq = row.cursor - 1
+        """Where a resumed pipeline continues: after the latest task whose output can be read.
+
+        The checkpoint at the cursor is the usual answer. When it cannot be used (its row or
+        bytes missing, a blob deleted or damaged, bytes no codec decodes), the earlier outputs
+        are tried, latest first, down to the seed: only the tasks after the last usable output
+        run again, never one whose answer is still on disk. One event names the checkpoint at
+        the cursor, why it could not be used and where the pipeline resumes (``resume_from``:
+        the number of tasks kept, 0 = from the seed)."""
+        problem: tuple[str, dict[str, Any]] | None = None
+        start, value = 0, spec.seed
+        for seq in range(row.cursor - 1, -1, -1):
+            loaded, why = self._checkpoint_at(spec, seq)
+            if why is None:
+                start, value = seq + 1, loaded
+                break
+            problem = problem or why
+        if problem is not None:
+            kind, data = problem
+            data["resume_from"] = start
+            self._event(kind, "pipeline", pipeline_id=spec.key, data=data)
+        return start, value
+
+    def _checkpoint_at(self, spec: PipelineSpec, seq: int) -> tuple[Any, tuple[str, dict[str, Any]] | None]:
+        """``(value, None)`` for the output of task ``seq``, or ``(None, (event kind, data))``
+        saying why it cannot be used."""
+        task = spec.template.tasks[seq].name
         try:
             art = self.store.get_artifact(spec.key, seq)
         except CorruptRow as exc:  # a damaged artifact row: like bytes no codec can decode
-            return self._unusable(spec, seq, exc)
-        if art is not None and art.payload is None and art.blob_ref and self._backend is not None:
-            art = self._backend.hydrate(art)
-        if art is None or art.payload is None:
-            reason = "summary_journal_or_null_backend" if art is not None else "artifact_row_missing"
-            self._event(
+            return None, ("pipeline.checkpoint_unusable", {"seq": seq, "task": task, "error": str(exc)})
+        if art is None:
+            return None, (
                 "pipeline.checkpoint_missing",
-                "pipeline",
-                pipeline_id=spec.key,
-                data={"seq": seq, "reason": reason},
+                {"seq": seq, "task": task, "reason": "artifact_row_missing"},
             )
-            return 0, spec.seed
+        if art.payload is None and art.blob_ref and self._backend is not None:
+            try:
+                art = self._backend.hydrate(art)
+            except Exception as exc:  # a backend plugin that raises: the bytes are unavailable
+                return None, self._blob_unavailable(seq, task, art, f"{type(exc).__name__}: {exc}")
+        if art.payload is None:
+            ref = art.blob_ref
+            if ref and not ref.startswith("null:"):
+                return None, self._blob_unavailable(seq, task, art, None)
+            return None, (
+                "pipeline.checkpoint_missing",
+                {"seq": seq, "task": task, "reason": "summary_journal_or_null_backend"},
+            )
         try:
-            value = self.codecs.decode(art.codec, art.type_name, art.payload)
+            types = self._returned_types(spec.template.tasks[seq])
+            return self.codecs.decode(art.codec, art.type_name, art.payload, types), None
         except ArtifactCodecError as exc:
-            return self._unusable(spec, seq, exc)
-        return row.cursor, value
+            return None, ("pipeline.checkpoint_unusable", {"seq": seq, "task": task, "error": str(exc)})
 
-    def _unusable(self, spec: PipelineSpec, seq: int, exc: Exception) -> tuple[int, Any]:
-        """A checkpoint that is there but cannot be used: say which and why, start from the seed."""
-        self._event(
-            "pipeline.checkpoint_unusable",
-            "pipeline",
-            pipeline_id=spec.key,
-            data={"seq": seq, "error": str(exc)},
-        )
-        return 0, spec.seed
+    def _returned_types(self, task: TaskSpec) -> dict[str, type]:
+        """The record types ``task`` declares it returns (resume decodes its output as one)."""
+        found = self._record_types.get(id(task))
+        if found is None:
+            found = {}
+            for item in (*task.children, task):  # a composite's own annotation wins
+                found.update(returned_record_types(item.fn))
+            self._record_types[id(task)] = found
+        return found
+
+    def _blob_unavailable(
+        self, seq: int, task: str, art: ArtifactRecord, error: str | None
+    ) -> tuple[str, dict[str, Any]]:
+        """The row points at bytes elsewhere that this run's backend could not read back: a
+        blob deleted, truncated, replaced or unreadable, or a backend other than the one that
+        wrote it (``backend`` names the one this run uses)."""
+        data: dict[str, Any] = {
+            "seq": seq,
+            "task": task,
+            "reason": "blob_unavailable",
+            "blob_ref": art.blob_ref,
+            "backend": getattr(self._backend, "name", None),
+        }
+        if error is not None:
+            data["error"] = error
+        return "pipeline.checkpoint_missing", data
 
     def _corrupt(self, spec: PipelineSpec, record: PipelineRecord) -> None:
         err = CorruptCheckpoint(
@@ -1378,8 +1455,14 @@ class Runner:
         if error is None:
             try:
                 art = self._stage_checkpoint(state, ctx, value, t0, wall0)
-            except ArtifactCodecError as exc:
-                error = exc
+            except ArtifactCodecError as exc:  # named: the codec's message knows neither
+                error = ArtifactCodecError(
+                    f"the output of task {spec.name!r} of pipeline {state.spec.key!r} cannot be stored: {exc}"
+                )
+                error.__cause__ = exc
+            except ArtifactBackendUnavailable as exc:
+                self._backend_failed(state, ctx, t0, wall0, exc)
+                return False
             else:
                 assert self._recorder is not None
                 await self._recorder.commit_ticket()  # durable before the next task starts
@@ -1429,6 +1512,42 @@ class Runner:
             return False
         await self._fail(state, ctx, error, decision)
         return False
+
+    def _backend_failed(
+        self, state: _Pipeline, ctx: TaskContext, t0: float, wall0: float, exc: ArtifactBackendUnavailable
+    ) -> None:
+        """The task's output could not be stored. Not the task's failure, and not one that a
+        retry or the next pipeline would get past (a full disk, a folder made unwritable): the
+        attempt is recorded, the pipeline left resumable with its cursor (resume runs this task
+        again) and the run stops; the CLI exits 2 with the error."""
+        reason = "artifact_backend_unavailable"
+        self._record_attempt(
+            state, ctx, t0, wall0, "failed", exc, {"retry": False, "reason": reason, "delay_s": 0.0}
+        )
+        self._event(
+            "task.failed",
+            "task",
+            pipeline_id=state.spec.key,
+            task_run_id=ctx.task_run_id,
+            data={
+                "task": ctx.task.name,
+                "seq": state.seq,
+                "attempt": ctx.attempt,
+                "error": f"{type(exc).__name__}: {_error_text(exc)}",
+                "reason": reason,
+            },
+        )
+        self._fatal = self._fatal or exc
+        self.stop(reason)
+        self._terminal(state, "interrupted", error=exc, phase=reason)
+
+    def _backend_error(self, exc: Exception, task: str, key: str) -> ArtifactBackendUnavailable:
+        """What ``backend.put`` raised, as the backend's failure named for the user."""
+        name = getattr(self._backend, "name", type(self._backend).__name__)
+        return ArtifactBackendUnavailable(
+            f"artifact backend {name!r} could not store the output of task {task!r} of"
+            f" pipeline {key!r}: {type(exc).__name__}: {_error_text(exc)}"
+        )
 
     def _attempt_interrupted(
         self, state: _Pipeline, ctx: TaskContext, t0: float, wall0: float, reason: str
@@ -1517,12 +1636,17 @@ class Runner:
             is_final=last,
         )
         if full and self._backend is not None:
-            art = self._backend.put(art)
+            try:
+                art = self._backend.put(art)
+            except Exception as exc:  # the backend's failure, not the task's (see _backend_failed)
+                raise self._backend_error(exc, spec.name, key) from exc
+        # the seed's bytes go out before anything is recorded: a backend failure leaves no row
+        seed = self._seed_artifact(state, full) if state.write_seed else None
         duration = self._record_attempt(state, ctx, t0, wall0, "succeeded", None, _OK_DECISION)
         # rows go straight into the batch the next group commit writes (no copy, no merge)
         batch = self._recorder.pending
-        if state.write_seed:
-            batch.artifacts.append(self._seed_artifact(state, full))
+        if seed is not None:
+            batch.artifacts.append(seed)
             state.write_seed = False
         batch.artifacts.append(art)
         task_wall = state.task_started_wall or wall0
@@ -1585,7 +1709,7 @@ class Runner:
             )
             self._finished(state, "succeeded", art)
 
-    def _seed_artifact(self, state: _Pipeline, full: bool) -> ArtifactRecord:
+    def _seed_artifact(self, state: _Pipeline, full: bool, strict: bool = True) -> ArtifactRecord:
         spec = state.spec
         art = ArtifactRecord(
             artifact_id=f"{spec.key}:-1",
@@ -1600,7 +1724,14 @@ class Runner:
             payload=spec.seed_bytes if full else None,
         )
         if full and self._backend is not None:
-            art = self._backend.put(art)
+            try:
+                art = self._backend.put(art)
+            except Exception as exc:
+                if strict:
+                    raise self._backend_error(exc, "__seed__", spec.key) from exc
+                # a pipeline that fails or stops keeps its seed row without bytes: resume takes
+                # the seed from the source again, and the failure being recorded must not be lost
+                art = msgspec.structs.replace(art, payload=None)
         return art
 
     async def _fail(
@@ -1619,7 +1750,7 @@ class Runner:
         record.traceback = "".join(traceback.format_exception(error))[-8000:]
         batch = Batch()
         if state.write_seed:
-            batch.artifacts.append(self._seed_artifact(state, self.config.journal == "full"))
+            batch.artifacts.append(self._seed_artifact(state, self.config.journal == "full", strict=False))
             state.write_seed = False
         task_wall = state.task_started_wall or now
         batch.tasks.append(
@@ -1674,7 +1805,7 @@ class Runner:
             record.failed_task = state.tasks[min(state.seq, state.n - 1)].name
         pending = self._recorder.pending
         if state.write_seed:
-            pending.artifacts.append(self._seed_artifact(state, self.config.journal == "full"))
+            pending.artifacts.append(self._seed_artifact(state, self.config.journal == "full", strict=False))
             state.write_seed = False
         pending.pipelines.append(msgspec_copy(record))
         data: dict[str, Any] = {"cursor": record.cursor, "reason": phase}
@@ -1687,7 +1818,7 @@ class Runner:
         self._done += 1
         self.counters["pipelines_done"] += 1
         self.counters[f"pipelines_{final}"] = self.counters.get(f"pipelines_{final}", 0) + 1
-        self._active.discard(state.spec.key)
+        self._active.pop(state.spec.key, None)
         if self._capacity is not None:
             self._capacity.set()
         limit = self.config.stop_after_failures

@@ -4,7 +4,10 @@ A payload of at least ``min_bytes`` is written to ``<root>/<2 hex>/<rest of dige
 temp file in the same directory (fsynced, atomically renamed, directory fsynced), so a path that
 exists always holds complete bytes and identical payloads share one file. Smaller payloads stay
 inline. A missing file on read is not an error: the artifact is unavailable and resume
-recomputes it. There is no garbage collection; ``delete`` exists for operators only.
+recomputes it. Bytes are checked on read (size and digest) and before a file is shared: a blob
+truncated or replaced after it was written is never taken for the artifact, and the next
+identical payload writes it again. There is no garbage collection; ``delete`` exists for
+operators only.
 """
 
 from __future__ import annotations
@@ -17,15 +20,18 @@ from typing import Any
 
 import msgspec
 
-from pyattacker.digest import digest_bytes
+from pyattacker.digest import DIGEST_SIZE, digest_bytes
 from pyattacker.hookspecs import hookimpl
 from pyattacker.model import ArtifactRecord
+from pyattacker.paths import unwritable
 
 __all__ = ["DEFAULT_MIN_BYTES", "FileBackend"]
 
 DEFAULT_MIN_BYTES = 262_144
 _TMP_PREFIX = ".tmp-"
 _HEX = re.compile(r"[0-9a-f]{8,128}")
+#: a digest made by ``digest_bytes`` (what the runner stores): hydrate checks the bytes against it
+_OURS = re.compile(rf"[0-9a-f]{{{2 * DIGEST_SIZE}}}")
 _REF = "file://"
 
 
@@ -40,6 +46,11 @@ class FileBackend:
             raise ValueError("; ".join(problems))
         self.root = os.path.abspath(os.path.expanduser(os.fspath(root)))
         self.min_bytes = min_bytes
+        # found when the run starts, not after each pipeline's first task ran: a root that is a
+        # file (or under one), or a folder this process cannot write
+        problem = unwritable(self.root, directory=True)
+        if problem:
+            raise ValueError(f"root: {problem}")
 
     @staticmethod
     def validate(params: Mapping[str, Any]) -> list[str]:
@@ -59,7 +70,7 @@ class FileBackend:
         if payload is None or len(payload) < self.min_bytes:
             return artifact
         path = self.path_for(_address(artifact.digest, payload))
-        if not os.path.exists(path):
+        if not _holds(path, payload):  # absent, or damaged since it was written: (re)write it
             _write_atomically(path, payload)
         return msgspec.structs.replace(artifact, payload=None, blob_ref=_REF + path)
 
@@ -74,8 +85,8 @@ class FileBackend:
                 data = fh.read()
         except OSError:
             return artifact  # unavailable: resume recomputes
-        if len(data) != artifact.size:
-            return artifact  # truncated or foreign bytes are not this artifact
+        if not _is_payload_of(artifact, data):
+            return artifact  # truncated or replaced bytes are not this artifact
         return msgspec.structs.replace(artifact, payload=data)
 
     def describe(self) -> dict[str, Any]:
@@ -111,6 +122,28 @@ class FileBackend:
 def _address(digest: str, payload: bytes) -> str:
     """The digest to file under: the row's, unless it is not plain hex (never trust a path)."""
     return digest if _HEX.fullmatch(digest) else digest_bytes(payload)
+
+
+def _is_payload_of(artifact: ArtifactRecord, data: bytes) -> bool:
+    """Whether ``data`` are the artifact's bytes: its size, and its digest when the row holds one
+    of ``digest_bytes``'s (a blob replaced by other bytes of the same length is not it)."""
+    if len(data) != artifact.size:
+        return False
+    return not _OURS.fullmatch(artifact.digest) or digest_bytes(data) == artifact.digest
+
+
+def _holds(path: str, payload: bytes) -> bool:
+    """Whether ``path`` already holds exactly ``payload`` (identical payloads share one file).
+
+    Only a file of the right size is read and compared, so the usual case (no file yet) costs
+    one ``stat``; a file truncated or replaced since it was written is not trusted."""
+    try:
+        if os.stat(path).st_size != len(payload):
+            return False
+        with open(path, "rb") as fh:
+            return fh.read() == payload
+    except OSError:
+        return False
 
 
 def _write_atomically(path: str, payload: bytes) -> None:

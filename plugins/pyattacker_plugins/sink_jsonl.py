@@ -15,6 +15,7 @@ import msgspec
 from pyattacker.errors import ConfigError
 from pyattacker.hookspecs import hookimpl
 from pyattacker.model import EventRecord
+from pyattacker.paths import unwritable
 
 __all__ = ["JsonlSink"]
 
@@ -28,6 +29,11 @@ class JsonlSink:
             raise ConfigError(f"event sink 'jsonl': {'; '.join(problems)}")
         self.path = os.fspath(path)
         self.fsync = fsync
+        # looked at when the run starts: a path that cannot be written (a directory, under a
+        # file) lost every event of the run, with one warning, while the run went on
+        problem = unwritable(self.path, directory=False)
+        if problem:
+            raise ConfigError(f"event sink 'jsonl': path: {problem}")
         self._fh: Any = None
         self._encoder = msgspec.json.Encoder()
 
