@@ -419,3 +419,29 @@ def test_stdout_piped_to_head_exits_0_without_a_traceback(tmp_path: Path, fmt: s
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0, err
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "csv"])
+def test_payloads_kept_by_msgpack_export_as_json(tmp_path: Path, fmt: str) -> None:
+    """An output JSON cannot hold exactly (integer keys, a NaN) is stored with msgpack; every
+    export format still writes it, as JSON does: keys as strings, a NaN as null."""
+    from pyattacker.pipeline import pipeline
+    from pyattacker.runner import Runner
+    from pyattacker.task import task
+
+    @task
+    async def score(row: int, ctx: Any) -> dict[Any, Any]:
+        return {"by_id": {1: "a"}, "score": float("nan") if row else 0.5}
+
+    db = str(tmp_path / "m.db")
+    with Runner(store=db, concurrency=2) as runner:
+        assert runner.run(pipeline("p", score).map(range(2))).exit_code == 0
+    for kind in ("results", "artifacts", "pipelines"):
+        out = tmp_path / f"{kind}.{fmt}"
+        proc = _export_cli(db, str(out), "--rows", kind, "--format", fmt)
+        assert proc.returncode == 0, proc.stderr
+        assert "Traceback" not in proc.stderr
+    results = _read(tmp_path / f"results.{fmt}", fmt)
+    values = [json.loads(r["result"]) if fmt == "csv" else r["result"] for r in results]
+    values.sort(key=lambda v: str(v["score"]))
+    assert values == [{"by_id": {"1": "a"}, "score": 0.5}, {"by_id": {"1": "a"}, "score": None}]

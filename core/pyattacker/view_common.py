@@ -40,8 +40,10 @@ _json = msgspec.json.Encoder(order="deterministic")
 
 
 def to_plain(row: Any) -> Any:
-    """A record (or anything msgspec knows) as JSON-ready builtins; bytes become base64."""
-    return msgspec.to_builtins(row, enc_hook=_enc_hook)
+    """A record (or anything msgspec knows) as JSON-ready builtins; bytes become base64, and
+    dict keys that are not strings (a payload kept exactly by msgpack) become strings, as JSON
+    requires."""
+    return msgspec.to_builtins(row, enc_hook=_enc_hook, str_keys=True)
 
 
 def _enc_hook(value: Any) -> Any:
@@ -56,8 +58,12 @@ def encode_json(value: Any) -> bytes:
 
 
 def encode_plain(value: Any) -> bytes:
-    """``encode_json`` of a value that is JSON-ready builtins already (no second conversion)."""
-    return _json.encode(value)
+    """``encode_json`` of a value that is builtins already (no second conversion unless a
+    decoded payload holds what JSON cannot: keys that are not strings)."""
+    try:
+        return _json.encode(value)
+    except TypeError:
+        return _json.encode(to_plain(value))
 
 
 def expand_locations(args: Sequence[str]) -> list[str]:
