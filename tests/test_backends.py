@@ -240,3 +240,18 @@ def test_a_backend_name_typo_is_an_error_not_a_folder(spec: str, hint: str) -> N
         ConfigError, match=rf"did you mean '{hint}'\?\); for a folder of that name write \./{spec}"
     ):
         parse_backend_spec(spec)
+
+
+def test_a_root_that_cannot_hold_blobs_stops_a_writer_but_not_a_reader(tmp_path: Path) -> None:
+    """The root is checked by ``prepare_to_write`` (a run's start), not by the constructor: a
+    view that only reads blobs back (export) builds the backend on any root."""
+    from pyattacker.plugins import get_plugins
+
+    a_file = tmp_path / "f"
+    a_file.write_text("not a folder")
+    spec = {"kind": "file", "root": str(a_file)}
+    registry = get_plugins().artifact_backends
+    with pytest.raises(ConfigError, match=r"run\.artifact_backend\.root: .* not a directory"):
+        resolve_backend(spec, registry)
+    reader = resolve_backend(spec, registry, for_writing=False)
+    assert reader.describe()["root"] == str(a_file)

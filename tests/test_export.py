@@ -445,3 +445,53 @@ def test_payloads_kept_by_msgpack_export_as_json(tmp_path: Path, fmt: str) -> No
     values = [json.loads(r["result"]) if fmt == "csv" else r["result"] for r in results]
     values.sort(key=lambda v: str(v["score"]))
     assert values == [{"by_id": {"1": "a"}, "score": 0.5}, {"by_id": {"1": "a"}, "score": None}]
+
+
+def _blob_run(tmp_path: Path) -> str:
+    """A finished run whose every output (and seed) went to blobs under tmp_path/blobs."""
+    from pyattacker.pipeline import pipeline
+    from pyattacker.runner import Runner
+    from pyattacker.task import task
+
+    @task
+    async def big(row: int, ctx: Any) -> dict[str, Any]:
+        return {"i": row, "text": "x" * 64}
+
+    db = str(tmp_path / "b.db")
+    backend = {"kind": "file", "root": str(tmp_path / "blobs"), "min_bytes": 1}
+    with Runner(store=db, concurrency=2, artifact_backend=backend) as runner:
+        assert runner.run(pipeline("p", big).map(range(3))).exit_code == 0
+    return db
+
+
+def _results(db: str, tmp_path: Path, *extra: str) -> list[dict[str, Any]]:
+    out = tmp_path / "r.jsonl"
+    proc = _export_cli(db, str(out), "--rows", "results", *extra)
+    assert proc.returncode == 0, proc.stderr
+    return sorted(_read(out, "jsonl"), key=lambda r: str(r["result"]))
+
+
+def test_results_kept_in_blobs_are_exported_through_the_runs_backend(tmp_path: Path) -> None:
+    """Export reads blobs back through the backend the run recorded (it wrote `absent` before);
+    moved blobs are absent until `--artifact-backend` names their new folder."""
+    db = _blob_run(tmp_path)
+    with open_store(db, read_only=True) as store:
+        finals = [a for a in store.page("artifacts", limit=100) if a.is_final]
+    assert finals and all(a.payload is None and a.blob_ref for a in finals)  # really in blobs
+    expected = [{"i": i, "text": "x" * 64} for i in range(3)]
+    rows = _results(db, tmp_path)
+    assert [r["result"] for r in rows] == expected
+    assert all(r["artifact_available"] and r["result_encoding"] == "decoded" for r in rows)
+
+    (tmp_path / "blobs").rename(tmp_path / "moved")
+    assert all(r["result_encoding"] == "absent" for r in _results(db, tmp_path))
+    rows = _results(db, tmp_path, "--artifact-backend", f"file://{tmp_path / 'moved'}")
+    assert [r["result"] for r in rows] == expected
+
+
+def test_a_bad_artifact_backend_flag_is_refused_naming_it(tmp_path: Path) -> None:
+    db = _blob_run(tmp_path)
+    proc = _export_cli(db, str(tmp_path / "x.jsonl"), "--artifact-backend", '{"kind": "nope"}')
+    assert proc.returncode == 2
+    assert "--artifact-backend.kind" in proc.stderr and "nope" in proc.stderr
+    assert not (tmp_path / "x.jsonl").exists()

@@ -51,6 +51,10 @@ class ArtifactBackend(Protocol):
     def describe(self) -> dict[str, Any]:
         """A JSON-able description for reports (``kind`` plus non-secret params)."""
 
+    # optional: ``prepare_to_write()`` raises (``ValueError("field: why")``) when the backend
+    # could not store bytes (a root that is a file, a folder it cannot write). A run calls it
+    # when it starts; a view that only reads blobs back (``export``) does not.
+
 
 class _SpecError(Exception):
     """A spec that cannot even be parsed; carries the field suffix and the message."""
@@ -192,8 +196,13 @@ def _is_backend_object(spec: Any) -> bool:
     return not isinstance(spec, str | Mapping) and hasattr(spec, "put") and hasattr(spec, "hydrate")
 
 
-def resolve_backend(spec: Any, registry: Registry, path: str = "run.artifact_backend") -> ArtifactBackend:
-    """Build the backend for ``spec`` (an already built backend passes through)."""
+def resolve_backend(
+    spec: Any, registry: Registry, path: str = "run.artifact_backend", *, for_writing: bool = True
+) -> ArtifactBackend:
+    """Build the backend for ``spec`` (an already built backend passes through).
+
+    ``for_writing`` (a run) also asks it to ``prepare_to_write``; a view reading blobs back
+    does not, so a read-only blob folder can still be read."""
     if _is_backend_object(spec):
         backend: ArtifactBackend = spec
         return backend
@@ -206,6 +215,9 @@ def resolve_backend(spec: Any, registry: Registry, path: str = "run.artifact_bac
         raise ConfigError(f"{path}.kind: unknown artifact backend {kind!r}")
     try:
         built: ArtifactBackend = factory(**params)
+        prepare = getattr(built, "prepare_to_write", None) if for_writing else None
+        if prepare is not None:
+            prepare()
     except ConfigError:
         raise
     except Exception as exc:

@@ -123,19 +123,45 @@ def report_command(stores: tuple[str, ...], run_id: str | None, errors: int, as_
 @click.option(
     "--run-id", default=None, help="Only this run (default: every run in the store; `all` is the same)."
 )
-def export_command(paths: tuple[str, ...], rows: str, fmt: str | None, run_id: str | None) -> None:
+@click.option(
+    "--artifact-backend",
+    "artifact_backend",
+    default=None,
+    metavar="SPEC",
+    help="Read payloads kept in blobs through this backend (as `run --artifact-backend` takes it;"
+    " default: the one each run recorded), e.g. when the blob folder moved.",
+)
+def export_command(
+    paths: tuple[str, ...], rows: str, fmt: str | None, run_id: str | None, artifact_backend: str | None
+) -> None:
     """Write every row of a kind to OUTPUT (`-` = stdout), streamed in bounded batches.
 
     Several stores are concatenated in argument order; `--rows pipelines` and `results` are
     merged (one row per pipeline, best state wins). Files appear atomically (temp + rename).
+    Payloads kept in blobs are read back through the backend the run recorded.
     """
     from .errors import ConfigError
     from .export import export_stores
 
     if len(paths) < 2:
         raise ConfigError("export needs at least one STORE and an OUTPUT (use - for stdout)")
+    if artifact_backend is not None:
+        from .backends import validate_backend_spec
+        from .plugins import get_plugins
+
+        registry = get_plugins().artifact_backends
+        problems = validate_backend_spec(artifact_backend, registry, "--artifact-backend")
+        if problems:
+            raise ConfigError("; ".join(problems))
     *stores, output = paths
-    n = export_stores(expand_locations(stores), output, rows=rows, fmt=fmt, run_id=run_id)
+    n = export_stores(
+        expand_locations(stores),
+        output,
+        rows=rows,
+        fmt=fmt,
+        run_id=run_id,
+        artifact_backend=artifact_backend,
+    )
     if output != "-":
         click.echo(f"wrote {n} {rows} row(s) to {output}", err=True)
 

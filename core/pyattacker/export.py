@@ -21,6 +21,7 @@ from .errors import ConfigError
 from .merge import shard_stores, state_rank
 from .model import ArtifactRecord, PipelineRecord
 from .store import Store, iter_rows, local_file
+from .view_blobs import BlobReader, ViewCodecs
 from .view_common import (
     ALL_RUNS,
     choose_run,
@@ -519,11 +520,14 @@ def export_stores(
     fmt: str | None = None,
     run_id: str | None = None,
     codecs: Any = None,
+    artifact_backend: Any = None,
 ) -> int:
     """Write every ``rows`` row of ``locations`` to ``output``; returns the number of rows.
 
     ``run_id``: None or ``"all"`` = every run, else that run. Several stores are concatenated
     in argument order, except ``pipelines`` and ``results``, which are merged (deduplicated).
+    Payloads kept in blobs are read back through the backend each run recorded, or through
+    ``artifact_backend`` (a spec, as ``--artifact-backend`` takes) when given.
     """
     if rows not in ROW_KINDS:
         raise ConfigError(f"--rows {rows!r}: expected one of {', '.join(ROW_KINDS)}")
@@ -552,8 +556,9 @@ def export_stores(
             if winners is not None:
                 keep = lambda pid, i=index: winners.get(pid) == i  # noqa: E731
             with read_only_store(location) as store:
+                readers = ViewCodecs(codecs, BlobReader(store, artifact_backend))
                 for row in iter_kind(
-                    store, rows, run_id=_run_filter(store, run_id), codecs=codecs, keep=keep
+                    store, rows, run_id=_run_filter(store, run_id), codecs=readers, keep=keep
                 ):
                     try:
                         writer.write(row)

@@ -19,6 +19,7 @@ import msgspec
 from .errors import ConfigError
 from .model import ArtifactRecord, RunRecord
 from .store import Store, local_file, open_store, rebase_local, scheme_of
+from .view_blobs import ViewCodecs
 
 __all__ = [
     "ALL_RUNS",
@@ -167,8 +168,11 @@ def choose_run(store: Store, requested: str | None) -> RunChoice:
 def render_payload(artifact: ArtifactRecord, codecs: Any) -> tuple[Any, str]:
     """``(value, encoding)`` of an artifact for a view: decoded JSON-ready data when a codec can
     decode it (``"decoded"``), else base64 of the raw bytes (``"base64"``); ``(None, "absent")``
-    when the bytes were never kept or live in an external backend.
+    when the bytes were never kept, or live in a blob no backend could read back (``codecs`` a
+    ``ViewCodecs``, whose blob reader is asked first).
     """
+    if artifact.payload is None and artifact.blob_ref and isinstance(codecs, ViewCodecs):
+        artifact = codecs.blobs.hydrate(artifact)
     if artifact.payload is None:
         return None, "absent"
     try:

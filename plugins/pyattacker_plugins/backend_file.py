@@ -46,8 +46,11 @@ class FileBackend:
             raise ValueError("; ".join(problems))
         self.root = os.path.abspath(os.path.expanduser(os.fspath(root)))
         self.min_bytes = min_bytes
-        # found when the run starts, not after each pipeline's first task ran: a root that is a
-        # file (or under one), or a folder this process cannot write
+
+    def prepare_to_write(self) -> None:
+        """Called when a run starts (not by views that only read blobs back): a root that is a
+        file (or under one), or a folder this process cannot write, is found then, not after
+        each pipeline's first task ran."""
         problem = unwritable(self.root, directory=True)
         if problem:
             raise ValueError(f"root: {problem}")
@@ -80,13 +83,12 @@ class FileBackend:
         path = artifact.blob_ref[len(_REF) :]
         if not os.path.isabs(path):
             path = os.path.join(self.root, path)
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except OSError:
-            return artifact  # unavailable: resume recomputes
-        if not _is_payload_of(artifact, data):
-            return artifact  # truncated or replaced bytes are not this artifact
+        data = _read(path)
+        if data is None and _HEX.fullmatch(artifact.digest):
+            # not where the row says: the blob folder moved; its address under this root
+            data = _read(self.path_for(artifact.digest))
+        if data is None or not _is_payload_of(artifact, data):
+            return artifact  # unavailable, truncated or replaced: resume recomputes
         return msgspec.structs.replace(artifact, payload=data)
 
     def describe(self) -> dict[str, Any]:
@@ -117,6 +119,14 @@ class FileBackend:
         except FileNotFoundError:
             return False
         return True
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
 
 
 def _address(digest: str, payload: bytes) -> str:
