@@ -143,7 +143,36 @@ BAD = [
         "pools: {apis: {resources: [{id: a}]}}\n"
         "pipeline: {tasks: [{use: echo, resource: apis, algorithm: {name: backoff, bse: 1}}]}\n"
         "source: {kind: range, n: 1}\n",
-        ["pipeline.tasks[0].algorithm:", "'bse'", "did you mean 'base'"],
+        ["pipeline.tasks[0].algorithm.bse: ", "'bse'", "did you mean 'base'"],
+    ),
+    (
+        "pool_algorithm_param",
+        "pools: {apis: {algorithm: {name: backoff, bse: 1}, resources: [{id: a}]}}\n" + GOOD_TAIL,
+        ["pools.apis.algorithm.bse: algorithm 'backoff': unknown parameter 'bse' (did you mean 'base'?)"],
+    ),
+    (
+        "task_algorithm_value",
+        "pools: {apis: {resources: [{id: a}]}}\n"
+        "pipeline: {tasks: [{use: echo, resource: apis, algorithm: {name: backoff, base: x}}]}\n"
+        "source: {kind: range, n: 1}\n",
+        ["pipeline.tasks[0].algorithm.base: algorithm 'backoff': parameter 'base' must be a finite number"],
+    ),
+    (
+        "algorithm_fallback_value",
+        "pools: {apis: {algorithm: {name: sticky, fallback: {name: backoff, cap: -1}},"
+        " resources: [{id: a}]}}\n" + GOOD_TAIL,
+        ["pools.apis.algorithm.fallback.cap: algorithm 'backoff': parameter 'cap' must be >= 0"],
+    ),
+    (
+        "algorithm_checked_by_the_factory",
+        "pools:\n  apis: {algorithm: {name: backoff, jitter: sometimes}, resources: [{id: a}]}\n"
+        "  b: {algorithm: {name: quota_aware, reserve: 2}, resources: [{id: a}]}\n"
+        "  c: {algorithm: {name: failover, pools: 5}, resources: [{id: a}]}\n" + GOOD_TAIL,
+        [
+            "pools.apis.algorithm.jitter: algorithm 'backoff': parameter 'jitter' must be one of",
+            "pools.b.algorithm.reserve: algorithm 'quota_aware': parameter 'reserve' must be between",
+            "pools.c.algorithm.pools: algorithm 'failover': parameter 'pools' must be a list",
+        ],
     ),
     (
         "kwargs_typo",
@@ -260,7 +289,7 @@ BAD = [
     (
         "pool_algorithm_value",
         "pools: {apis: {algorithm: {name: backoff, base: -1}, resources: [{id: a}]}}\n" + GOOD_TAIL,
-        ["pools.apis.algorithm: algorithm 'backoff': parameter 'base' must be >= 0"],
+        ["pools.apis.algorithm.base: algorithm 'backoff': parameter 'base' must be >= 0"],
     ),
     (
         "pool_empty_name",

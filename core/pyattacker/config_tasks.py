@@ -234,7 +234,8 @@ def _declared_problems(
     reported at this entry; an entry field can override the bad value (``algorithm: null``).
     """
     if algorithms is not None and "algorithm" not in values and effective.algorithm is not None:
-        problems = validate_algorithm_spec(effective.algorithm, algorithms, where)
+        # the target's own @task declares it: not a field of the file, so reported at ``use``
+        problems = validate_algorithm_spec(effective.algorithm, algorithms, where, param_fields=False)
         if problems:
             return problems
     try:
