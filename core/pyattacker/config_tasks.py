@@ -175,7 +175,6 @@ def resolve_task_entry(
     values = check_mapping(entry, TaskEntry, path, errors)
     if values is None:
         return None, path
-    errors.extend(non_finite(values.get("config"), f"{path}.config"))
     if algorithms is not None and values.get("algorithm") is not None:
         errors.extend(validate_algorithm_spec(values["algorithm"], algorithms, f"{path}.algorithm"))
     if "use" not in values:
