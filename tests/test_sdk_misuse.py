@@ -128,9 +128,10 @@ def test_a_body_that_cancels_its_own_worker_fails_only_its_task(tmp_path: Path, 
     _failed_alone(str(tmp_path / "s.db"), bad, "RuntimeError")
     clock = VirtualClock()
     with vrunner(store=str(tmp_path / "t.db"), clock=clock, pools=[_pool(clock)], concurrency=1) as r:
-        r.run(_specs(bad))
+        rep = r.run(_specs(bad))
         (failed,) = [p for p in rows(r.store, "pipelines") if p.state == "failed"]
     assert "task 'bad' cancelled its own worker" in (failed.error_message or "")
+    assert (rep.status, rep.exit_code) == ("completed", 1)
 
 
 @pytest.mark.timeout(60)
@@ -166,7 +167,7 @@ def test_a_cancel_of_a_worker_between_tasks_leaves_the_pipeline_resumable(tmp_pa
         rep = r.run(_specs(bad))
         (cancelled,) = events(r.store, "runner.worker_cancelled")
         (left,) = [p for p in rows(r.store, "pipelines") if p.state == "interrupted"]
-    assert (rep.status, rep.succeeded, rep.interrupted) == ("completed", 3, 1)
+    assert (rep.status, rep.succeeded, rep.interrupted, rep.exit_code) == ("completed", 3, 1, 130)
     assert (left.name, cancelled.pipeline_id, cancelled.data["task"]) == ("badp", left.pipeline_id, "bad")
     assert pool.stats().active == 0
     clock = VirtualClock()
