@@ -86,6 +86,7 @@ def _interrupted_at(start: str, args: list[str], delay: float, cwd: Path) -> tup
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and pipes")
 @pytest.mark.parametrize("start", sorted(_STARTS))
 def test_ctrl_c_while_a_command_loads_is_one_line_and_exit_130(tmp_path: Path, start: str) -> None:
     cfg = tmp_path / "c.json"
