@@ -105,7 +105,16 @@ def test_validate_spec_reports_field_paths_without_building(algorithms: Registry
     (err,) = validate_algorithm_spec("nosuchalgorithm", algorithms, "pools.a.algorithm")
     assert err.startswith("pools.a.algorithm: unknown algorithm 'nosuchalgorithm'")
     (err,) = validate_algorithm_spec({"name": "backoff", "bse": 1}, algorithms, "tasks[0].algorithm")
-    assert err.startswith("tasks[0].algorithm: ") and "did you mean 'base'" in err
+    assert err.startswith("tasks[0].algorithm.bse: ") and "did you mean 'base'" in err
+    (err,) = validate_algorithm_spec({"name": "backoff", "base": -1}, algorithms, "pools.a.algorithm")
+    assert err.startswith("pools.a.algorithm.base: algorithm 'backoff': parameter 'base' must be >= 0")
+    (err,) = validate_algorithm_spec(
+        {"name": "sticky", "fallback": {"name": "wait", "timeout": -1}}, algorithms, "t.algorithm"
+    )
+    assert err.startswith("t.algorithm.fallback.timeout: algorithm 'wait': parameter 'timeout'")
+    # a spec the file does not spell out (declared by a use: target) is reported where it is used
+    (err,) = validate_algorithm_spec({"name": "backoff", "bse": 1}, algorithms, "u", param_fields=False)
+    assert err.startswith("u: algorithm 'backoff': unknown parameter 'bse'")
     (err,) = validate_algorithm_spec(
         {"name": "sticky", "fallback": {"name": "bakoff"}}, algorithms, "t.algorithm"
     )

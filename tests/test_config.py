@@ -143,7 +143,36 @@ BAD = [
         "pools: {apis: {resources: [{id: a}]}}\n"
         "pipeline: {tasks: [{use: echo, resource: apis, algorithm: {name: backoff, bse: 1}}]}\n"
         "source: {kind: range, n: 1}\n",
-        ["pipeline.tasks[0].algorithm:", "'bse'", "did you mean 'base'"],
+        ["pipeline.tasks[0].algorithm.bse: ", "'bse'", "did you mean 'base'"],
+    ),
+    (
+        "pool_algorithm_param",
+        "pools: {apis: {algorithm: {name: backoff, bse: 1}, resources: [{id: a}]}}\n" + GOOD_TAIL,
+        ["pools.apis.algorithm.bse: algorithm 'backoff': unknown parameter 'bse' (did you mean 'base'?)"],
+    ),
+    (
+        "task_algorithm_value",
+        "pools: {apis: {resources: [{id: a}]}}\n"
+        "pipeline: {tasks: [{use: echo, resource: apis, algorithm: {name: backoff, base: x}}]}\n"
+        "source: {kind: range, n: 1}\n",
+        ["pipeline.tasks[0].algorithm.base: algorithm 'backoff': parameter 'base' must be a finite number"],
+    ),
+    (
+        "algorithm_fallback_value",
+        "pools: {apis: {algorithm: {name: sticky, fallback: {name: backoff, cap: -1}},"
+        " resources: [{id: a}]}}\n" + GOOD_TAIL,
+        ["pools.apis.algorithm.fallback.cap: algorithm 'backoff': parameter 'cap' must be >= 0"],
+    ),
+    (
+        "algorithm_checked_by_the_factory",
+        "pools:\n  apis: {algorithm: {name: backoff, jitter: sometimes}, resources: [{id: a}]}\n"
+        "  b: {algorithm: {name: quota_aware, reserve: 2}, resources: [{id: a}]}\n"
+        "  c: {algorithm: {name: failover, pools: 5}, resources: [{id: a}]}\n" + GOOD_TAIL,
+        [
+            "pools.apis.algorithm.jitter: algorithm 'backoff': parameter 'jitter' must be one of",
+            "pools.b.algorithm.reserve: algorithm 'quota_aware': parameter 'reserve' must be between",
+            "pools.c.algorithm.pools: algorithm 'failover': parameter 'pools' must be a list",
+        ],
     ),
     (
         "kwargs_typo",
@@ -260,7 +289,7 @@ BAD = [
     (
         "pool_algorithm_value",
         "pools: {apis: {algorithm: {name: backoff, base: -1}, resources: [{id: a}]}}\n" + GOOD_TAIL,
-        ["pools.apis.algorithm: algorithm 'backoff': parameter 'base' must be >= 0"],
+        ["pools.apis.algorithm.base: algorithm 'backoff': parameter 'base' must be >= 0"],
     ),
     (
         "pool_empty_name",
@@ -712,6 +741,64 @@ def test_each_problem_names_its_exact_field(
     lines = [line.strip() for line in message.splitlines()[1:]]
     assert lines and all(line.startswith(f"{field}: ") for line in lines), message
     assert needle in message and "fingerprint" not in message, message
+
+
+# a non-finite number nested anywhere in free-form data: each format spells it its own way
+NESTED_NON_FINITE = {
+    "yaml": (
+        "run: {store: s.db, meta: {limits: [1, 2, .inf], deep: {x: -.inf}}}\n"
+        "pools:\n  apis:\n    resources:\n"
+        "      - {id: a, options: {q: {r: .nan}}, meta: {m: [.inf]}, tags: {t: .nan}}\n"
+        "pipeline: {tags: {x: {y: .nan}}, tasks: [{use: echo, resource: apis}]}\n"
+        "source: {kind: range, n: 1}\n"
+    ),
+    "toml": (
+        '[run]\nstore = "s.db"\nmeta = { limits = [1, 2, inf], deep = { x = -inf } }\n'
+        '[[pools.apis.resources]]\nid = "a"\noptions = { q = { r = nan } }\nmeta = { m = [inf] }\n'
+        "tags = { t = nan }\n"
+        '[pipeline]\ntags = { x = { y = nan } }\ntasks = [{ use = "echo", resource = "apis" }]\n'
+        '[source]\nkind = "range"\nn = 1\n'
+    ),
+    "json": (
+        '{"run": {"store": "s.db", "meta": {"limits": [1, 2, Infinity], "deep": {"x": -Infinity}}},'
+        ' "pools": {"apis": {"resources": [{"id": "a", "options": {"q": {"r": NaN}},'
+        ' "meta": {"m": [Infinity]}, "tags": {"t": NaN}}]}},'
+        ' "pipeline": {"tags": {"x": {"y": NaN}}, "tasks": [{"use": "echo", "resource": "apis"}]},'
+        ' "source": {"kind": "range", "n": 1}}'
+    ),
+}
+NESTED_NON_FINITE_FIELDS = [
+    "run.meta.limits[2]: must be a finite number, got inf",
+    "run.meta.deep.x: must be a finite number, got -inf",
+    "pools.apis.resources[0].options.q.r: must be a finite number, got nan",
+    "pools.apis.resources[0].tags.t: must be a finite number, got nan",
+    "pools.apis.resources[0].meta.m[0]: must be a finite number, got inf",
+    "pipeline.tags.x.y: must be a finite number, got nan",
+]
+
+
+@pytest.mark.parametrize("fmt", sorted(NESTED_NON_FINITE))
+def test_a_non_finite_number_nested_in_free_form_data_is_refused_at_its_path(
+    tmp_path: Path, fmt: str
+) -> None:
+    """``run.meta``, resource ``options``/``tags``/``meta`` and ``pipeline.tags`` are recorded
+    as JSON, which cannot hold inf/nan: nested ones were accepted (and stored as null), where a
+    top-level one was refused at its field."""
+    message = _errors(_write(tmp_path, NESTED_NON_FINITE[fmt], f"c.{fmt}"))
+    lines = sorted(line.strip() for line in message.splitlines()[1:])
+    assert lines == sorted(NESTED_NON_FINITE_FIELDS), message
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_validate_and_run_refuse_a_nested_non_finite_number_with_exit_2(tmp_path: Path, command: str) -> None:
+    cfg = _write(tmp_path, NESTED_NON_FINITE["json"], "c.json")
+    result = subprocess.run(
+        [sys.executable, "-m", "pyattacker", command, "-c", str(cfg)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "run.meta.limits[2]: must be a finite number, got inf" in result.stderr
+    assert not (tmp_path / "s.db").exists()  # nothing ran
 
 
 TARGETS = """

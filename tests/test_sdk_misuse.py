@@ -98,6 +98,84 @@ def test_cancelled_error_raised_by_a_body_is_its_failure_not_a_dead_worker(tmp_p
     _failed_alone(str(tmp_path / "s.db"), bad, "CancelledError")
 
 
+async def _cancel_then_return(value: Any, ctx: Any) -> Any:
+    await ctx.acquire()
+    asyncio.current_task().cancel()  # type: ignore[union-attr]
+    return value  # the cancel would land on the runner's checkpoint wait
+
+
+async def _cancel_then_await(value: Any, ctx: Any) -> Any:
+    await ctx.acquire()
+    asyncio.current_task().cancel()  # type: ignore[union-attr]
+    await asyncio.sleep(1)
+    return value
+
+
+def _cancel_in_a_sync_body(value: Any) -> Any:
+    asyncio.current_task().cancel()  # type: ignore[union-attr]
+    return value
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "body", [_cancel_then_return, _cancel_then_await, _cancel_in_a_sync_body], ids=lambda f: f.__name__
+)
+def test_a_body_that_cancels_its_own_worker_fails_only_its_task(tmp_path: Path, body: Any) -> None:
+    """``asyncio.current_task().cancel()`` in a body cancels the runner's worker: it used to die
+    as if the run had been cancelled, and at concurrency 1 nothing took the next pipeline (the
+    run hung). Now it is that task's failure, naming the task."""
+    bad = task(name="bad", resource="p")(body)
+    _failed_alone(str(tmp_path / "s.db"), bad, "RuntimeError")
+    clock = VirtualClock()
+    with vrunner(store=str(tmp_path / "t.db"), clock=clock, pools=[_pool(clock)], concurrency=1) as r:
+        rep = r.run(_specs(bad))
+        (failed,) = [p for p in rows(r.store, "pipelines") if p.state == "failed"]
+    assert "task 'bad' cancelled its own worker" in (failed.error_message or "")
+    assert (rep.status, rep.exit_code) == ("completed", 1)
+
+
+@pytest.mark.timeout(60)
+def test_a_cancel_of_a_worker_that_lands_in_a_body_fails_that_attempt(tmp_path: Path) -> None:
+    """A cancel the runner did not ask for (here one the body scheduled for later) that arrives
+    while the body runs is that attempt's failure; the worker goes on."""
+
+    @task(name="bad", resource="p")
+    async def bad(value: Any, ctx: Any) -> Any:
+        await ctx.acquire()
+        asyncio.get_running_loop().call_soon(asyncio.current_task().cancel)  # type: ignore[union-attr]
+        await asyncio.sleep(1)
+        return value
+
+    _failed_alone(str(tmp_path / "s.db"), bad, "RuntimeError")
+
+
+@pytest.mark.timeout(60)
+def test_a_cancel_of_a_worker_between_tasks_leaves_the_pipeline_resumable(tmp_path: Path) -> None:
+    """A cancel the runner did not ask for that arrives after the body returned (the worker
+    waits for the checkpoint) cannot be any task's failure: the pipeline is left interrupted,
+    a new worker takes the cancelled one's place and the run finishes."""
+
+    @task(name="bad", resource="p")
+    async def bad(value: Any, ctx: Any) -> Any:
+        asyncio.get_running_loop().call_soon(asyncio.current_task().cancel)  # type: ignore[union-attr]
+        return value
+
+    store = str(tmp_path / "s.db")
+    clock = VirtualClock()
+    pool = _pool(clock)
+    with vrunner(store=store, clock=clock, pools=[pool], concurrency=1) as r:
+        rep = r.run(_specs(bad))
+        (cancelled,) = events(r.store, "runner.worker_cancelled")
+        (left,) = [p for p in rows(r.store, "pipelines") if p.state == "interrupted"]
+    assert (rep.status, rep.succeeded, rep.interrupted, rep.exit_code) == ("completed", 3, 1, 130)
+    assert (left.name, cancelled.pipeline_id, cancelled.data["task"]) == ("badp", left.pipeline_id, "bad")
+    assert pool.stats().active == 0
+    clock = VirtualClock()
+    with vrunner(store=store, clock=clock, pools=[_pool(clock)], concurrency=1) as r:
+        again = r.run(_specs(bad))
+    assert again.succeeded + again.counters["skipped"] == 4
+
+
 @pytest.mark.timeout(60)
 def test_keyboard_interrupt_from_a_body_fails_its_task_when_the_runner_owns_sigint(tmp_path: Path) -> None:
     """With the runner's own SIGINT handler installed, a KeyboardInterrupt it did not raise
@@ -145,6 +223,29 @@ def test_keyboard_interrupt_without_the_runners_handler_stops_the_run_resumably(
         rep = r.run(_specs(bad))
         states = {p.name: p.state for p in rows(r.store, "pipelines")}
     assert rep.succeeded == 4 and set(states.values()) == {"succeeded"}
+
+
+@pytest.mark.timeout(60)
+def test_a_real_ctrl_c_leaves_the_other_running_pipelines_interrupted_not_failed(tmp_path: Path) -> None:
+    """A KeyboardInterrupt out of one worker leaves the loop, and its teardown cancels the other
+    workers: those cancels are the run going down (supervision has stopped the run before they
+    arrive), not stray cancels that fail their tasks."""
+
+    @task(name="slow")
+    async def slow(value: Any) -> Any:
+        if value["i"] == 0:
+            await asyncio.sleep(0.1)
+            raise KeyboardInterrupt
+        await asyncio.sleep(10)
+        return value
+
+    clock = VirtualClock()
+    with vrunner(store=str(tmp_path / "s.db"), clock=clock, concurrency=3) as r:
+        with pytest.raises(KeyboardInterrupt):
+            r.run(pipeline("p", slow).map(seeds(3)))
+        states = sorted(p.state for p in rows(r.store, "pipelines"))
+        (run,) = r.store.runs()
+    assert states == ["interrupted"] * 3 and run.status == "interrupted"
 
 
 @pytest.mark.timeout(60)

@@ -1,6 +1,73 @@
-"""``python -m pyattacker`` is the same as the ``pyattacker`` command."""
+"""Where ``python -m pyattacker`` and the ``pyattacker`` command start (``[project.scripts]``).
 
-from .cli import main
+Nothing is imported at the top of this module: the command line (rich-click, the commands,
+the plugins) is imported inside ``main``, under the same ``KeyboardInterrupt`` handler as the
+command itself. A Ctrl-C while it loads (the first tens of milliseconds of every command) used
+to print a traceback from inside an import; now it ends the command like a later one does:
+``Interrupted.`` on stderr and exit code 130.
+
+Once the command has decided its exit code, a Ctrl-C during the interpreter's shutdown ends the
+process at once with that code (what was to be printed is flushed first), instead of a
+traceback from the shutdown; the shard parent reads a shard's code, so it must stay the
+command's own, not a death by SIGINT.
+
+Only the interpreter's own start-up, before this module runs, is out of reach. (So this
+module imports nothing at its top, not even ``typing``.)
+"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The console script: ``pyattacker.cli.main`` with Ctrl-C handled from the first import on."""
+    exit_code = [130]  # what a late Ctrl-C exits with: the command's code once it has one
+    try:
+        try:
+            from .cli import main as cli_main
+
+            cli_main(argv)
+            exit_code[0] = 0
+        except SystemExit as exc:
+            exit_code[0] = _code_of(exc.code)
+            raise
+        finally:
+            _late_sigint_exits_with(exit_code)
+    except KeyboardInterrupt:
+        import sys
+
+        exit_code[0] = 130
+        sys.stderr.write("Interrupted.\n")
+        raise SystemExit(130) from None
+
+
+def _code_of(code: object) -> int:
+    """The process exit code ``SystemExit(code)`` stands for."""
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
+
+
+def _late_sigint_exits_with(exit_code: list[int]) -> None:
+    """From now on SIGINT flushes stdout/stderr and ends the process with ``exit_code[0]``.
+
+    ``signal.signal`` first raises a Ctrl-C that is already pending, as a ``KeyboardInterrupt``
+    (then the handler is not installed, and ``main`` reports the interrupt)."""
+    import os
+    import signal
+    import sys
+
+    def exit_now(signum: int, frame: object) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                if stream is not None:
+                    stream.flush()
+            except Exception:  # closed, a broken pipe, or in the middle of a write: the exit matters
+                pass
+        os._exit(exit_code[0])
+
+    try:
+        signal.signal(signal.SIGINT, exit_now)
+    except ValueError:  # not the main thread (main() called from code of one's own): leave it
+        pass
+
 
 if __name__ == "__main__":
     main()

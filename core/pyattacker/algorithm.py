@@ -28,6 +28,7 @@ __all__ = [
     "AcquireContext",
     "Algorithm",
     "FallbackRef",
+    "ParameterError",
     "algorithm_fingerprint",
     "backoff_delay",
     "beyond_recovery_error",
@@ -90,6 +91,20 @@ class Algorithm(Protocol):
 # -- small helpers for algorithm authors ------------------------------------------------------
 
 
+class ParameterError(ConfigError):
+    """A value an algorithm's factory refuses, naming the parameter (``param``).
+
+    ``validate`` reports it at the parameter's own field (``pools.x.algorithm.base``) instead of
+    the algorithm's. ``number_param`` raises it; a factory checking a value itself raises
+    ``ParameterError("jitter", "parameter 'jitter' must be ...")``. A plain ``ConfigError`` is
+    reported at the algorithm's field.
+    """
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 def ctx_rng(ctx: Any) -> random.Random | None:
     """The context's seeded RNG (reproducible jitter), if it has one."""
     return getattr(ctx, "rng", None) if ctx is not None else None
@@ -110,9 +125,9 @@ def optional_number_param(name: str, value: Any, *, minimum: float = 0.0) -> flo
 def number_param(name: str, value: Any, *, minimum: float = 0.0) -> float:
     """Validate a numeric algorithm parameter (finite, >= minimum); ConfigError names it."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"parameter {name!r} must be a finite number, got {value!r}")
+        raise ParameterError(name, f"parameter {name!r} must be a finite number, got {value!r}")
     if value < minimum:
-        raise ConfigError(f"parameter {name!r} must be >= {minimum:g}, got {value!r}")
+        raise ParameterError(name, f"parameter {name!r} must be >= {minimum:g}, got {value!r}")
     return float(value)
 
 
@@ -269,12 +284,13 @@ def _split_spec(spec: Any) -> tuple[str | None, dict[str, Any], str | None]:
     )
 
 
-def _param_errors(name: str, factory: Any, params: Mapping[str, Any]) -> list[str]:
-    """Parameters the factory does not accept, each with a did-you-mean hint."""
+def _param_errors(name: str, factory: Any, params: Mapping[str, Any]) -> list[tuple[str | None, str]]:
+    """``(parameter, message)`` for each parameter the factory does not accept, each with a
+    did-you-mean hint (parameter None: the problem is not one parameter's)."""
     if not params:
         return []
     if _is_instance(factory):
-        return [f"algorithm {name!r} is a ready-made instance and takes no parameters"]
+        return [(None, f"algorithm {name!r} is a ready-made instance and takes no parameters")]
     try:
         sig = inspect.signature(factory)
     except (TypeError, ValueError):
@@ -286,13 +302,12 @@ def _param_errors(name: str, factory: Any, params: Mapping[str, Any]) -> list[st
     ]
     if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
         return []
-    errors = []
+    errors: list[tuple[str | None, str]] = []
     for key in params:
         if key not in accepted:
             valid = f"; valid: {', '.join(accepted)}" if accepted else "; it takes no parameters"
-            errors.append(
-                f"algorithm {name!r}: unknown parameter {key!r}{_did_you_mean(key, accepted)}{valid}"
-            )
+            hint = _did_you_mean(key, accepted)
+            errors.append((str(key), f"algorithm {name!r}: unknown parameter {key!r}{hint}{valid}"))
     return errors
 
 
@@ -316,7 +331,7 @@ def resolve_algorithm(spec: Any, registry: Registry | None = None) -> Algorithm:
         raise ConfigError(_unknown_name(name, registry))
     problems = _param_errors(name, factory, params)
     if problems:
-        raise ConfigError("; ".join(problems))
+        raise ConfigError("; ".join(message for _, message in problems))
     if _is_instance(factory):
         return cast(Algorithm, factory)
     return _build(name, factory, params)
@@ -325,6 +340,8 @@ def resolve_algorithm(spec: Any, registry: Registry | None = None) -> Algorithm:
 def _build(name: str, factory: Any, params: dict[str, Any]) -> Algorithm:
     try:
         algo = factory(**params)
+    except ParameterError as exc:
+        raise ParameterError(exc.param, f"algorithm {name!r}: {exc}") from None
     except ConfigError as exc:
         raise ConfigError(f"algorithm {name!r}: {exc}") from None
     except (TypeError, ValueError) as exc:
@@ -336,12 +353,16 @@ def _build(name: str, factory: Any, params: dict[str, Any]) -> Algorithm:
     return cast(Algorithm, algo)
 
 
-def validate_algorithm_spec(spec: Any, registry: Registry, path: str) -> list[str]:
+def validate_algorithm_spec(
+    spec: Any, registry: Registry, path: str, *, param_fields: bool = True
+) -> list[str]:
     """Errors (prefixed with ``path``) of an algorithm spec.
 
     Names and parameter names are checked first (with did-you-mean hints); then the algorithm
     is built once, because only its factory knows the values it accepts (``backoff`` with
-    ``base: -1`` passed ``validate`` and then failed every pipeline of the run).
+    ``base: -1`` passed ``validate`` and then failed every pipeline of the run). A problem with
+    one parameter is reported at that parameter's field (``pools.x.algorithm.base``), unless
+    ``param_fields`` is false (a spec the file does not spell out: ``path`` only).
     """
     if spec is None or hasattr(spec, "acquire"):
         return []
@@ -351,17 +372,32 @@ def validate_algorithm_spec(spec: Any, registry: Registry, path: str) -> list[st
     factory = registry.get(name)
     if factory is None:
         return [f"{path}: {_unknown_name(name, registry)}"]
-    errors = [f"{path}: {problem}" for problem in _param_errors(name, factory, params)]
+    at = _at if param_fields else _not_at
+    errors = [at(path, param, problem) for param, problem in _param_errors(name, factory, params)]
     if errors:
         return errors
     if "fallback" in params:
-        errors += validate_algorithm_spec(params["fallback"], registry, f"{path}.fallback")
+        fallback_path = f"{path}.fallback" if param_fields else path
+        errors += validate_algorithm_spec(
+            params["fallback"], registry, fallback_path, param_fields=param_fields
+        )
     if not errors:
         try:
             resolve_algorithm(spec, registry)
+        except ParameterError as exc:
+            errors.append(at(path, exc.param if exc.param in params else None, str(exc)))
         except ConfigError as exc:
             errors.append(f"{path}: {exc}")
     return errors
+
+
+def _at(path: str, param: str | None, problem: str) -> str:
+    """``problem`` reported at the parameter's own field, or at the algorithm's."""
+    return f"{path}.{param}: {problem}" if param is not None else f"{path}: {problem}"
+
+
+def _not_at(path: str, param: str | None, problem: str) -> str:
+    return f"{path}: {problem}"
 
 
 def algorithm_fingerprint(algorithm: Any) -> dict[str, Any]:
@@ -396,9 +432,10 @@ class FallbackRef:
 
     def __init__(self, spec: Any = None) -> None:
         if not (spec is None or isinstance(spec, str | Mapping) or hasattr(spec, "acquire")):
-            raise ConfigError(
+            raise ParameterError(
+                "fallback",
                 "fallback must be an algorithm name, a mapping {name: ...} or an object with acquire(),"
-                f" got {type(spec).__name__}"
+                f" got {type(spec).__name__}",
             )
         if isinstance(spec, Mapping):
             spec = dict(spec)

@@ -6,7 +6,9 @@ Unknown keys get a difflib "did you mean"; a YAML 1.1 bare ``on:`` key (parsed a
 is explained rather than reported as a baffling non-string key. Sections whose content
 depends on plugins (task ``kwargs``, algorithms, backends, source options) are typed ``Any``
 here and checked by ``config`` against the plugin that owns them. A number that converts
-must also be finite: ``.inf`` / ``.nan`` are reported at their field in every section.
+must also be finite: ``.inf`` / ``.nan`` are reported at their field in every section, and
+anywhere inside the free-form data a section records as JSON (its ``DATA`` fields:
+``run.meta.limits[2]``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import difflib
 import math
 import typing
 from collections.abc import Iterable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
@@ -44,6 +46,8 @@ Name = Annotated[str, msgspec.Meta(min_length=1)]
 
 class RunSection(msgspec.Struct, kw_only=True):
     """``run:``: exactly the RunConfig fields a file may set (flags override them)."""
+
+    DATA: ClassVar[frozenset[str]] = frozenset({"meta"})
 
     store: Name | None = None
     journal: Literal["full", "summary"] = "full"
@@ -74,6 +78,8 @@ class RunSection(msgspec.Struct, kw_only=True):
 
 class ResourceSection(msgspec.Struct, kw_only=True):
     """One entry of ``pools.<name>.resources``."""
+
+    DATA: ClassVar[frozenset[str]] = frozenset({"options", "tags", "meta"})
 
     id: Name | None = None
     capacity: PositiveInt = 1
@@ -108,7 +114,12 @@ class RetrySection(msgspec.Struct, kw_only=True):
 
 
 class TaskEntry(msgspec.Struct, kw_only=True):
-    """One entry of ``pipeline.tasks``: a ``use:`` target plus the fields it overrides."""
+    """One entry of ``pipeline.tasks``: a ``use:`` target plus the fields it overrides.
+
+    ``kwargs`` are checked against the factory (non-finite ones only for a marked factory, whose
+    arguments are its identity); ``config`` is identity data."""
+
+    DATA: ClassVar[frozenset[str]] = frozenset({"config"})
 
     use: Name
     name: Name | None = None
@@ -123,6 +134,8 @@ class TaskEntry(msgspec.Struct, kw_only=True):
 
 class PipelineSection(msgspec.Struct, kw_only=True):
     """``pipeline:``: the chain of tasks (``control`` is recognised but not supported yet)."""
+
+    DATA: ClassVar[frozenset[str]] = frozenset({"tags"})
 
     name: Name = "pipeline"
     tasks: Any = msgspec.field(default_factory=list)
@@ -210,6 +223,9 @@ def check_mapping(
         errors.append(f"{path}: must be a mapping, got {type_name(data)}")
         return None
     fields = {f.name: f for f in msgspec.structs.fields(struct)}
+    # ``DATA``: fields holding free-form data that is recorded as JSON (the run's config snapshot,
+    # resource rows, pipeline rows, a task's identity). JSON has no inf/nan: refused at any depth
+    data_fields: frozenset[str] = getattr(struct, "DATA", frozenset())
     skipped = set(skip)
     out: dict[str, Any] = {}
     for key, value in data.items():
@@ -244,9 +260,11 @@ def check_mapping(
             else:
                 errors.append(_field_error(where, value, exc))
             continue
-        if isinstance(converted, float) and not math.isfinite(converted):
-            errors.extend(non_finite(converted, where))
-            continue
+        if (isinstance(converted, float) and not math.isfinite(converted)) or key in data_fields:
+            problems = non_finite(converted, where)
+            if problems:
+                errors.extend(problems)
+                continue
         out[key] = converted
     for name, field in fields.items():
         required = field.default is msgspec.NODEFAULT and field.default_factory is msgspec.NODEFAULT

@@ -175,7 +175,6 @@ def resolve_task_entry(
     values = check_mapping(entry, TaskEntry, path, errors)
     if values is None:
         return None, path
-    errors.extend(non_finite(values.get("config"), f"{path}.config"))
     if algorithms is not None and values.get("algorithm") is not None:
         errors.extend(validate_algorithm_spec(values["algorithm"], algorithms, f"{path}.algorithm"))
     if "use" not in values:
@@ -234,7 +233,8 @@ def _declared_problems(
     reported at this entry; an entry field can override the bad value (``algorithm: null``).
     """
     if algorithms is not None and "algorithm" not in values and effective.algorithm is not None:
-        problems = validate_algorithm_spec(effective.algorithm, algorithms, where)
+        # the target's own @task declares it: not a field of the file, so reported at ``use``
+        problems = validate_algorithm_spec(effective.algorithm, algorithms, where, param_fields=False)
         if problems:
             return problems
     try:

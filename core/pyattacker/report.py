@@ -56,6 +56,8 @@ class RunReport(msgspec.Struct, kw_only=True):
             return 1
         if self.status == "interrupted" and self.stop_reason not in ("stop_after_failures",):
             return 130
+        if self.interrupted:  # a run that completed around a worker cancelled from outside
+            return 130
         return 0
 
     def to_dict(self) -> dict[str, Any]:

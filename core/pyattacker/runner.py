@@ -141,6 +141,45 @@ def _cancel_requested() -> bool:
     return task is None or task.cancelling() > 0
 
 
+def _forget_cancel() -> None:
+    """Withdraw every cancel request of the current task: it goes on (``asyncio.timeout`` and
+    ``_cancel_requested`` read the count, so a request left behind would break both)."""
+    task = asyncio.current_task()
+    if task is not None:
+        while task.uncancel() > 0:
+            pass
+
+
+class _Worker(asyncio.Task[None]):
+    """A runner's worker task. The runner cancels its workers only while the run stops.
+
+    Task code runs inside it, so ``asyncio.current_task().cancel()`` in a body would cancel the
+    worker itself: the request is refused there with an error naming the task (the body's
+    failure), instead of a cancel that looks like a stop of the run. The check runs only when
+    something calls ``cancel()``, never on the path of a task.
+    """
+
+    __slots__ = ("held", "index", "queue")
+
+    def __init__(self, coro: Any, *, loop: asyncio.AbstractEventLoop, index: int, queue: Any) -> None:
+        super().__init__(coro, loop=loop, name=f"pyattacker-worker-{index}")
+        #: the pipeline this worker drives (None between pipelines)
+        self.held: _Pipeline | None = None
+        self.index = index
+        self.queue = queue
+
+    def cancel(self, msg: Any = None) -> bool:
+        if asyncio.current_task(self.get_loop()) is self:
+            held = self.held
+            name = held.tasks[min(held.seq, held.n - 1)].name if held is not None else "?"
+            raise RuntimeError(
+                f"task {name!r} cancelled its own worker (asyncio.current_task().cancel() in task"
+                " code): the worker belongs to the runner. Raise an exception to fail the task,"
+                " or bound it with timeout_s / asyncio.timeout()"
+            )
+        return super().cancel(msg)
+
+
 class Runner:
     """Runs pipelines to completion against a store and a set of pools.
 
@@ -700,6 +739,8 @@ class Runner:
 
     def _supervise(self, task: asyncio.Task[Any]) -> None:
         if task.cancelled():
+            if isinstance(task, _Worker) and not self._stopping:
+                self._replace_worker(task)
             return
         exc = task.exception()
         if exc is None:
@@ -715,7 +756,8 @@ class Runner:
             self._producer_done = True
             self.stop("producer_error")
         else:
-            held = getattr(task, "pyattacker_pipeline", None)
+            state = getattr(task, "held", None)
+            held = state.spec.key if state is not None else None
             self._crash = WorkerCrashed(held, exc)
             self._crash.__cause__ = exc
             self._event(
@@ -729,6 +771,27 @@ class Runner:
                 },
             )
             self._hard_stop("worker_crashed")
+
+    def _replace_worker(self, worker: _Worker) -> None:
+        """A worker was cancelled while the run was not stopping: not by the runner, which cancels
+        workers only to stop. Its pipeline was left interrupted (resumable); another worker
+        takes its place, so the run cannot hang for want of workers."""
+        state = worker.held
+        log.warning("pyattacker: %s was cancelled from outside the runner; replaced", worker.get_name())
+        self._event(
+            "runner.worker_cancelled",
+            "run",
+            pipeline_id=state.spec.key if state is not None else None,
+            data={
+                "worker": worker.get_name(),
+                "task": state.tasks[min(state.seq, state.n - 1)].name if state is not None else None,
+                "hint": "only the runner cancels its workers (to stop the run); the pipeline is resumable",
+            },
+        )
+        workers = self._workers
+        if self._complete is None or self._complete.is_set() or worker not in workers:
+            return
+        workers[worker.index] = self._start_worker(worker.queue, worker.index)
 
     def _hard_stop(self, reason: str) -> None:
         self.stop(reason)
@@ -1326,15 +1389,16 @@ class Runner:
         """
         workers = self._workers
         if self._idle <= queue.qsize() and len(workers) < self.config.concurrency:
-            index = len(workers)
-            worker = asyncio.get_running_loop().create_task(
-                self._worker(queue, index), name=f"pyattacker-worker-{index}"
-            )
-            worker.add_done_callback(self._supervise)
-            workers.append(worker)
+            workers.append(self._start_worker(queue, len(workers)))
 
-    async def _worker(self, queue: asyncio.Queue[_Pipeline | None], index: int) -> None:
+    def _start_worker(self, queue: asyncio.Queue[_Pipeline | None], index: int) -> _Worker:
+        worker = _Worker(self._worker(queue), loop=asyncio.get_running_loop(), index=index, queue=queue)
+        worker.add_done_callback(self._supervise)
+        return worker
+
+    async def _worker(self, queue: asyncio.Queue[_Pipeline | None]) -> None:
         me = asyncio.current_task()
+        assert isinstance(me, _Worker)
         while True:
             self._idle += 1
             try:
@@ -1343,8 +1407,7 @@ class Runner:
                 self._idle -= 1
             if state is None:
                 return
-            if me is not None:
-                me.pyattacker_pipeline = state.spec.key  # type: ignore[attr-defined]
+            me.held = state
             try:
                 await self._drive(state)
             except asyncio.CancelledError:
@@ -1362,8 +1425,7 @@ class Runner:
                     state, "interrupted" if interrupted else "failed", error=exc, phase="worker_crashed"
                 )
                 raise
-            if me is not None:
-                me.pyattacker_pipeline = None  # type: ignore[attr-defined]
+            me.held = None
 
     def _internal_error(self, state: _Pipeline, exc: Exception) -> None:
         self._event(
@@ -1418,10 +1480,13 @@ class Runner:
                 else:
                     value = await value
         except asyncio.CancelledError as exc:
-            if self._stopping or _cancel_requested():
+            if self._stopping:
                 self._attempt_interrupted(state, ctx, t0, wall0, "cancelled")
                 raise
-            error = exc  # raised by the task body itself: its failure, the worker goes on
+            # the runner cancels workers only to stop: the body raised it itself, or something
+            # other than the runner cancelled this worker while the body ran. Either is this
+            # attempt's failure, and the worker goes on
+            error = self._stray_cancel(spec, exc) if _cancel_requested() else exc
         except Exception as exc:
             error = exc
         except BaseException as exc:
@@ -1557,6 +1622,16 @@ class Runner:
         self._record_attempt(
             state, ctx, t0, wall0, "cancelled", None, {"retry": False, "reason": reason, "delay_s": 0.0}
         )
+
+    def _stray_cancel(self, spec: Any, exc: asyncio.CancelledError) -> RuntimeError:
+        """The failure recorded for a cancel of this worker that the runner did not ask for."""
+        _forget_cancel()
+        error = RuntimeError(
+            f"task {spec.name!r}: its worker was cancelled while the task ran, and not by the runner"
+            " (the run was not stopping); only the runner may cancel its workers"
+        )
+        error.__cause__ = exc
+        return error
 
     def _real_interrupt(self, exc: BaseException) -> bool:
         """Whether a ``BaseException`` out of a task body stops the run rather than failing the task.

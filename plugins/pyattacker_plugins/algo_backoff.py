@@ -12,6 +12,7 @@ from typing import Any
 
 from pyattacker.algorithm import (
     JITTERS,
+    ParameterError,
     backoff_delay,
     beyond_recovery_error,
     ctx_emit,
@@ -19,7 +20,7 @@ from pyattacker.algorithm import (
     number_param,
     optional_number_param,
 )
-from pyattacker.errors import AcquireTimeout, ConfigError
+from pyattacker.errors import AcquireTimeout
 from pyattacker.hookspecs import Register, hookimpl
 from pyattacker.pool import Lease, Pool
 
@@ -42,7 +43,9 @@ class Backoff:
         self.cap = number_param("cap", cap)
         self.max_wait = optional_number_param("max_wait", max_wait)
         if jitter not in JITTERS:
-            raise ConfigError(f"parameter 'jitter' must be one of {', '.join(JITTERS)}, got {jitter!r}")
+            raise ParameterError(
+                "jitter", f"parameter 'jitter' must be one of {', '.join(JITTERS)}, got {jitter!r}"
+            )
         self.jitter = jitter
 
     async def acquire(

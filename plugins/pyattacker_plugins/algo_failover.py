@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pyattacker.algorithm import FallbackRef
-from pyattacker.errors import ConfigError, ResourceUnavailable
+from pyattacker.algorithm import FallbackRef, ParameterError
+from pyattacker.errors import ResourceUnavailable
 from pyattacker.hookspecs import Register, hookimpl
 from pyattacker.pool import Lease, Pool
 
@@ -26,12 +26,13 @@ class Failover:
     def __init__(self, pools: Any = (), fallback: Any = None) -> None:
         if isinstance(pools, str):
             pools = (pools,)
+        problem = f"parameter 'pools' must be a list of pool names, got {pools!r}"
         try:
             names = list(pools)
         except TypeError:
-            raise ConfigError(f"parameter 'pools' must be a list of pool names, got {pools!r}") from None
+            raise ParameterError("pools", problem) from None
         if not all(isinstance(n, str) and n for n in names):
-            raise ConfigError(f"parameter 'pools' must be a list of pool names, got {pools!r}")
+            raise ParameterError("pools", problem)
         self.pools: tuple[str, ...] = tuple(names)
         self.fallback = FallbackRef(fallback)
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pyattacker.algorithm import FallbackRef, number_param
-from pyattacker.errors import ConfigError
+from pyattacker.algorithm import FallbackRef, ParameterError, number_param
 from pyattacker.hookspecs import Register, hookimpl
 from pyattacker.pool import Lease, Pool, Resource
 
@@ -29,11 +28,11 @@ class QuotaAware:
 
     def __init__(self, metric: str = "tokens", reserve: float = 0.05, fallback: Any = None) -> None:
         if not isinstance(metric, str) or not metric:
-            raise ConfigError(f"parameter 'metric' must be a non-empty string, got {metric!r}")
+            raise ParameterError("metric", f"parameter 'metric' must be a non-empty string, got {metric!r}")
         self.metric = metric
         self.reserve = number_param("reserve", reserve)
         if self.reserve > 1:
-            raise ConfigError(f"parameter 'reserve' must be between 0 and 1, got {reserve!r}")
+            raise ParameterError("reserve", f"parameter 'reserve' must be between 0 and 1, got {reserve!r}")
         self.fallback = FallbackRef(fallback)
 
     def score(self, resource: Resource) -> tuple[float, float]:

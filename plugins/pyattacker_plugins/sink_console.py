@@ -27,6 +27,7 @@ NOTABLE_KINDS = frozenset(
         "pipeline.failed",
         "pipeline.terminal_repair_failed",
         "runner.worker_crashed",
+        "runner.worker_cancelled",
         "lease.leaked",
         "acquire.waiting_unmatched",
         "acquire.suspected_deadlock",

@@ -1,0 +1,106 @@
+"""Ctrl-C at any moment of a command, from its first import on: one line, exit 130, no traceback.
+
+The command is started the two ways a user starts it: the console script of ``[project.scripts]``
+(the wrapper pip generates: import the entry point, ``sys.exit(main())``) and
+``python -m pyattacker``. A real SIGINT is sent by PID at several delays after the child began
+importing ``pyattacker.cli`` (the slow part, where a Ctrl-C used to print a traceback). The
+moment is known from a meta-path finder that the test's own wrapper installs: it writes one byte
+to a pipe when the import of ``pyattacker.cli`` starts. Nothing in the product is there for
+the test. The interpreter's own start-up, before any pyattacker code runs, is not tested: no
+code of ours can handle a signal there.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: the test's wrapper: one byte on fd ``argv[1]`` when ``pyattacker.cli`` starts being imported
+_MARK = """\
+import importlib.abc, os, sys
+_fd = int(sys.argv.pop(1))
+
+class _Mark(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "pyattacker.cli":
+            sys.meta_path.remove(self)
+            os.write(_fd, b".")
+            os.close(_fd)
+        return None
+
+sys.meta_path.insert(0, _Mark())
+"""
+#: after the first Ctrl-C handler exists, each of these is a clean end
+_DELAYS = (0.0, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16)
+
+
+def _console_script() -> str:
+    """What pip's generated ``pyattacker`` script runs, for the entry point pyproject declares."""
+    target = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]["pyattacker"]
+    module, _, attr = target.partition(":")
+    return f"import re\nimport sys\nfrom {module} import {attr}\nsys.exit({attr}())\n"
+
+
+_STARTS = {
+    "console_script": _console_script(),
+    "python_m": "import runpy\nrunpy.run_module('pyattacker', run_name='__main__', alter_sys=True)\n",
+}
+
+
+def _interrupted_at(start: str, args: list[str], delay: float, cwd: Path) -> tuple[int, str]:
+    """Start the command, send SIGINT ``delay`` s after it began importing the CLI; (rc, stderr)."""
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _MARK + _STARTS[start], str(write_fd), *args],
+            pass_fds=(write_fd,),
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        os.close(write_fd)
+    try:
+        ready, _, _ = select.select([read_fd], [], [], 60)  # hang guard
+        assert ready and os.read(read_fd, 1) == b".", "the child never started importing the CLI"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(read_fd)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and pipes")
+@pytest.mark.parametrize("start", sorted(_STARTS))
+def test_ctrl_c_while_a_command_loads_is_one_line_and_exit_130(tmp_path: Path, start: str) -> None:
+    cfg = tmp_path / "c.json"
+    cfg.write_text('{"pipeline": {"tasks": [{"use": "echo"}]}, "source": {"kind": "range", "n": 1}}')
+    outcomes = []
+    for args in (["--version"], ["validate", "-c", str(cfg)], ["plugins"]):
+        for delay in _DELAYS:
+            rc, err = _interrupted_at(start, args, delay, tmp_path)
+            where = f"{start} {args} SIGINT {delay * 1000:g} ms into the import: rc={rc}\n{err[-3000:]}"
+            assert "Traceback" not in err and "KeyboardInterrupt" not in err, where
+            # 0: the command was done (the signal came during or after the interpreter's
+            # shutdown, which then ends with the command's own code)
+            assert rc in (0, 130), where
+            if rc == 130:  # "Aborted." is click's word for a Ctrl-C inside a command
+                assert err.strip().splitlines()[-1] in ("Interrupted.", "Aborted."), where
+            outcomes.append(rc)
+    assert 130 in outcomes  # some signal did land while the command loaded or ran
