@@ -97,9 +97,11 @@ def test_ctrl_c_while_a_command_loads_is_one_line_and_exit_130(tmp_path: Path, s
             rc, err = _interrupted_at(start, args, delay, tmp_path)
             where = f"{start} {args} SIGINT {delay * 1000:g} ms into the import: rc={rc}\n{err[-3000:]}"
             assert "Traceback" not in err and "KeyboardInterrupt" not in err, where
-            # 0: the command was done (the signal came during or after the interpreter's
-            # shutdown, which then ends with the command's own code)
-            assert rc in (0, 130), where
+            # 0: the command was done (the signal came during the interpreter's shutdown,
+            # which then ends with the command's own code); -SIGINT: it came in the last
+            # moments of that shutdown, after Python has put back the default handlers (no
+            # code runs there; like the start-up, out of anyone's reach), a silent end
+            assert rc in (0, 130, -signal.SIGINT), where
             if rc == 130:  # "Aborted." is click's word for a Ctrl-C inside a command
                 assert err.strip().splitlines()[-1] in ("Interrupted.", "Aborted."), where
             outcomes.append(rc)
