@@ -151,7 +151,7 @@ def make_plan(options: BenchOptions, registry: Registry | None = None) -> BenchP
         chosen = []
         for name in _default_algorithms(scenario, algorithms.names()):
             try:
-                resolve_algorithm(name, algorithms)
+                resolve_algorithm(scenario.algorithm_spec(name), algorithms)
             except ConfigError as exc:  # a third-party algorithm that needs parameters
                 skipped[name] = str(exc)
                 continue
@@ -164,7 +164,7 @@ def make_plan(options: BenchOptions, registry: Registry | None = None) -> BenchP
             if chosen.count(name) > 1:
                 raise ConfigError(f"--algorithms lists {name!r} twice")
             try:
-                resolve_algorithm(name, algorithms)
+                resolve_algorithm(scenario.algorithm_spec(name), algorithms)
             except ConfigError as exc:
                 raise ConfigError(f"--algorithms: {exc}") from None
     if not chosen:
