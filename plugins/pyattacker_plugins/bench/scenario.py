@@ -373,3 +373,120 @@ BURSTY_PROVIDER = register_scenario(
         order=("wait", "backoff", "sticky", "quota_aware", "immediate", "least_busy", "failover"),
     )
 )
+
+
+def _primary(name: str) -> EndpointSpec:
+    """An endpoint of ``outage_failover``'s primary pool."""
+    return EndpointSpec(
+        name=name,
+        slots=4,
+        server_concurrency=4,
+        rate_per_s=15.0,
+        burst=8.0,
+        latency_median_s=0.4,
+        latency_sigma=0.4,
+        tail_p=0.02,
+        tail_factor=5.0,
+        error_rate=0.02,
+        # more failures than a 90 s outage can bring (4 slots x one failed batch per 10 s
+        # cooldown): the primary is degraded through the outage, never dead, so it comes back
+        dead_after=100,
+    )
+
+
+OUTAGE_FAILOVER = register_scenario(
+    Scenario(
+        name="outage_failover",
+        description=(
+            "a primary pool of two fast endpoints that go down together for 90 s (every request"
+            " a 503) and a backup pool of one slower, metered endpoint from another provider;"
+            " requests ask the primary, and only failover can reach the backup"
+        ),
+        endpoints=(
+            _primary("primary-a"),
+            _primary("primary-b"),
+            EndpointSpec(
+                name="backup",
+                slots=8,
+                server_concurrency=8,
+                rate_per_s=8.0,
+                burst=5.0,
+                latency_median_s=1.2,
+                latency_sigma=0.3,
+                tail_p=0.01,
+                tail_factor=4.0,
+                error_rate=0.01,
+                quota_tokens=1_000_000,
+                retry_after_hint=True,
+            ),
+        ),
+        pools=(PoolSpec("primary", ("primary-a", "primary-b")), PoolSpec("backup", ("backup",))),
+        outages=(Outage(("primary-a", "primary-b"), start_s=60.0, duration_s=90.0, start_jitter_s=30.0),),
+        jobs=1500,
+        steps=3,
+        calls=2,
+        concurrency=8,
+        horizon_s=300.0,
+        seed=1,
+        retry=Retrying(max_attempts=5, base=0.5, factor=2.0, cap=8.0, jitter="full"),
+        # no capacity cycle and no storms: the outage is the only event of this world
+        cycle_trough=1.0,
+        cycle_peak=1.0,
+        algorithm_params={"failover": {"pools": ("primary", "backup")}},
+        unsuited={
+            "least_busy": (
+                "leases only from the pool it is asked on (the primary), where its pick is the"
+                " pool's own: it behaves like wait"
+            ),
+            "sticky": (
+                "this world keeps no per-endpoint state and sticky leases only from the primary:"
+                " it behaves like wait"
+            ),
+            "quota_aware": (
+                "the primary declares no quotas and quota_aware never looks at the backup pool:"
+                " it behaves like wait"
+            ),
+        },
+        order=("wait", "backoff", "failover", "immediate", "sticky", "quota_aware", "least_busy"),
+    )
+)
+
+CACHE_AFFINITY = register_scenario(
+    Scenario(
+        name="cache_affinity",
+        description=(
+            "one pool of four replicas that keep each job's session (a warm KV cache): a request"
+            " to the replica that admitted its job's previous request is served 4x faster"
+        ),
+        endpoints=tuple(
+            EndpointSpec(
+                name=f"replica-{letter}",
+                slots=3,
+                server_concurrency=3,
+                rate_per_s=20.0,
+                burst=10.0,
+                latency_median_s=2.0,
+                latency_sigma=0.3,
+                tail_p=0.01,
+                tail_factor=3.0,
+                error_rate=0.01,
+            )
+            for letter in "abcd"
+        ),
+        jobs=1500,
+        steps=2,
+        calls=4,
+        concurrency=10,
+        horizon_s=300.0,
+        seed=1,
+        retry=Retrying(max_attempts=5, base=0.5, factor=2.0, cap=8.0, jitter="full"),
+        cycle_trough=1.0,
+        cycle_peak=1.0,
+        warm_factor=0.25,
+        unsuited={
+            "failover": "one pool: failover has no other pool to fail over to, so it behaves like wait",
+            "quota_aware": ("no quotas declared: every replica scores the same, so it picks like wait"),
+        },
+        order=("wait", "backoff", "sticky", "least_busy", "immediate", "quota_aware", "failover"),
+    )
+)
