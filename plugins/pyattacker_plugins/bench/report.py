@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .api import BenchReport
+from .api import BenchReport, default_algorithms
 from .driver import RunResult
 from .metrics import METRICS, NEUTRAL, Metric
 from .scenario import EndpointSpec, Scenario
@@ -294,11 +294,11 @@ def _admission(report: BenchReport) -> list[str]:
     if s.warm_factor != 1.0:
         explain += (
             " warm: of its admitted requests, those that found their job's session there"
-            f" (served x{s.warm_factor:g} faster)."
+            f" (served at x{s.warm_factor:g} of its latency)."
         )
     lines = ["## Per-endpoint admission", "", explain]
     head = [
-        "endpoint",
+        "endpoint (pool)" if s.pools else "endpoint",
         "requests",
         "share",
         "admitted",
@@ -366,6 +366,8 @@ def listing(registry_names: list[str]) -> str:
         for algo, params in s.algorithm_params.items():
             shown = ", ".join(f"{k}={json.dumps(_plain(v))}" for k, v in params.items())
             lines.append(f"    {algo} runs with {shown}")
+        suited = default_algorithms(s, registry_names)
+        lines.append(f"    suited: {', '.join(suited) or 'none of the installed algorithms'}")
         for algo, why in s.unsuited.items():
             lines.append(f"    unsuited: {algo} ({why})")
     lines += ["", "algorithms (installed):"]
