@@ -485,7 +485,7 @@ CACHE_AFFINITY = register_scenario(
         warm_factor=0.25,
         unsuited={
             "failover": "one pool: failover has no other pool to fail over to, so it behaves like wait",
-            "quota_aware": ("no quotas declared: every replica scores the same, so it picks like wait"),
+            "quota_aware": "no quotas declared: every replica scores the same, so it picks like wait",
         },
         order=("wait", "backoff", "sticky", "least_busy", "immediate", "quota_aware", "failover"),
     )
