@@ -7,6 +7,7 @@ is (the wall-budget test uses a budget far below any run's length).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import json
 import os
@@ -22,6 +23,7 @@ from _bench_fixtures import DEAD, Poll, Spin, register_dead
 from pyattacker.errors import ConfigError
 from pyattacker.plugins import get_plugins
 from pyattacker.registry import Provided, Registry
+from pyattacker.retry import Retrying
 from pyattacker_plugins.bench.api import BenchOptions, BenchReport, make_plan, run_bench
 from pyattacker_plugins.bench.errors import BenchmarkStalled, BenchmarkTimeout
 from pyattacker_plugins.bench.keys import keyed_rng
@@ -29,6 +31,9 @@ from pyattacker_plugins.bench.metrics import METRICS, Metric
 from pyattacker_plugins.bench.report import to_json, to_markdown, to_table
 from pyattacker_plugins.bench.scenario import (
     DEFAULT_SCENARIO,
+    EndpointSpec,
+    Outage,
+    PoolSpec,
     Scenario,
     get_scenario,
     register_scenario,
@@ -133,6 +138,189 @@ def test_requested_unsuited_algorithms_run_but_show_as_na(report: BenchReport) -
     data = to_json(report)
     assert data["algorithms"]["failover"]["suited"] is False
     assert data["algorithms"]["failover"]["summary"]["jobs_done"]["mean"] > 0
+
+
+# -- outage_failover and cache_affinity ----------------------------------------------------------
+
+#: enough jobs that every seed's run reaches the outage (it starts between 60 and 90 s)
+OUTAGE = {"scenario": "outage_failover", "jobs": 250}
+CACHE = {"scenario": "cache_affinity", "jobs": 40}
+FIVE_SEEDS = (1, 2, 3, 4, 5)
+
+
+@pytest.fixture(scope="module")
+def outage_report() -> BenchReport:
+    """Every built-in algorithm, the unsuited ones included, on two seeds."""
+    return _report(**OUTAGE, algorithms=ALL)
+
+
+@pytest.fixture(scope="module")
+def outage_pair() -> BenchReport:
+    """wait and failover on seeds 1-5: the property the scenario is built to show."""
+    return _report(**OUTAGE, algorithms=["wait", "failover"], seeds=5)
+
+
+@pytest.fixture(scope="module")
+def cache_report() -> BenchReport:
+    return _report(**CACHE, algorithms=ALL)
+
+
+@pytest.fixture(scope="module")
+def cache_pair() -> BenchReport:
+    return _report(**CACHE, algorithms=["wait", "sticky"], seeds=5)
+
+
+def _runs(report: BenchReport, name: str) -> dict[int, Any]:
+    """Per seed, one algorithm's run as the JSON report has it (wall_s left out)."""
+    data = to_json(report)["algorithms"][name]["runs"]
+    return {run["seed"]: _without_wall(run) for run in data}
+
+
+@pytest.mark.parametrize("fixture", ["outage_report", "cache_report"])
+def test_every_algorithm_runs_in_the_new_worlds_and_returns_every_lease(
+    fixture: str, request: pytest.FixtureRequest
+) -> None:
+    report: BenchReport = request.getfixturevalue(fixture)
+    assert tuple(report.algorithms) == ALL
+    for name, result in report.algorithms.items():
+        assert len(result.runs) == 2, name
+        for run in result.runs:
+            assert run.leases_active_at_end == 0, (name, run.seed)
+            assert run.jobs_done + run.jobs_failed == run.jobs_started, name
+            assert sum(run.requests_by_endpoint.values()) == run.requests, name
+
+
+@pytest.mark.parametrize(
+    ("every", "pair", "names"),
+    [
+        ("outage_report", "outage_pair", ("wait", "failover")),
+        ("cache_report", "cache_pair", ("wait", "sticky")),
+    ],
+)
+def test_the_new_worlds_give_the_same_numbers_in_two_runs(
+    every: str, pair: str, names: tuple[str, ...], request: pytest.FixtureRequest
+) -> None:
+    """Two separate benchmarks (different algorithm sets, different seed counts) give the same
+    numbers for the same algorithm and seed: nothing depends on what else ran."""
+    first: BenchReport = request.getfixturevalue(every)
+    second: BenchReport = request.getfixturevalue(pair)
+    for name in names:
+        again = _runs(second, name)
+        for seed, run in _runs(first, name).items():
+            assert again[seed] == run, (name, seed)
+
+
+def test_outage_failover_suits_failover_and_the_primary_only_baselines() -> None:
+    plan = make_plan(BenchOptions(**OUTAGE))
+    assert plan.algorithms == ("wait", "backoff", "failover", "immediate")
+    scenario = get_scenario("outage_failover")
+    assert set(scenario.unsuited) == {"least_busy", "sticky", "quota_aware"}
+    assert scenario.algorithm_spec("failover") == {"name": "failover", "pools": ("primary", "backup")}
+
+
+def test_failover_reaches_the_backup_and_completes_at_least_as_much_as_wait(
+    outage_report: BenchReport, outage_pair: BenchReport
+) -> None:
+    assert outage_report.algorithms["failover"].suited
+    assert "failover" in outage_report.eligible
+    table = to_table(outage_report)
+    assert "N/A failover" not in table and "N/A sticky" in table
+    wait, failover = outage_pair.algorithms["wait"], outage_pair.algorithms["failover"]
+    assert [run.seed for run in failover.runs] == list(FIVE_SEEDS)
+    for w, f, wm, fm in zip(wait.runs, failover.runs, wait.metrics, failover.metrics, strict=True):
+        assert fm["completion"] is not None and wm["completion"] is not None
+        assert fm["completion"] >= wm["completion"], w.seed
+        # every seed met the outage: the primary answered 503s, wait never left it, failover did
+        assert w.endpoints["primary-a"]["down"] > 0 and f.endpoints["primary-a"]["down"] > 0
+        assert w.requests_by_endpoint["backup"] == 0 < f.requests_by_endpoint["backup"]
+
+
+def test_cache_affinity_suits_least_busy_and_sticky_finds_warm_replicas(
+    cache_report: BenchReport, cache_pair: BenchReport
+) -> None:
+    assert make_plan(BenchOptions(**CACHE)).algorithms == (
+        "wait", "backoff", "sticky", "least_busy", "immediate",
+    )  # fmt: skip
+    assert cache_report.algorithms["least_busy"].suited
+    assert not cache_report.algorithms["failover"].suited
+    wait, sticky = cache_pair.algorithms["wait"], cache_pair.algorithms["sticky"]
+
+    def warm_share(run: Any) -> float:
+        counts = run.endpoints.values()
+        return sum(c["warm"] for c in counts) / sum(c["admitted"] for c in counts)
+
+    for w, s, wm, sm in zip(wait.runs, sticky.runs, wait.metrics, sticky.metrics, strict=True):
+        assert warm_share(s) > warm_share(w), w.seed
+        p50_sticky, p50_wait = sm["successful_job_latency_p50_ms"], wm["successful_job_latency_p50_ms"]
+        assert p50_sticky is not None and p50_wait is not None
+        assert p50_sticky < p50_wait, w.seed
+
+
+def test_pools_outages_and_the_session_cache_are_checked_when_registered() -> None:
+    endpoint = EndpointSpec(
+        name="e",
+        slots=1,
+        server_concurrency=1,
+        rate_per_s=1.0,
+        burst=1.0,
+        latency_median_s=0.1,
+        latency_sigma=0.0,
+    )
+    other = dataclasses.replace(endpoint, name="f")
+
+    def scenario(**fields: Any) -> Scenario:
+        return Scenario(name="test_checked", description="", endpoints=(endpoint, other), **fields)
+
+    with pytest.raises(ConfigError, match="exactly one pool"):
+        scenario(pools=(PoolSpec("p", ("e",)),)).check()
+    with pytest.raises(ConfigError, match="exactly one pool"):
+        scenario(pools=(PoolSpec("p", ("e", "f")), PoolSpec("q", ("f",)))).check()
+    with pytest.raises(ConfigError, match="unique"):
+        scenario(pools=(PoolSpec("p", ("e",)), PoolSpec("p", ("f",)))).check()
+    with pytest.raises(ConfigError, match="outage 0: needs endpoints"):
+        scenario(outages=(Outage(("nope",), 1.0, 1.0),)).check()
+    with pytest.raises(ConfigError, match="duration_s must be a positive number"):
+        scenario(outages=(Outage(("e",), 1.0, 0.0),)).check()
+    with pytest.raises(ConfigError, match="warm_factor must be a positive number"):
+        scenario(warm_factor=0.0).check()
+    scenario(
+        pools=(PoolSpec("p", ("e",)), PoolSpec("q", ("f",))), outages=(Outage(("e",), 0.0, 5.0),)
+    ).check()
+
+
+def test_a_pool_beyond_recovery_is_a_stall_only_when_every_pool_is() -> None:
+    """One dead pool while another can serve is a result (the algorithm reaches the other
+    pool, or fails its jobs); every pool dead is a stall."""
+    gone = EndpointSpec(
+        name="gone", slots=2, server_concurrency=2, rate_per_s=100.0, burst=100.0,
+        latency_median_s=0.1, latency_sigma=0.0, error_rate=1.0, degrade_after=1, dead_after=1,
+    )  # fmt: skip
+    spare = dataclasses.replace(gone, name="spare", error_rate=0.0)
+    base = Scenario(
+        name="test_half_dead",
+        description="a dead primary pool and a healthy backup",
+        endpoints=(gone, spare),
+        pools=(PoolSpec("main", ("gone",)), PoolSpec("spare", ("spare",))),
+        jobs=10,
+        concurrency=2,
+        horizon_s=60.0,
+        retry=Retrying(max_attempts=3, base=0.1, cap=1.0),
+        algorithm_params={"failover": {"pools": ("main", "spare")}},
+    )
+    register_scenario(base, replace=True)
+    try:
+        report = _report(scenario="test_half_dead", seeds=1, algorithms=["wait", "failover"])
+        failover, wait = report.algorithms["failover"].runs[0], report.algorithms["wait"].runs[0]
+        assert failover.jobs_done == failover.jobs_total > 0
+        assert wait.jobs_done == 0 and wait.jobs_failed == wait.jobs_total
+        register_scenario(
+            dataclasses.replace(base, endpoints=(gone, dataclasses.replace(spare, error_rate=1.0))),
+            replace=True,
+        )
+        with pytest.raises(BenchmarkStalled, match=r"pool 'main': .*gone dead.*pool 'spare': .*spare dead"):
+            _report(scenario="test_half_dead", seeds=1, algorithms=["failover"])
+    finally:
+        unregister_scenario("test_half_dead")
 
 
 # -- the winners rule on hand-made numbers ------------------------------------------------------
@@ -361,6 +549,14 @@ def test_list_prints_scenarios_algorithms_and_metrics() -> None:
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "bursty_provider" in out and "unsuited: failover" in out
+    scenarios = out[: out.index("algorithms (installed):")]
+    outage = scenarios[scenarios.index("  outage_failover:") :]
+    assert "pools: primary (primary-a, primary-b); backup (backup)" in outage
+    assert "suited: wait, backoff, failover, immediate\n" in outage
+    assert "unsuited: sticky (" in outage and "unsuited: least_busy (" in outage
+    cache = scenarios[scenarios.index("  cache_affinity:") : scenarios.index("  outage_failover:")]
+    assert "suited: wait, backoff, sticky, least_busy, immediate\n" in cache
+    assert "unsuited: failover (one pool" in cache and "unsuited: quota_aware (" in cache
     assert all(name in out for name in ALL)
     assert "throughput_rps" in out and "jobs/s" in out and "higher†" in out
     assert "leases_active_at_end" in out and "(must be 0)" in out
@@ -426,6 +622,16 @@ def test_json_and_markdown_files_are_written_and_the_table_still_printed(tmp_pat
     markdown = (tmp_path / "r.md").read_text()
     assert "# bench: bursty_provider" in markdown and "## Per-endpoint admission" in markdown
     assert "### sticky" in markdown and "| metered |" in markdown
+
+
+def test_the_outage_scenario_from_the_command_line() -> None:
+    proc = _bench("--scenario", "outage_failover", "--jobs", "250", "--seeds", "1", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("scenario outage_failover: 250 jobs x 3 steps x 2 calls, 8 workers")
+    head = proc.stdout.splitlines()[2].split()
+    assert head[:3] == ["metric", "unit", "better"]
+    assert head[3:] == ["wait", "backoff", "failover", "immediate"]
+    assert "\ncompletion " in proc.stdout and "N/A" not in proc.stdout
 
 
 def test_a_dead_world_from_the_command_line_is_exit_2() -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "BenchPlan",
     "BenchReport",
     "algorithm_registry",
+    "default_algorithms",
     "make_plan",
     "run_bench",
 ]
@@ -117,7 +118,7 @@ def algorithm_registry(registry: Registry | None = None) -> Registry:
     return get_plugins().algorithms
 
 
-def _default_algorithms(scenario: Scenario, names: Sequence[str]) -> list[str]:
+def default_algorithms(scenario: Scenario, names: Sequence[str]) -> list[str]:
     """Every registered algorithm the scenario does not declare unsuited, in its column order."""
     usable = [n for n in names if n not in scenario.unsuited]
     ordered = [n for n in scenario.order if n in usable]
@@ -149,9 +150,9 @@ def make_plan(options: BenchOptions, registry: Registry | None = None) -> BenchP
     skipped: dict[str, str] = {}
     if options.algorithms is None:
         chosen = []
-        for name in _default_algorithms(scenario, algorithms.names()):
+        for name in default_algorithms(scenario, algorithms.names()):
             try:
-                resolve_algorithm(name, algorithms)
+                resolve_algorithm(scenario.algorithm_spec(name), algorithms)
             except ConfigError as exc:  # a third-party algorithm that needs parameters
                 skipped[name] = str(exc)
                 continue
@@ -164,7 +165,7 @@ def make_plan(options: BenchOptions, registry: Registry | None = None) -> BenchP
             if chosen.count(name) > 1:
                 raise ConfigError(f"--algorithms lists {name!r} twice")
             try:
-                resolve_algorithm(name, algorithms)
+                resolve_algorithm(scenario.algorithm_spec(name), algorithms)
             except ConfigError as exc:
                 raise ConfigError(f"--algorithms: {exc}") from None
     if not chosen:

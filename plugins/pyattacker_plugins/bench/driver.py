@@ -30,7 +30,7 @@ from .clocks import make_clock
 from .errors import BenchmarkError, BenchmarkStalled, BenchmarkTimeout
 from .keys import keyed_rng
 from .scenario import Scenario
-from .world import REFUSED, World
+from .world import NOT_ADMITTED, REFUSED, World
 
 __all__ = ["BenchContext", "RunResult", "RunSettings", "run_once"]
 
@@ -127,26 +127,32 @@ class _Run:
         self.seed = settings.seed
         self.clock = make_clock(settings.clock, settings.speedup)
         self.world = World(scenario, settings.seed)
-        self.pool = Pool(
-            "bench",
-            [
-                Resource.create(
-                    "endpoint",
-                    id=e.name,
-                    capacity=e.slots,
-                    options={"quota": {"tokens": e.quota_tokens}} if e.quota_tokens is not None else {},
-                    degrade_after=e.degrade_after,
-                    dead_after=e.dead_after,
-                    cooldown_s=e.cooldown_s,
-                )
-                for e in scenario.endpoints
-            ],
-            clock=self.clock,
-            deadlock_warn_s=None,
-            algorithms=registry,
-        )
-        self.pools = {self.pool.name: self.pool}
-        self.algorithm = resolve_algorithm(settings.algorithm, registry)
+        specs = {e.name: e for e in scenario.endpoints}
+        #: every pool of the scenario, in its order; requests ask the first one (the task's
+        #: pool), and ``ctx.pools`` shows the others to an algorithm that can use them
+        self.pools = {
+            layout.name: Pool(
+                layout.name,
+                [
+                    Resource.create(
+                        "endpoint",
+                        id=e.name,
+                        capacity=e.slots,
+                        options={"quota": {"tokens": e.quota_tokens}} if e.quota_tokens is not None else {},
+                        degrade_after=e.degrade_after,
+                        dead_after=e.dead_after,
+                        cooldown_s=e.cooldown_s,
+                    )
+                    for e in (specs[name] for name in layout.endpoints)
+                ],
+                clock=self.clock,
+                deadlock_warn_s=None,
+                algorithms=registry,
+            )
+            for layout in scenario.pool_layout()
+        }
+        self.pool = next(iter(self.pools.values()))
+        self.algorithm = resolve_algorithm(scenario.algorithm_spec(settings.algorithm), registry)
         self.result = RunResult(
             algorithm=settings.algorithm,
             seed=settings.seed,
@@ -219,7 +225,7 @@ class _Run:
         while True:
             r.step_attempts += 1
             try:
-                await self._attempt(BenchContext(self.pools, self.seed, job, step, attempt))
+                await self._attempt(BenchContext(self.pools, self.seed, job, step, attempt), job)
             except BenchmarkError:
                 raise
             except Exception as exc:  # task-like failure; cancellation is not an Exception
@@ -241,8 +247,9 @@ class _Run:
                 r.steps_retried += 1
             return True
 
-    async def _attempt(self, ctx: BenchContext) -> None:
-        """One step attempt: ``calls`` requests in order, each under its own lease."""
+    async def _attempt(self, ctx: BenchContext, job: int) -> None:
+        """One step attempt: ``calls`` requests in order, each under its own lease (the world
+        sees which job a request belongs to, as a server sees a session id)."""
         r = self.result
         clock = self.clock
         pool = self.pool
@@ -258,11 +265,11 @@ class _Run:
             try:
                 name = lease.resource.id
                 endpoint = self.world.endpoint(name)
-                outcome = endpoint.send(clock.now())
+                outcome = endpoint.send(clock.now(), job)
                 try:
                     await clock.sleep(outcome.duration_s)
                 finally:
-                    if outcome.kind != REFUSED:
+                    if outcome.kind not in NOT_ADMITTED:
                         endpoint.finish()
                 r.requests += 1
                 self.by_endpoint[name] += 1
@@ -290,13 +297,20 @@ class _Run:
         return f"scenario {s.scenario.name!r}, algorithm {s.algorithm!r}, seed {s.seed}"
 
     def _check_alive(self) -> None:
-        """Every endpoint dead or revoked: nothing can be leased again, the numbers would be empty."""
-        why = self.pool.beyond_recovery()
-        if why is not None:
-            raise BenchmarkStalled(
-                f"{self._where()}: no endpoint can be leased again at simulated"
-                f" t={self.clock.now():.1f}s ({why}); the run would measure nothing"
-            )
+        """Every endpoint of every pool dead or revoked: nothing can be leased again, the numbers
+        would be empty. (One pool beyond recovery while another can serve is a result: the
+        algorithm either reaches the other pool or fails its jobs.)"""
+        reasons = {name: pool.beyond_recovery() for name, pool in self.pools.items()}
+        if any(why is None for why in reasons.values()):
+            return
+        if len(reasons) == 1:
+            why = next(iter(reasons.values()))
+        else:
+            why = "; ".join(f"pool {name!r}: {why}" for name, why in reasons.items())
+        raise BenchmarkStalled(
+            f"{self._where()}: no endpoint can be leased again at simulated"
+            f" t={self.clock.now():.1f}s ({why}); the run would measure nothing"
+        )
 
     async def _drain_guard(self) -> None:
         """Jobs started before the horizon must end; a livelock in simulated time must not."""
@@ -319,7 +333,7 @@ class _Run:
         r.endpoints = {name: ep.admission() for name, ep in self.world.endpoints.items()}
         r.decisions = dict(sorted(self.decisions.items()))
         r.error_classes = dict(sorted(self.error_classes.items()))
-        r.leases_active_at_end = sum(res.active for res in self.pool.resources())
+        r.leases_active_at_end = sum(res.active for pool in self.pools.values() for res in pool.resources())
         r.sim_end_s = self.clock.now()
         r.wall_s = wall_s
         return r

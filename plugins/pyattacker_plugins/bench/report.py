@@ -8,13 +8,16 @@ every run's raw numbers, including those of algorithms the table shows as N/A.
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Mapping
 from typing import Any
 
-from .api import BenchReport
+from .api import BenchReport, default_algorithms
 from .driver import RunResult
 from .metrics import METRICS, NEUTRAL, Metric
-from .scenario import EndpointSpec
+from .scenario import EndpointSpec, Scenario
 from .winners import ELIGIBLE_SHARE, Summary
+from .world import outage_windows
 
 __all__ = ["to_json", "to_markdown", "to_table"]
 
@@ -147,23 +150,60 @@ def _summary_dict(summary: Summary) -> dict[str, Any]:
     return dataclasses.asdict(summary)
 
 
+def _plain(value: Any) -> Any:
+    """Tuples and read-only mappings as JSON lists and objects."""
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _scenario_json(s: Scenario) -> dict[str, Any]:
+    """The scenario's settings; ``pools``, ``outages``, ``warm_factor`` and ``algorithm_params``
+    only when the scenario uses them (a one-pool world without them reads as it always did)."""
+    data: dict[str, Any] = {
+        "name": s.name,
+        "description": s.description,
+        "jobs": s.jobs,
+        "steps": s.steps,
+        "calls": s.calls,
+        "concurrency": s.concurrency,
+        "horizon_s": s.horizon_s,
+        "retry": s.retry.fingerprint(),
+        "endpoints": [dataclasses.asdict(e) for e in s.endpoints],
+        "unsuited": dict(s.unsuited),
+    }
+    if s.pools:
+        data["pools"] = [_plain(dataclasses.asdict(p)) for p in s.pools]
+    if s.outages:
+        data["outages"] = [_plain(dataclasses.asdict(o)) for o in s.outages]
+    if s.warm_factor != 1.0:
+        data["warm_factor"] = s.warm_factor
+    if s.algorithm_params:
+        data["algorithm_params"] = _plain(s.algorithm_params)
+    return data
+
+
+def _run_json(s: Scenario, run: RunResult, metrics: dict[str, float | None]) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "seed": run.seed,
+        "metrics": metrics,
+        "endpoints": run.endpoints,
+        "retry_decisions": run.decisions,
+        "error_classes": run.error_classes,
+    }
+    if s.outages:  # when each outage happened on this seed
+        data["outages"] = [[start, end] for _, start, end in outage_windows(s, run.seed)]
+    return data
+
+
 def to_json(report: BenchReport) -> dict[str, Any]:
     """The full report as plain JSON values (every number; ``wall_s`` is the only real-time one)."""
     plan = report.plan
     s = plan.scenario
     return {
-        "scenario": {
-            "name": s.name,
-            "description": s.description,
-            "jobs": s.jobs,
-            "steps": s.steps,
-            "calls": s.calls,
-            "concurrency": s.concurrency,
-            "horizon_s": s.horizon_s,
-            "retry": s.retry.fingerprint(),
-            "endpoints": [dataclasses.asdict(e) for e in s.endpoints],
-            "unsuited": dict(s.unsuited),
-        },
+        "scenario": _scenario_json(s),
         "seeds": list(plan.seeds),
         "clock": plan.clock,
         "speedup": plan.speedup,
@@ -177,13 +217,7 @@ def to_json(report: BenchReport) -> dict[str, Any]:
                 "unsuited_reason": result.reason,
                 "summary": {k: _summary_dict(v) for k, v in result.summary.items()},
                 "runs": [
-                    {
-                        "seed": run.seed,
-                        "metrics": metrics,
-                        "endpoints": run.endpoints,
-                        "retry_decisions": run.decisions,
-                        "error_classes": run.error_classes,
-                    }
+                    _run_json(s, run, metrics)
                     for run, metrics in zip(result.runs, result.metrics, strict=True)
                 ],
             }
@@ -219,14 +253,22 @@ def _pct(part: float, whole: float | None) -> str:
     return f"{part / whole:.1%}" if whole else "-"
 
 
-def _admission_row(endpoint: EndpointSpec, runs: list[RunResult], total: float) -> list[str]:
+def _admission_row(
+    endpoint: EndpointSpec, runs: list[RunResult], total: float, s: Scenario, pools: dict[str, str]
+) -> list[str]:
     def avg(key: str) -> float:
         return _mean([float(run.endpoints[endpoint.name][key]) for run in runs])
 
     requests = avg("requests")
     admitted = avg("admitted")
+    extra = []
+    if s.outages:
+        extra.append(_pct(avg("down"), requests))
+    if s.warm_factor != 1.0:
+        extra.append(_pct(avg("warm"), admitted))
+    name = f"{endpoint.name} ({pools[endpoint.name]})" if s.pools else endpoint.name
     return [
-        endpoint.name,
+        name,
         fmt(requests),
         _pct(requests, total),
         _pct(admitted, requests),
@@ -236,19 +278,27 @@ def _admission_row(endpoint: EndpointSpec, runs: list[RunResult], total: float) 
         _pct(avg("overloaded"), admitted),
         fmt(avg("tokens_used")),
         _pct(avg("tokens_used"), endpoint.quota_tokens),
+        *extra,
     ]
 
 
 def _admission(report: BenchReport) -> list[str]:
-    lines = [
-        "## Per-endpoint admission",
-        "",
+    s = report.plan.scenario
+    explain = (
         "Means per run over the seeds. share: of all requests; admitted and refused: of the"
         " endpoint's requests; errors and overloaded (served beyond the endpoint's current"
-        " capacity, so slower): of its admitted requests; of quota: tokens spent / declared quota.",
-    ]
+        " capacity, so slower): of its admitted requests; of quota: tokens spent / declared quota."
+    )
+    if s.outages:
+        explain += " down: of the endpoint's requests, those that met an outage (a 503, not admitted)."
+    if s.warm_factor != 1.0:
+        explain += (
+            " warm: of its admitted requests, those that found their job's session there"
+            f" (served at x{s.warm_factor:g} of its latency)."
+        )
+    lines = ["## Per-endpoint admission", "", explain]
     head = [
-        "endpoint",
+        "endpoint (pool)" if s.pools else "endpoint",
         "requests",
         "share",
         "admitted",
@@ -259,13 +309,18 @@ def _admission(report: BenchReport) -> list[str]:
         "tokens",
         "of quota",
     ]
+    if s.outages:
+        head.append("down")
+    if s.warm_factor != 1.0:
+        head.append("warm")
+    pools = {e: p.name for p in s.pool_layout() for e in p.endpoints}
     for name, result in report.algorithms.items():
         if not result.runs:
             continue
         tag = "" if result.suited else " (N/A: unsuited)"
         lines += ["", f"### {name}{tag}", ""]
         total = _mean([float(sum(e["requests"] for e in run.endpoints.values())) for run in result.runs])
-        rows = [_admission_row(endpoint, result.runs, total) for endpoint in report.plan.scenario.endpoints]
+        rows = [_admission_row(endpoint, result.runs, total, s, pools) for endpoint in s.endpoints]
         lines += _md_table(head, rows)
     return lines
 
@@ -289,11 +344,30 @@ def listing(registry_names: list[str]) -> str:
     for name in scenario_names():
         s = get_scenario(name)
         lines.append(f"  {name}: {s.description}")
+        if s.pools:
+            where = "pools: " + "; ".join(f"{p.name} ({', '.join(p.endpoints)})" for p in s.pools)
+        else:
+            where = f"endpoints: {', '.join(e.name for e in s.endpoints)}"
         lines.append(
             f"    {s.jobs} jobs x {s.steps} steps x {s.calls} calls, {s.concurrency} workers,"
-            f" horizon {s.horizon_s:g}s, seeds from {s.seed};"
-            f" endpoints: {', '.join(e.name for e in s.endpoints)}"
+            f" horizon {s.horizon_s:g}s, seeds from {s.seed}; {where}"
         )
+        for outage in s.outages:
+            jitter = f" (+ up to {outage.start_jitter_s:g}s by seed)" if outage.start_jitter_s else ""
+            lines.append(
+                f"    outage: {', '.join(outage.endpoints)} down for {outage.duration_s:g}s"
+                f" from t={outage.start_s:g}s{jitter}"
+            )
+        if s.warm_factor != 1.0:
+            lines.append(
+                f"    session cache: a request to the endpoint holding its job's session takes"
+                f" x{s.warm_factor:g} of its latency"
+            )
+        for algo, params in s.algorithm_params.items():
+            shown = ", ".join(f"{k}={json.dumps(_plain(v))}" for k, v in params.items())
+            lines.append(f"    {algo} runs with {shown}")
+        suited = default_algorithms(s, registry_names)
+        lines.append(f"    suited: {', '.join(suited) or 'none of the installed algorithms'}")
         for algo, why in s.unsuited.items():
             lines.append(f"    unsuited: {algo} ({why})")
     lines += ["", "algorithms (installed):"]

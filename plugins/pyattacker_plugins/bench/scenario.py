@@ -1,10 +1,12 @@
 """Scenarios: the written-down assumptions a benchmark's numbers are a property of.
 
 A scenario is plain data: the endpoints (their capacity, rate limit, latency, errors and
-declared quota), the shape of the client (jobs, steps, calls, workers, horizon, retry policy)
-and which algorithms it cannot tell apart from others. ``register_scenario`` adds one from
-Python (a test's dead world, a plugin's multi-vendor world); the built-in ``bursty_provider``
-is registered when this module is imported.
+declared quota), the incidents of the world (outages) and whether it keeps per-job state (a
+session cache), how the client groups the endpoints into pools, the shape of the client (jobs,
+steps, calls, workers, horizon, retry policy) and which algorithms it cannot tell apart from
+others. ``register_scenario`` adds one from Python (a test's dead world, a plugin's
+multi-vendor world); the built-in ``bursty_provider``, ``outage_failover`` and
+``cache_affinity`` are registered when this module is imported.
 """
 
 from __future__ import annotations
@@ -14,13 +16,17 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from pyattacker.errors import ConfigError
 from pyattacker.retry import Retrying
 
 __all__ = [
+    "DEFAULT_POOL",
     "DEFAULT_SCENARIO",
     "EndpointSpec",
+    "Outage",
+    "PoolSpec",
     "Scenario",
     "get_scenario",
     "register_scenario",
@@ -29,6 +35,8 @@ __all__ = [
 ]
 
 DEFAULT_SCENARIO = "bursty_provider"
+#: the pool's name when a scenario declares no pools (one pool holding every endpoint)
+DEFAULT_POOL = "bench"
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,31 @@ class EndpointSpec:
 
 
 @dataclass(frozen=True)
+class PoolSpec:
+    """A pool of the client: a name and the endpoints it holds (one resource per endpoint)."""
+
+    name: str
+    endpoints: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Outage:
+    """A hard outage of the world: every request to ``endpoints`` fails while it lasts.
+
+    It starts at ``start_s`` plus a shift drawn uniformly from ``[0, start_jitter_s]`` keyed by
+    (seed, "outage", its index in the scenario), so the endpoints it names go down together and
+    at the same moment whatever the traffic; it lasts ``duration_s``. A request that arrives
+    during it is answered with a 503 after the scenario's ``refusal_latency_s`` and is never
+    admitted (it costs no token and no draw).
+    """
+
+    endpoints: tuple[str, ...]
+    start_s: float
+    duration_s: float
+    start_jitter_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class Scenario:
     """A simulated provider world and the client that drives it."""
 
@@ -126,9 +159,22 @@ class Scenario:
     unsuited: Mapping[str, str] = field(default_factory=dict)
     #: column order for these algorithms (others follow, sorted)
     order: tuple[str, ...] = ()
+    #: the client's pools, each holding some of the endpoints; requests ask the first one (the
+    #: task's pool); () is one pool named ``bench`` holding every endpoint
+    pools: tuple[PoolSpec, ...] = ()
+    #: scheduled hard outages (see ``Outage``)
+    outages: tuple[Outage, ...] = ()
+    #: a session cache: a request to the endpoint that admitted its job's previous request is
+    #: served at this share of its drawn latency (1.0: the world keeps no per-job state)
+    warm_factor: float = 1.0
+    #: parameters an algorithm is built with in this world: name -> parameters (``failover``
+    #: needs the pools to try)
+    algorithm_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "unsuited", MappingProxyType(dict(self.unsuited)))
+        params = {name: MappingProxyType(dict(p)) for name, p in dict(self.algorithm_params).items()}
+        object.__setattr__(self, "algorithm_params", MappingProxyType(params))
 
     def check(self) -> None:
         """Refuse an inconsistent scenario when it is registered, not halfway through a run."""
@@ -154,11 +200,53 @@ class Scenario:
             raise ConfigError(f"{where}: needs 0 < cycle_trough <= cycle_peak")
         if not 0 < self.tighten_floor <= self.tighten_factor <= 1:
             raise ConfigError(f"{where}: needs 0 < tighten_floor <= tighten_factor <= 1")
+        _positive(f"{where}: warm_factor", self.warm_factor)
+        self._check_pools(where, set(names))
+        for index, outage in enumerate(self.outages):
+            at = f"{where}: outage {index}"
+            unknown = [e for e in outage.endpoints if e not in names]
+            if not outage.endpoints or unknown:
+                raise ConfigError(f"{at}: needs endpoints of the scenario, got {list(outage.endpoints)}")
+            _non_negative(f"{at}: start_s", outage.start_s)
+            _positive(f"{at}: duration_s", outage.duration_s)
+            _non_negative(f"{at}: start_jitter_s", outage.start_jitter_s)
+        for algo, params in self.algorithm_params.items():
+            if not isinstance(algo, str) or not algo or "name" in params:
+                raise ConfigError(f"{where}: algorithm_params maps an algorithm name to its parameters")
+
+    def _check_pools(self, where: str, endpoints: set[str]) -> None:
+        if not self.pools:
+            return
+        pool_names = [p.name for p in self.pools]
+        if not all(isinstance(n, str) and n for n in pool_names) or len(set(pool_names)) != len(pool_names):
+            raise ConfigError(f"{where}: pool names must be unique and non-empty, got {pool_names}")
+        placed = [e for p in self.pools for e in p.endpoints]
+        if any(not p.endpoints for p in self.pools):
+            raise ConfigError(f"{where}: every pool needs at least one endpoint")
+        if sorted(placed) != sorted(endpoints):
+            raise ConfigError(
+                f"{where}: every endpoint must be in exactly one pool; endpoints {sorted(endpoints)},"
+                f" pools hold {sorted(placed)}"
+            )
 
     @property
     def slots(self) -> int:
-        """The pool's total capacity (leases at once over every endpoint)."""
+        """The client's total capacity (leases at once over every endpoint of every pool)."""
         return sum(e.slots for e in self.endpoints)
+
+    def pool_layout(self) -> tuple[PoolSpec, ...]:
+        """The pools the client builds, in order (the first one is the one requests ask)."""
+        if self.pools:
+            return self.pools
+        return (PoolSpec(DEFAULT_POOL, tuple(e.name for e in self.endpoints)),)
+
+    def algorithm_spec(self, name: str) -> str | dict[str, Any]:
+        """What ``resolve_algorithm`` builds ``name`` from in this world: the name, or a mapping
+        with the scenario's parameters for it."""
+        params = self.algorithm_params.get(name)
+        if not params:
+            return name
+        return {"name": name, **params}
 
 
 def _positive(name: str, value: object) -> None:
@@ -283,5 +371,122 @@ BURSTY_PROVIDER = register_scenario(
             ),
         },
         order=("wait", "backoff", "sticky", "quota_aware", "immediate", "least_busy", "failover"),
+    )
+)
+
+
+def _primary(name: str) -> EndpointSpec:
+    """An endpoint of ``outage_failover``'s primary pool."""
+    return EndpointSpec(
+        name=name,
+        slots=4,
+        server_concurrency=4,
+        rate_per_s=15.0,
+        burst=8.0,
+        latency_median_s=0.4,
+        latency_sigma=0.4,
+        tail_p=0.02,
+        tail_factor=5.0,
+        error_rate=0.02,
+        # more failures than a 90 s outage can bring (4 slots x one failed batch per 10 s
+        # cooldown): the primary is degraded through the outage, never dead, so it comes back
+        dead_after=100,
+    )
+
+
+OUTAGE_FAILOVER = register_scenario(
+    Scenario(
+        name="outage_failover",
+        description=(
+            "a primary pool of two fast endpoints that go down together for 90 s (every request"
+            " a 503) and a backup pool of one slower, metered endpoint from another provider;"
+            " requests ask the primary, and only failover can reach the backup"
+        ),
+        endpoints=(
+            _primary("primary-a"),
+            _primary("primary-b"),
+            EndpointSpec(
+                name="backup",
+                slots=8,
+                server_concurrency=8,
+                rate_per_s=8.0,
+                burst=5.0,
+                latency_median_s=1.2,
+                latency_sigma=0.3,
+                tail_p=0.01,
+                tail_factor=4.0,
+                error_rate=0.01,
+                quota_tokens=1_000_000,
+                retry_after_hint=True,
+            ),
+        ),
+        pools=(PoolSpec("primary", ("primary-a", "primary-b")), PoolSpec("backup", ("backup",))),
+        outages=(Outage(("primary-a", "primary-b"), start_s=60.0, duration_s=90.0, start_jitter_s=30.0),),
+        jobs=1500,
+        steps=3,
+        calls=2,
+        concurrency=8,
+        horizon_s=300.0,
+        seed=1,
+        retry=Retrying(max_attempts=5, base=0.5, factor=2.0, cap=8.0, jitter="full"),
+        # no capacity cycle and no storms: the outage is the only event of this world
+        cycle_trough=1.0,
+        cycle_peak=1.0,
+        algorithm_params={"failover": {"pools": ("primary", "backup")}},
+        unsuited={
+            "least_busy": (
+                "leases only from the pool it is asked on (the primary), where its pick is the"
+                " pool's own: it behaves like wait"
+            ),
+            "sticky": (
+                "this world keeps no per-endpoint state and sticky leases only from the primary:"
+                " it behaves like wait"
+            ),
+            "quota_aware": (
+                "the primary declares no quotas and quota_aware never looks at the backup pool:"
+                " it behaves like wait"
+            ),
+        },
+        order=("wait", "backoff", "failover", "immediate", "sticky", "quota_aware", "least_busy"),
+    )
+)
+
+CACHE_AFFINITY = register_scenario(
+    Scenario(
+        name="cache_affinity",
+        description=(
+            "one pool of four replicas that keep each job's session (a warm KV cache): a request"
+            " to the replica that admitted its job's previous request is served 4x faster"
+        ),
+        endpoints=tuple(
+            EndpointSpec(
+                name=f"replica-{letter}",
+                slots=3,
+                server_concurrency=3,
+                rate_per_s=20.0,
+                burst=10.0,
+                latency_median_s=2.0,
+                latency_sigma=0.3,
+                tail_p=0.01,
+                tail_factor=3.0,
+                error_rate=0.01,
+            )
+            for letter in "abcd"
+        ),
+        jobs=1500,
+        steps=2,
+        calls=4,
+        concurrency=10,
+        horizon_s=300.0,
+        seed=1,
+        retry=Retrying(max_attempts=5, base=0.5, factor=2.0, cap=8.0, jitter="full"),
+        cycle_trough=1.0,
+        cycle_peak=1.0,
+        warm_factor=0.25,
+        unsuited={
+            "failover": "one pool: failover has no other pool to fail over to, so it behaves like wait",
+            "quota_aware": "no quotas declared: every replica scores the same, so it picks like wait",
+        },
+        order=("wait", "backoff", "sticky", "least_busy", "immediate", "quota_aware", "failover"),
     )
 )

@@ -1,11 +1,12 @@
 """The simulated endpoints: what happens to a request once a lease has been taken.
 
 The world never sees the algorithm. What it decides depends on the simulated time and on the
-traffic it receives (capacity in use, its token bucket), and its luck comes from keyed
-streams: the n-th request an endpoint *admits* draws from ``(seed, endpoint, n)``, and whether
-a time window is a storm from ``(seed, endpoint, "storm", window)``. Storms therefore come at
-the same moments whatever the client does, and every algorithm meets the same sequence of
-latencies and errors at each endpoint.
+traffic it receives (capacity in use, its token bucket, which endpoint holds a job's session),
+and its luck comes from keyed streams: the n-th request an endpoint *admits* draws from
+``(seed, endpoint, n)``, whether a time window is a storm from ``(seed, endpoint, "storm",
+window)``, and when an outage starts from ``(seed, "outage", index)``. Storms and outages
+therefore come at the same moments whatever the client does, and every algorithm meets the
+same sequence of latencies and errors at each endpoint.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .keys import keyed_rng
-from .scenario import EndpointSpec, Scenario
+from .scenario import EndpointSpec, Outage, Scenario
 
-__all__ = ["SimulatedHTTPError", "Endpoint", "Outcome", "World"]
+__all__ = ["SimulatedHTTPError", "Endpoint", "Outcome", "World", "outage_windows"]
 
-OK, REFUSED, ERROR, TIMEOUT = "ok", "refused", "error", "timeout"
+OK, REFUSED, ERROR, TIMEOUT, DOWN = "ok", "refused", "error", "timeout", "down"
+#: outcomes of requests the endpoint never admitted (no server slot to free)
+NOT_ADMITTED = (REFUSED, DOWN)
 
 
 class SimulatedHTTPError(Exception):
@@ -48,6 +51,8 @@ class Outcome:
             return SimulatedHTTPError(429, f"{endpoint}: 429 too many requests", self.retry_after)
         if self.kind == TIMEOUT:
             return TimeoutError(f"{endpoint}: no answer within {timeout_s:g}s")
+        if self.kind == DOWN:
+            return SimulatedHTTPError(503, f"{endpoint}: 503 service unavailable (outage)")
         return SimulatedHTTPError(503, f"{endpoint}: 503 service unavailable")
 
 
@@ -56,10 +61,13 @@ class Endpoint:
 
     __slots__ = (
         "_last",
+        "_outages",
+        "_sessions",
         "_storms",
         "_tighten",
         "_tokens",
         "admitted",
+        "down",
         "errors",
         "in_flight",
         "ok",
@@ -71,12 +79,27 @@ class Endpoint:
         "spec",
         "timeouts",
         "tokens_used",
+        "warm",
     )
 
-    def __init__(self, spec: EndpointSpec, scenario: Scenario, seed: int) -> None:
+    def __init__(
+        self,
+        spec: EndpointSpec,
+        scenario: Scenario,
+        seed: int,
+        outages: tuple[tuple[float, float], ...] = (),
+        sessions: dict[int, str] | None = None,
+    ) -> None:
         self.spec = spec
         self.scenario = scenario
         self.seed = seed
+        #: (start, end) of every outage that hits this endpoint, in simulated seconds
+        self._outages = outages
+        #: job -> the endpoint that admitted its latest request (shared by the world's
+        #: endpoints); None when the world keeps no per-job state
+        self._sessions = sessions
+        self.down = 0
+        self.warm = 0
         self.in_flight = 0
         self._tokens = spec.burst
         self._tighten = 1.0
@@ -107,6 +130,10 @@ class Endpoint:
             storm = self._storms[window] = rng.random() < self.spec.storm_p
         return storm
 
+    def in_outage(self, now: float) -> bool:
+        """Whether ``now`` falls in one of this endpoint's outages."""
+        return any(start <= now < end for start, end in self._outages)
+
     def _refill(self, now: float, factor: float) -> float:
         """Advance the bucket and the tightening to ``now``; the current refill rate."""
         dt = max(0.0, now - self._last)
@@ -123,18 +150,24 @@ class Endpoint:
         self._tighten = max(s.tighten_floor, self._tighten * s.tighten_factor)
 
     # -- a request ---------------------------------------------------------------------------
-    def send(self, now: float) -> Outcome:
-        """Admit or refuse a request arriving at ``now``; an admitted one stays in service
-        until ``finish()``.
+    def send(self, now: float, session: int | None = None) -> Outcome:
+        """Admit or refuse a request of job ``session`` arriving at ``now``; an admitted one
+        stays in service until ``finish()``.
 
-        The token bucket refills at ``rate_per_s`` x the capacity cycle x the tightening, and an
-        empty bucket refuses (429; the refusal tightens the refill further). An admitted request
-        is served at its drawn latency while the endpoint is within ``server_concurrency`` x the
-        cycle; beyond that it queues, and the latency grows with the overload.
+        During an outage every request fails at once (a 503, not admitted). Otherwise the token
+        bucket refills at ``rate_per_s`` x the capacity cycle x the tightening, and an empty
+        bucket refuses (429; the refusal tightens the refill further). An admitted request is
+        served at its drawn latency (times the scenario's ``warm_factor`` when this endpoint
+        admitted the job's previous request) while the endpoint is within
+        ``server_concurrency`` x the cycle; beyond that it queues, and the latency grows with
+        the overload.
         """
         spec = self.spec
         s = self.scenario
         self.requests += 1
+        if self._outages and self.in_outage(now):
+            self.down += 1
+            return Outcome(DOWN, s.refusal_latency_s)
         factor = self.capacity_factor(now)
         rate = self._refill(now, factor)
         if self._tokens < 1.0:
@@ -153,6 +186,12 @@ class Endpoint:
         latency = spec.latency_median_s * math.exp(spec.latency_sigma * rng.gauss(0.0, 1.0))
         if rng.random() < spec.tail_p:
             latency *= spec.tail_factor
+        sessions = self._sessions
+        if sessions is not None and session is not None:
+            if sessions.get(session) == spec.name:  # this endpoint holds the job's session
+                self.warm += 1
+                latency *= s.warm_factor
+            sessions[session] = spec.name
         limit = spec.server_concurrency * factor
         if self.in_flight > limit:  # over its current capacity the endpoint queues: slower answers
             self.overloaded += 1
@@ -175,8 +214,9 @@ class Endpoint:
         self.in_flight -= 1
 
     def admission(self) -> dict[str, Any]:
-        """Per-endpoint counters for the report."""
-        return {
+        """Per-endpoint counters for the report (``down`` and ``warm`` only in the worlds that
+        have outages or a session cache)."""
+        counts: dict[str, Any] = {
             "requests": self.requests,
             "admitted": self.admitted,
             "ok": self.ok,
@@ -187,6 +227,22 @@ class Endpoint:
             "tokens_used": self.tokens_used,
             "quota_tokens": self.spec.quota_tokens,
         }
+        if self.scenario.outages:
+            counts["down"] = self.down
+        if self._sessions is not None:
+            counts["warm"] = self.warm
+        return counts
+
+
+def outage_windows(scenario: Scenario, seed: int) -> list[tuple[Outage, float, float]]:
+    """Every outage of ``scenario`` with its (start, end) for ``seed``."""
+    windows = []
+    for index, outage in enumerate(scenario.outages):
+        start = outage.start_s
+        if outage.start_jitter_s:
+            start += outage.start_jitter_s * keyed_rng(seed, "outage", index).random()
+        windows.append((outage, start, start + outage.duration_s))
+    return windows
 
 
 class World:
@@ -194,7 +250,19 @@ class World:
 
     def __init__(self, scenario: Scenario, seed: int) -> None:
         self.scenario = scenario
-        self.endpoints = {spec.name: Endpoint(spec, scenario, seed) for spec in scenario.endpoints}
+        windows = outage_windows(scenario, seed)
+        #: job -> the endpoint holding its session, when the world has a session cache
+        self.sessions: dict[int, str] | None = {} if scenario.warm_factor != 1.0 else None
+        self.endpoints = {
+            spec.name: Endpoint(
+                spec,
+                scenario,
+                seed,
+                tuple((start, end) for outage, start, end in windows if spec.name in outage.endpoints),
+                self.sessions,
+            )
+            for spec in scenario.endpoints
+        }
 
     def endpoint(self, name: str) -> Endpoint:
         return self.endpoints[name]
