@@ -106,3 +106,42 @@ def test_ctrl_c_while_a_command_loads_is_one_line_and_exit_130(tmp_path: Path, s
                 assert err.strip().splitlines()[-1] in ("Interrupted.", "Aborted."), where
             outcomes.append(rc)
     assert 130 in outcomes  # some signal did land while the command loaded or ran
+
+
+#: the test's wrapper: a Ctrl-C raised where Python can only report it as "Exception ignored"
+#: (a finalizer), while ``pyattacker.cli`` is imported, as one landing in the import system's
+#: module-lock callbacks is
+_SWALLOWED = """\
+import importlib.abc, sys
+
+class _Finalizer:
+    def __del__(self):
+        raise KeyboardInterrupt
+
+class _Mark(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "pyattacker.cli":
+            sys.meta_path.remove(self)
+            _Finalizer()  # collected at once: its KeyboardInterrupt goes to sys.unraisablehook
+        return None
+
+sys.meta_path.insert(0, _Mark())
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("start", sorted(_STARTS))
+def test_a_ctrl_c_python_could_only_ignore_still_interrupts(tmp_path: Path, start: str) -> None:
+    """It used to print "Exception ignored in ..." with a traceback, then run the command to its
+    end and exit 0, as if nothing had been pressed."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _SWALLOWED + _STARTS[start], "plugins"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "Interrupted."
+    assert proc.stdout == ""  # interrupted before the command ran

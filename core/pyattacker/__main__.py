@@ -19,14 +19,21 @@ module imports nothing at its top, not even ``typing``.)
 def main(argv: list[str] | None = None) -> None:
     """The console script: ``pyattacker.cli.main`` with Ctrl-C handled from the first import on."""
     exit_code = [130]  # what a late Ctrl-C exits with: the command's code once it has one
+    swallowed = _catch_swallowed_interrupts()
     try:
         try:
             from .cli import main as cli_main
 
+            if swallowed:
+                raise KeyboardInterrupt
             cli_main(argv)
+            if swallowed:
+                raise KeyboardInterrupt
             exit_code[0] = 0
         except SystemExit as exc:
             exit_code[0] = _code_of(exc.code)
+            if swallowed and exit_code[0] == 0:
+                raise KeyboardInterrupt from None
             raise
         finally:
             _late_sigint_exits_with(exit_code)
@@ -36,6 +43,27 @@ def main(argv: list[str] | None = None) -> None:
         exit_code[0] = 130
         sys.stderr.write("Interrupted.\n")
         raise SystemExit(130) from None
+
+
+def _catch_swallowed_interrupts() -> list[bool]:
+    """A Ctrl-C that lands in a callback Python runs for itself (the import system's module
+    locks are released by weakref callbacks) cannot propagate: Python prints "Exception ignored
+    in ..." with a traceback, and the command goes on as if nothing was pressed. Such an
+    interrupt is recorded instead (the returned list becomes non-empty) and ``main`` raises it
+    at its next step; any other unraisable exception is shown as before."""
+    import sys
+
+    swallowed: list[bool] = []
+    previous = sys.unraisablehook
+
+    def hook(unraisable: object) -> None:
+        if isinstance(getattr(unraisable, "exc_value", None), KeyboardInterrupt):
+            swallowed.append(True)
+            return
+        previous(unraisable)  # type: ignore[arg-type]
+
+    sys.unraisablehook = hook
+    return swallowed
 
 
 def _code_of(code: object) -> int:
