@@ -145,3 +145,39 @@ def test_a_ctrl_c_python_could_only_ignore_still_interrupts(tmp_path: Path, star
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == "Interrupted."
     assert proc.stdout == ""  # interrupted before the command ran
+
+
+#: the test's wrapper: a Ctrl-C raised inside a class body's ``__set_name__`` while
+#: ``pyattacker.cli`` is imported (rich-click defines dataclasses there): Python 3.11 wraps it
+#: in ``RuntimeError("Error calling __set_name__ ...")``
+_WRAPPED = """\
+import importlib.abc, sys
+
+class _Interrupting:
+    def __set_name__(self, owner, name):
+        raise KeyboardInterrupt
+
+class _Mark(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "pyattacker.cli":
+            sys.meta_path.remove(self)
+            type("Defined", (), {"field": _Interrupting()})
+        return None
+
+sys.meta_path.insert(0, _Mark())
+"""
+
+
+@pytest.mark.parametrize("start", sorted(_STARTS))
+def test_a_ctrl_c_that_python_wrapped_in_another_error_still_interrupts(tmp_path: Path, start: str) -> None:
+    """It used to end with a RuntimeError traceback and exit 1."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _WRAPPED + _STARTS[start], "plugins"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "Interrupted."

@@ -35,6 +35,10 @@ def main(argv: list[str] | None = None) -> None:
             if swallowed and exit_code[0] == 0:
                 raise KeyboardInterrupt from None
             raise
+        except Exception as exc:
+            if _caused_by_interrupt(exc):  # a Ctrl-C that Python wrapped on its way up
+                raise KeyboardInterrupt from None
+            raise
         finally:
             _late_sigint_exits_with(exit_code)
     except KeyboardInterrupt:
@@ -43,6 +47,20 @@ def main(argv: list[str] | None = None) -> None:
         exit_code[0] = 130
         sys.stderr.write("Interrupted.\n")
         raise SystemExit(130) from None
+
+
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether a ``KeyboardInterrupt`` is behind ``exc``: Python 3.11 turns one raised while a
+    class body's ``__set_name__`` runs (a dataclass being defined during an import) into
+    ``RuntimeError("Error calling __set_name__ ...")`` with the interrupt as its cause."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _catch_swallowed_interrupts() -> list[bool]:
