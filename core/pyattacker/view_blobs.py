@@ -20,14 +20,20 @@ from .store import Store
 
 __all__ = ["BlobReader", "ViewCodecs"]
 
-#: run configs that keep every byte in the store: nothing to read back
-_NO_BLOBS = frozenset({"inline", "null", "none", ""})
+#: backend kinds that never leave bytes elsewhere: nothing to read back
+_NO_BLOBS = frozenset({"inline", "null"})
 
 
-def _kind(spec: Any) -> str:
-    if isinstance(spec, dict):
-        return str(spec.get("kind", ""))
-    return "" if spec is None else str(spec)
+def _keeps_blobs(spec: Any) -> bool:
+    """Whether a run's recorded backend may have put bytes elsewhere (an unparsable record is
+    tried: building it names the problem once)."""
+    from .backends import parse_backend_spec
+
+    try:
+        kind, _params = parse_backend_spec(spec)
+    except ConfigError:
+        return True
+    return kind not in _NO_BLOBS
 
 
 class BlobReader:
@@ -57,7 +63,7 @@ class BlobReader:
         for run in self._store.runs():
             spec = (run.config or {}).get("artifact_backend")
             key = repr(spec)
-            if _kind(spec) in _NO_BLOBS or key in seen:
+            if key in seen or not _keeps_blobs(spec):
                 continue
             seen.add(key)
             found.append((f"run {run.run_id}'s artifact_backend", spec))
