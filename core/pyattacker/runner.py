@@ -1538,20 +1538,7 @@ class Runner:
         decision["leaked_leases"] = len(leaked)
         outcome = "timeout" if isinstance(error, TimeoutError) else "failed"
         self._record_attempt(state, ctx, t0, wall0, outcome, error, decision)
-        self._event(
-            "task.failed",
-            "task",
-            pipeline_id=state.spec.key,
-            task_run_id=ctx.task_run_id,
-            data={
-                "task": spec.name,
-                "seq": state.seq,
-                "attempt": attempt,
-                "error_class": decision["error_class"],
-                "error": f"{type(error).__name__}: {_error_text(error)}",
-                "decision": decision,
-            },
-        )
+        self._task_failed(state, ctx, error, error_class=decision["error_class"], decision=decision)
         if decision["retry"] and not self._stopping:
             self.counters["retries"] += 1
             delay = decision["delay_s"]
@@ -1578,6 +1565,22 @@ class Runner:
         await self._fail(state, ctx, error, decision)
         return False
 
+    def _task_failed(self, state: _Pipeline, ctx: TaskContext, error: BaseException, **data: Any) -> None:
+        """The ``task.failed`` event of an attempt that ended in ``error`` (``data`` adds why)."""
+        self._event(
+            "task.failed",
+            "task",
+            pipeline_id=state.spec.key,
+            task_run_id=ctx.task_run_id,
+            data={
+                "task": ctx.task.name,
+                "seq": state.seq,
+                "attempt": ctx.attempt,
+                "error": f"{type(error).__name__}: {_error_text(error)}",
+                **data,
+            },
+        )
+
     def _backend_failed(
         self, state: _Pipeline, ctx: TaskContext, t0: float, wall0: float, exc: ArtifactBackendUnavailable
     ) -> None:
@@ -1589,19 +1592,7 @@ class Runner:
         self._record_attempt(
             state, ctx, t0, wall0, "failed", exc, {"retry": False, "reason": reason, "delay_s": 0.0}
         )
-        self._event(
-            "task.failed",
-            "task",
-            pipeline_id=state.spec.key,
-            task_run_id=ctx.task_run_id,
-            data={
-                "task": ctx.task.name,
-                "seq": state.seq,
-                "attempt": ctx.attempt,
-                "error": f"{type(exc).__name__}: {_error_text(exc)}",
-                "reason": reason,
-            },
-        )
+        self._task_failed(state, ctx, exc, reason=reason)
         self._fatal = self._fatal or exc
         self.stop(reason)
         self._terminal(state, "interrupted", error=exc, phase=reason)
