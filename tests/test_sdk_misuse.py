@@ -456,3 +456,71 @@ def test_pool_and_runner_misuse_is_refused_at_the_call_site() -> None:
         Runner(pools=["a"])
     with pytest.raises(ConfigError, match="store: expected a path"):
         Runner(store=5)  # type: ignore[arg-type]
+
+
+def _runner_task(name: str) -> asyncio.Task[Any]:
+    (found,) = [t for t in asyncio.all_tasks() if t.get_name() == name]
+    return found
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("victim", ["pyattacker-pump", "pyattacker-producer"])
+def test_a_body_that_cancels_the_runners_pump_or_producer_stops_the_run_resumably(
+    tmp_path: Path, victim: str
+) -> None:
+    """Cancelling the pump used to leave every pipeline waiting for a retry parked forever (the
+    run hung); cancelling the producer ended a 'completed' run that never admitted the rest of
+    the pipelines. Either now stops the run as cancelled (exit 130), and a resume finishes all."""
+    state = {"done": False}
+
+    @task(name="bad", retry={"max_attempts": 2, "base": 0.0})
+    async def bad(value: Any, ctx: Any) -> Any:
+        if value["i"] == 0 and not state["done"]:
+            state["done"] = True
+            _runner_task(victim).cancel()
+            raise RetryableError("parked for a retry")
+        await asyncio.sleep(0)
+        return value
+
+    store = str(tmp_path / "s.db")
+    template = pipeline("p", bad)
+    with vrunner(store=store, concurrency=1) as r:
+        rep = r.run(template.map(seeds(6)))
+    assert (rep.status, rep.stop_reason, rep.exit_code) == ("interrupted", "cancelled", 130)
+    assert rep.succeeded < 6
+    with vrunner(store=store, concurrency=1) as r:
+        again = r.run(template.map(seeds(6)))
+        final = {p.state for p in rows(r.store, "pipelines")}
+    assert (again.exit_code, final, again.succeeded + again.counters["skipped"]) == (0, {"succeeded"}, 6)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["stop", "second_stop"])
+def test_a_body_that_swallows_the_stops_cancel_does_not_hang_the_stop(tmp_path: Path, how: str) -> None:
+    """A body that catches the CancelledError of a stop and goes on (a retry loop that catches
+    everything): the runner cancelled each worker once and then waited for it forever, and
+    no later Ctrl-C could end the run. It now cancels again until the body gives up."""
+    caught = []
+
+    @task(name="stubborn")
+    async def stubborn(value: Any) -> Any:
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                caught.append(value["i"])
+                if caught.count(value["i"]) > 1:
+                    raise
+
+    async def go(r: Runner) -> Any:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, r.stop, "user")
+        if how == "second_stop":
+            loop.call_later(0.1, r._on_signal, 2)
+        return await r.run_async(pipeline("p", stubborn).map(seeds(2)))
+
+    with vrunner(store=str(tmp_path / "s.db"), concurrency=2, grace_s=0.1) as r:
+        rep = asyncio.run(go(r))
+        final = {p.state for p in rows(r.store, "pipelines")}
+    assert (rep.status, final) == ("interrupted", {"interrupted"})
+    assert sorted(caught) == [0, 0, 1, 1]

@@ -150,6 +150,10 @@ def _forget_cancel() -> None:
             pass
 
 
+#: seconds between the cancels of a worker that outlives its cancel while the run stops
+_RECANCEL_S = 0.05
+
+
 class _Worker(asyncio.Task[None]):
     """A runner's worker task. The runner cancels its workers only while the run stops.
 
@@ -603,6 +607,7 @@ class Runner:
         producer = loop.create_task(self._produce(specs, queue), name="pyattacker-producer")
         producer.add_done_callback(self._supervise)
         pump = loop.create_task(self._pump(queue), name="pyattacker-pump")
+        pump.add_done_callback(self._supervise)
         heartbeat = loop.create_task(self._heartbeat(run_row), name="pyattacker-heartbeat")
         timer = loop.call_later(cfg.stop_after_s, self.stop, "stop_after_s") if cfg.stop_after_s else None
         outer_cancel = False
@@ -739,8 +744,16 @@ class Runner:
 
     def _supervise(self, task: asyncio.Task[Any]) -> None:
         if task.cancelled():
-            if isinstance(task, _Worker) and not self._stopping:
+            if self._stopping:
+                return
+            if isinstance(task, _Worker):
                 self._replace_worker(task)
+            elif self._complete is not None and not self._complete.is_set():
+                # the producer or the pump, cancelled by task code: the pipelines not admitted
+                # yet (producer) or waiting to retry (pump) would be dropped in silence or wait
+                # forever. Stop the run as cancelled: everything unfinished is resumable
+                log.warning("pyattacker: %s was cancelled from outside the runner; stopping", task.get_name())
+                self.stop("cancelled")
             return
         exc = task.exception()
         if exc is None:
@@ -830,8 +843,12 @@ class Runner:
                 )
         else:
             pending = {w for w in workers if not w.done()}
-        for w in pending:
-            w.cancel()
+        while pending:
+            # again until each ends: a body that caught the CancelledError and went on (a retry
+            # loop catching everything) must not hold the stop (and every later Ctrl-C) forever
+            for w in pending:
+                w.cancel()
+            _, pending = await asyncio.wait(pending, timeout=_RECANCEL_S)
         await asyncio.gather(*workers, producer, pump, return_exceptions=True)
         # pipelines still queued (hard stop) or parked are resumable: mark them interrupted
         while not queue.empty():
