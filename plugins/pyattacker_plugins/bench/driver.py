@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyattacker.algorithm import resolve_algorithm
-from pyattacker.errors import ResourceUnavailable
+from pyattacker.errors import FatalError, ResourceUnavailable, RetryableError
 from pyattacker.pool import Lease, Pool, Resource
 from pyattacker.registry import Registry
 
 from .clocks import make_clock
-from .errors import BenchmarkError, BenchmarkStalled, BenchmarkTimeout
+from .errors import AlgorithmFault, BenchmarkError, BenchmarkStalled, BenchmarkTimeout
 from .keys import keyed_rng
 from .scenario import Scenario
 from .world import NOT_ADMITTED, REFUSED, World
@@ -41,6 +41,11 @@ MIN_DRAIN_S = 3600.0
 #: a wall-budget overrun counts as a stall when nothing finished for this long (real seconds),
 #: or for a tenth of the budget if that is longer (on the real clock a slow request is no stall)
 STALL_AFTER_S = 1.0
+#: what an algorithm may raise when it cannot (or will not) lease: the task-like failures a real
+#: attempt meets in acquire, which the retry policy then judges. Anything else (an AttributeError,
+#: a KeyError, a ConfigError...) is a bug of the algorithm, not an outcome of the world: it ends
+#: the benchmark (``AlgorithmFault``) instead of being counted as failed jobs under its name.
+ACQUIRE_FAILURES = (ResourceUnavailable, RetryableError, FatalError, TimeoutError)
 
 
 @dataclass(frozen=True)
@@ -252,14 +257,10 @@ class _Run:
         sees which job a request belongs to, as a server sees a session id)."""
         r = self.result
         clock = self.clock
-        pool = self.pool
-        algorithm = self.algorithm
         timeout_s = self.scenario.request_timeout_s
         for _ in range(self.scenario.calls):
             asked = clock.now()
-            lease = pool.try_now(ctx, algorithm=algorithm, where=None, selector={})
-            if lease is None:
-                lease = await pool.acquire(ctx, algorithm=algorithm)
+            lease = await self._lease(ctx)
             r.acquire_waits_s.append(clock.now() - asked)
             ctx.held_leases.append(lease)
             try:
@@ -290,6 +291,35 @@ class _Run:
             finally:
                 lease.release_now()
                 ctx.held_leases.remove(lease)
+
+    async def _lease(self, ctx: BenchContext) -> Lease:
+        """A lease through the algorithm under test (its ``try_now`` first, as a task does),
+        checked: a lease of this run's pools, not yet released."""
+        pool = self.pool
+        algorithm = self.algorithm
+        stage = "try_now"
+        try:
+            lease = pool.try_now(ctx, algorithm=algorithm, where=None, selector={})
+            if lease is None:
+                stage = "acquire"
+                lease = await pool.acquire(ctx, algorithm=algorithm)
+        except ACQUIRE_FAILURES:
+            raise
+        except Exception as exc:
+            raise AlgorithmFault(
+                f"{self._where()}: the algorithm raised {type(exc).__name__} in {stage}: {exc}"
+                " (a bug of the algorithm, not a failure of the simulated world)"
+            ) from exc
+        problem = None
+        if not isinstance(lease, Lease):
+            problem = f"returned {type(lease).__name__}, not a Lease"
+        elif not any(lease._pool is p for p in self.pools.values()):
+            problem = f"returned a lease of pool {lease.pool!r}, which is not one of this run's pools"
+        elif lease.released:
+            problem = f"returned a lease of {lease.resource.id!r} that was already released"
+        if problem is not None:
+            raise AlgorithmFault(f"{self._where()}: the algorithm's {stage} {problem}")
+        return lease
 
     # -- guards -------------------------------------------------------------------------------
     def _where(self) -> str:

@@ -1,0 +1,129 @@
+"""``pyattacker bench`` at its edges: hostile algorithms and scenarios, odd flag values, outputs,
+signals. Each test here pins a defect found by a bug hunt (it failed before its fix)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from pyattacker.plugins import get_plugins
+from pyattacker.pool import Lease, Pool, Resource
+from pyattacker.registry import Provided, Registry
+from pyattacker_plugins.bench.api import BenchOptions, make_plan, run_bench
+from pyattacker_plugins.bench.errors import BenchmarkError
+
+
+def _registry_with(**extra: Any) -> Registry:
+    """The built-in algorithms plus test ones, as a third-party plugin would add them."""
+    registry = Registry("algorithms")
+    builtins = get_plugins().algorithms
+    for name in builtins.names():
+        provided = builtins.provider(name)
+        assert provided is not None
+        registry.add(provided)
+    for name, factory in extra.items():
+        registry.add(Provided("algorithms", name, factory, "test-plugin", False))
+    return registry
+
+
+class _Hostile:
+    name = "hostile"
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+class RaisesInAcquire(_Hostile):
+    async def acquire(
+        self, pool: Any, *, ctx: Any, where: Any, timeout: float | None, selector: Mapping[str, Any]
+    ) -> Any:
+        raise KeyError("no such thing")
+
+
+class RaisesInTryNow(_Hostile):
+    def try_now(self, pool: Any, *, ctx: Any, where: Any, selector: Mapping[str, Any]) -> Any:
+        return 1 / 0
+
+    async def acquire(
+        self, pool: Any, *, ctx: Any, where: Any, timeout: float | None, selector: Mapping[str, Any]
+    ) -> Any:
+        raise AssertionError("not reached")
+
+
+class ReturnsNone(_Hostile):
+    async def acquire(
+        self, pool: Any, *, ctx: Any, where: Any, timeout: float | None, selector: Mapping[str, Any]
+    ) -> Any:
+        return None
+
+
+#: a pool of the same name and resource names as the benchmark's, but not the run's own
+_FOREIGN = Pool("bench", [Resource.create("endpoint", id="fast-flaky", capacity=10_000)])
+
+
+class ForeignLease(_Hostile):
+    async def acquire(
+        self, pool: Any, *, ctx: Any, where: Any, timeout: float | None, selector: Mapping[str, Any]
+    ) -> Lease:
+        return await _FOREIGN.acquire(ctx)
+
+
+class ReleasedLease(_Hostile):
+    async def acquire(
+        self, pool: Any, *, ctx: Any, where: Any, timeout: float | None, selector: Mapping[str, Any]
+    ) -> Lease:
+        from pyattacker.algorithm import resolve_algorithm
+
+        lease: Lease = await resolve_algorithm("wait").acquire(
+            pool, ctx=ctx, where=where, timeout=timeout, selector=selector
+        )
+        lease.release_now()
+        return lease
+
+
+@pytest.mark.parametrize(
+    ("factory", "words"),
+    [
+        (RaisesInAcquire, "raised KeyError in acquire"),
+        (RaisesInTryNow, "raised ZeroDivisionError in try_now"),
+        (ReturnsNone, "acquire returned NoneType, not a Lease"),
+        (ForeignLease, "not one of this run's pools"),
+        (ReleasedLease, "already released"),
+    ],
+)
+def test_an_algorithm_that_breaks_its_contract_ends_the_benchmark_naming_it(
+    factory: type, words: str
+) -> None:
+    """Before: the bug was counted as failed jobs (or, for a foreign or released lease, as
+    successful ones past the pool's capacity) and the table crowned the others, exit 0."""
+    plan = make_plan(
+        BenchOptions(jobs=10, seeds=1, algorithms=["wait", "hostile"]),
+        registry=_registry_with(hostile=factory),
+    )
+    with pytest.raises(BenchmarkError, match="algorithm 'hostile'") as caught:
+        run_bench(plan)
+    assert type(caught.value).__name__ == "AlgorithmFault"
+    assert words in str(caught.value)
+
+
+def test_acquisition_failures_an_algorithm_raises_on_purpose_are_still_task_failures() -> None:
+    from pyattacker.errors import FatalError
+
+    class GivesUp(_Hostile):
+        async def acquire(
+            self, pool: Any, *, ctx: Any, where: Any, timeout: float | None, selector: Mapping[str, Any]
+        ) -> Any:
+            raise FatalError("no budget left for this job")
+
+    plan = make_plan(
+        BenchOptions(jobs=5, seeds=1, algorithms=["hostile"]), registry=_registry_with(hostile=GivesUp)
+    )
+    report = run_bench(plan)
+    assert report.algorithms["hostile"].runs[0].jobs_failed == 5
+
+
+if sys.platform == "win32":  # pragma: no cover
+    pytestmark = pytest.mark.skip("POSIX signals")
