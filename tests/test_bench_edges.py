@@ -127,3 +127,26 @@ def test_acquisition_failures_an_algorithm_raises_on_purpose_are_still_task_fail
 
 if sys.platform == "win32":  # pragma: no cover
     pytestmark = pytest.mark.skip("POSIX signals")
+
+
+class BreaksAtBuild(_Hostile):
+    def __init__(self) -> None:
+        raise RuntimeError("cannot start")
+
+    async def acquire(
+        self, pool: Any, *, ctx: Any, where: Any, timeout: float | None, selector: Mapping[str, Any]
+    ) -> Any:
+        raise AssertionError("not reached")
+
+
+def test_an_algorithm_that_raises_at_build_is_a_config_error_naming_it() -> None:
+    """Before: the factory's RuntimeError escaped make_plan (a traceback, exit 1)."""
+    from pyattacker.errors import ConfigError
+
+    registry = _registry_with(hostile=BreaksAtBuild)
+    with pytest.raises(
+        ConfigError, match=r"--algorithms: algorithm 'hostile' could not be built: RuntimeError"
+    ):
+        make_plan(BenchOptions(jobs=5, seeds=1, algorithms=["wait", "hostile"]), registry=registry)
+    plan = make_plan(BenchOptions(jobs=5, seeds=1), registry=registry)  # the default set skips it
+    assert "hostile" not in plan.algorithms and "cannot start" in plan.skipped["hostile"]

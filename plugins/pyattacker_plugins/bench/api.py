@@ -125,6 +125,17 @@ def default_algorithms(scenario: Scenario, names: Sequence[str]) -> list[str]:
     return ordered + sorted(n for n in usable if n not in ordered)
 
 
+def _build(scenario: Scenario, name: str, algorithms: Registry) -> None:
+    """Build ``name`` once as the runs will (ConfigError when it cannot be built). A factory
+    that raises anything else is a plugin's bug: a ConfigError naming it, not a traceback."""
+    try:
+        resolve_algorithm(scenario.algorithm_spec(name), algorithms)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"algorithm {name!r} could not be built: {type(exc).__name__}: {exc}") from None
+
+
 def make_plan(options: BenchOptions, registry: Registry | None = None) -> BenchPlan:
     """Validate ``options`` (ConfigError naming the flag) and resolve names; runs nothing."""
     seeds = _int_at_least_1("--seeds", options.seeds)
@@ -152,8 +163,8 @@ def make_plan(options: BenchOptions, registry: Registry | None = None) -> BenchP
         chosen = []
         for name in default_algorithms(scenario, algorithms.names()):
             try:
-                resolve_algorithm(scenario.algorithm_spec(name), algorithms)
-            except ConfigError as exc:  # a third-party algorithm that needs parameters
+                _build(scenario, name, algorithms)
+            except ConfigError as exc:  # a third-party algorithm that needs parameters, or breaks
                 skipped[name] = str(exc)
                 continue
             chosen.append(name)
@@ -165,7 +176,7 @@ def make_plan(options: BenchOptions, registry: Registry | None = None) -> BenchP
             if chosen.count(name) > 1:
                 raise ConfigError(f"--algorithms lists {name!r} twice")
             try:
-                resolve_algorithm(scenario.algorithm_spec(name), algorithms)
+                _build(scenario, name, algorithms)
             except ConfigError as exc:
                 raise ConfigError(f"--algorithms: {exc}") from None
     if not chosen:

@@ -157,7 +157,12 @@ class _Run:
             for layout in scenario.pool_layout()
         }
         self.pool = next(iter(self.pools.values()))
-        self.algorithm = resolve_algorithm(scenario.algorithm_spec(settings.algorithm), registry)
+        try:
+            self.algorithm = resolve_algorithm(scenario.algorithm_spec(settings.algorithm), registry)
+        except Exception as exc:  # built once by make_plan already: this factory is not reliable
+            raise AlgorithmFault(
+                f"{self._where()}: the algorithm could not be built: {type(exc).__name__}: {exc}"
+            ) from None
         self.result = RunResult(
             algorithm=settings.algorithm,
             seed=settings.seed,
