@@ -3,8 +3,10 @@ signals. Each test here pins a defect found by a bug hunt (it failed before its 
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -150,3 +152,27 @@ def test_an_algorithm_that_raises_at_build_is_a_config_error_naming_it() -> None
         make_plan(BenchOptions(jobs=5, seeds=1, algorithms=["wait", "hostile"]), registry=registry)
     plan = make_plan(BenchOptions(jobs=5, seeds=1), registry=registry)  # the default set skips it
     assert "hostile" not in plan.algorithms and "cannot start" in plan.skipped["hostile"]
+
+
+# -- the command line -------------------------------------------------------------------------
+
+
+def _bench(*args: str, cwd: Any = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pyattacker", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=cwd,
+    )
+
+
+@pytest.mark.parametrize("markdown", ["r.out", "./r.out", "link.out"])
+def test_json_and_markdown_to_the_same_file_is_refused_before_the_run(tmp_path: Path, markdown: str) -> None:
+    """Before: both were written, the markdown silently replacing the JSON (exit 0)."""
+    (tmp_path / "link.out").symlink_to(tmp_path / "r.out")
+    (tmp_path / "r.out").write_text("")
+    proc = _bench("--jobs", "5", "--seeds", "1", "--json", "r.out", "--markdown", markdown, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "--json and --markdown both name" in proc.stderr
+    assert "bench bursty_provider:" not in proc.stderr and proc.stdout == ""

@@ -31,6 +31,16 @@ def _output_path(flag: str, value: str | None) -> Path | None:
     return path
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two output paths are one file (a link, ``./x`` and ``x``, or the same name)."""
+    try:
+        if a.exists() and b.exists():
+            return a.samefile(b)
+    except OSError:
+        pass
+    return a.resolve() == b.resolve()
+
+
 def _write(flag: str, path: Path, text: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
@@ -113,6 +123,11 @@ def bench_command(
         raise ConfigError("--json - and --markdown - both want stdout; write one of them to a file")
     json_file = _output_path("--json", json_path)
     markdown_file = _output_path("--markdown", markdown_path)
+    if json_file is not None and markdown_file is not None and _same_file(json_file, markdown_file):
+        raise ConfigError(
+            f"--json and --markdown both name {markdown_path}: the markdown would overwrite the"
+            " JSON; give them different paths"
+        )
     plan = make_plan(
         BenchOptions(
             scenario=DEFAULT_SCENARIO if scenario is None else scenario,
