@@ -176,3 +176,13 @@ def test_json_and_markdown_to_the_same_file_is_refused_before_the_run(tmp_path: 
     assert proc.returncode == 2, proc.stderr
     assert "--json and --markdown both name" in proc.stderr
     assert "bench bursty_provider:" not in proc.stderr and proc.stdout == ""
+
+
+def test_list_with_a_run_flag_is_refused_naming_it() -> None:
+    """Before: `--list --scenario nope --seeds 0` listed and exited 0, the flags ignored."""
+    proc = _bench("--list", "--scenario", "nope", "--seeds", "0")
+    assert proc.returncode == 2, proc.stderr
+    assert "--list" in proc.stderr and "--scenario, --seeds" in proc.stderr
+    assert proc.stdout == ""
+    alone = _bench("--list")
+    assert alone.returncode == 0 and alone.stdout.startswith("scenarios:")

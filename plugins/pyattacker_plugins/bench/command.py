@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import click as plain_click
 import rich_click as click
+from click.core import ParameterSource
 
 from pyattacker.errors import ConfigError
 
@@ -117,6 +119,16 @@ def bench_command(
     from .scenario import DEFAULT_SCENARIO
 
     if list_:
+        ctx = plain_click.get_current_context()
+        given = [
+            param.opts[0]
+            for param in ctx.command.params
+            if param.name not in (None, "list_")
+            and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE
+        ]
+        if given:
+            # run flags next to --list were ignored: `--list --scenario nope` said nothing
+            raise ConfigError(f"--list runs nothing and takes no other flag; drop {', '.join(given)}")
         click.echo(listing(algorithm_registry(None).names()), nl=False)
         return
     if json_path == "-" and markdown_path == "-":
