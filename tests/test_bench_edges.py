@@ -186,3 +186,13 @@ def test_list_with_a_run_flag_is_refused_naming_it() -> None:
     assert proc.stdout == ""
     alone = _bench("--list")
     assert alone.returncode == 0 and alone.stdout.startswith("scenarios:")
+
+
+@pytest.mark.timeout(30)  # the hang guard: before the fix this never returned
+def test_a_huge_seed_count_is_refused_at_once_naming_the_flag() -> None:
+    """Before: `--seeds 10**21` built the list of seeds before the first line (a hang)."""
+    from pyattacker.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"--seeds must be at most \d+, got 1000000000000000000000"):
+        make_plan(BenchOptions(seeds=10**21))
+    assert len(make_plan(BenchOptions(seeds=1)).seeds) == 1

@@ -93,11 +93,18 @@ class BenchReport:
     wall_s: float
 
 
-def _int_at_least_1(flag: str, value: object) -> int:
+#: the most seeds one benchmark runs: each is a full run of every algorithm, and the plan lists
+#: them all (a huge --seeds hung before the first line of progress, building that list)
+MAX_SEEDS = 10_000
+
+
+def _int_at_least_1(flag: str, value: object, most: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{flag} must be an integer, got {value!r}")
     if value < 1:
         raise ConfigError(f"{flag} must be at least 1, got {value}")
+    if most is not None and value > most:
+        raise ConfigError(f"{flag} must be at most {most}, got {value}")
     return value
 
 
@@ -138,7 +145,7 @@ def _build(scenario: Scenario, name: str, algorithms: Registry) -> None:
 
 def make_plan(options: BenchOptions, registry: Registry | None = None) -> BenchPlan:
     """Validate ``options`` (ConfigError naming the flag) and resolve names; runs nothing."""
-    seeds = _int_at_least_1("--seeds", options.seeds)
+    seeds = _int_at_least_1("--seeds", options.seeds, MAX_SEEDS)
     jobs = None if options.jobs is None else _int_at_least_1("--jobs", options.jobs)
     concurrency = (
         None if options.concurrency is None else _int_at_least_1("--concurrency", options.concurrency)
