@@ -196,3 +196,22 @@ def test_a_huge_seed_count_is_refused_at_once_naming_the_flag() -> None:
     with pytest.raises(ConfigError, match=r"--seeds must be at most \d+, got 1000000000000000000000"):
         make_plan(BenchOptions(seeds=10**21))
     assert len(make_plan(BenchOptions(seeds=1)).seeds) == 1
+
+
+def test_workers_beyond_the_job_count_are_not_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: `--concurrency 3000000 --jobs 5` made three million tasks (gigabytes, minutes)
+    that each found no job; the numbers are the same without them."""
+    from pyattacker_plugins.bench import driver
+
+    started = 0
+    real = driver._Run._worker
+
+    async def counted(self: Any) -> None:
+        nonlocal started
+        started += 1
+        await real(self)
+
+    monkeypatch.setattr(driver._Run, "_worker", counted)
+    few = run_bench(make_plan(BenchOptions(jobs=3, concurrency=1000, seeds=1, algorithms=["wait"])))
+    assert started == 3
+    assert few.algorithms["wait"].runs[0].jobs_done == 3

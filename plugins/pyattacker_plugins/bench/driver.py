@@ -180,7 +180,10 @@ class _Run:
 
     # -- the client ----------------------------------------------------------------------------
     async def main(self) -> None:
-        workers = {asyncio.create_task(self._worker()) for _ in range(self.scenario.concurrency)}
+        # a worker beyond the job count would find no job and end at once: not starting it gives
+        # the same run, without a task per worker of a --concurrency far above --jobs
+        count = min(self.scenario.concurrency, self.scenario.jobs)
+        workers = {asyncio.create_task(self._worker()) for _ in range(count)}
         guard = asyncio.create_task(self._drain_guard())
         pending: set[asyncio.Task[None]] = {*workers, guard}
         try:
