@@ -215,3 +215,17 @@ def test_workers_beyond_the_job_count_are_not_started(monkeypatch: pytest.Monkey
     few = run_bench(make_plan(BenchOptions(jobs=3, concurrency=1000, seeds=1, algorithms=["wait"])))
     assert started == 3
     assert few.algorithms["wait"].runs[0].jobs_done == 3
+
+
+def test_a_tiny_speedup_ends_with_the_wall_budget_not_an_overflow() -> None:
+    """Before: the selector's real timeout (simulated seconds / 1e-300) overflowed poll():
+    OverflowError, a traceback and exit 1."""
+    from pyattacker_plugins.bench.errors import BenchmarkTimeout
+
+    plan = make_plan(
+        BenchOptions(jobs=5, seeds=1, algorithms=["wait"], clock="real", speedup=1e-300, wall_budget_s=0.5)
+    )
+    lines: list[str] = []
+    with pytest.raises(BenchmarkTimeout, match=r"wall budget of 0\.5s"):
+        run_bench(plan, progress=lines.append)
+    assert "about 6e+302s a run" in lines[0]

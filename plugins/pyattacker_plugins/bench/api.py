@@ -201,13 +201,17 @@ def make_plan(options: BenchOptions, registry: Registry | None = None) -> BenchP
     )
 
 
+def _real_s(seconds: float) -> str:
+    """Real seconds for a progress line: whole seconds, or 3 digits for an absurd --speedup."""
+    return f"{seconds:.0f}s" if seconds < 1e7 else f"{seconds:.3g}s"
+
+
 def _header(plan: BenchPlan) -> str:
     s = plan.scenario
     clock = "virtual"
     if plan.clock != "virtual":
-        clock = (
-            f"real x{plan.speedup:g} (up to about {s.horizon_s / plan.speedup:.0f}s a run: horizon / speedup)"
-        )
+        per_run = _real_s(s.horizon_s / plan.speedup)
+        clock = f"real x{plan.speedup:g} (up to about {per_run} a run: horizon / speedup)"
     return (
         f"bench {s.name}: {len(plan.algorithms)} algorithm(s) x {len(plan.seeds)} seed(s);"
         f" {s.jobs} jobs x {s.steps} steps x {s.calls} calls, {s.concurrency} workers,"
@@ -222,8 +226,9 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None) -> BenchRepo
     say(_header(plan))
     s = plan.scenario
     if plan.clock == "real" and s.horizon_s / plan.speedup > plan.wall_budget_s:
+        needs = _real_s(s.horizon_s / plan.speedup)
         say(
-            f"  warning: a run that lasts its horizon needs {s.horizon_s / plan.speedup:.0f}s of real time,"
+            f"  warning: a run that lasts its horizon needs {needs} of real time,"
             f" more than the wall budget of {plan.wall_budget_s:g}s (raise --speedup or --wall-budget)"
         )
     for name, why in plan.skipped.items():
