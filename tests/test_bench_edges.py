@@ -229,3 +229,13 @@ def test_a_tiny_speedup_ends_with_the_wall_budget_not_an_overflow() -> None:
     with pytest.raises(BenchmarkTimeout, match=r"wall budget of 0\.5s"):
         run_bench(plan, progress=lines.append)
     assert "about 6e+302s a run" in lines[0]
+
+
+def test_a_real_clock_run_in_which_no_job_started_is_an_error_not_a_table() -> None:
+    """Before: at --speedup 1e300 the horizon passed before the first worker ran; the run
+    reported 0 done, every job unstarted, simulated 1e+297 s, and exit 0."""
+    plan = make_plan(BenchOptions(jobs=5, seeds=1, algorithms=["wait"], clock="real", speedup=1e300))
+    with pytest.raises(
+        BenchmarkError, match=r"algorithm 'wait', seed 1: no job started before the 600s horizon"
+    ):
+        run_bench(plan)

@@ -460,4 +460,13 @@ def run_once(settings: RunSettings, registry: Registry) -> RunResult:
     started = time.perf_counter()
     with asyncio.Runner(loop_factory=run.clock.new_event_loop) as runner:
         runner.run(supervised())
+    if not run.result.jobs_started:
+        # only the real clock can get here: the horizon passed (in compressed time) before the
+        # first worker ran; every metric would be a zero or undefined under the right heading
+        s = settings.scenario
+        raise BenchmarkError(
+            f"{run._where()}: no job started before the {s.horizon_s:g}s horizon, which lasts"
+            f" {s.horizon_s / settings.speedup:.3g}s of real time at --speedup {settings.speedup:g};"
+            " lower --speedup or raise --horizon"
+        )
     return run.finish(time.perf_counter() - started)
