@@ -3,6 +3,7 @@ signals. Each test here pins a defect found by a bug hunt (it failed before its 
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -239,3 +240,59 @@ def test_a_real_clock_run_in_which_no_job_started_is_an_error_not_a_table() -> N
         BenchmarkError, match=r"algorithm 'wait', seed 1: no job started before the 600s horizon"
     ):
         run_bench(plan)
+
+
+# -- scenarios a plugin registers -----------------------------------------------------------------
+
+
+def _endpoint(**changes: Any) -> Any:
+    from pyattacker_plugins.bench.scenario import EndpointSpec
+
+    base = EndpointSpec(
+        name="e",
+        slots=2,
+        server_concurrency=2,
+        rate_per_s=5.0,
+        burst=2.0,
+        latency_median_s=0.1,
+        latency_sigma=0.1,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"endpoints": (_endpoint(slots=True),)}, "slots must be an integer >= 1, got True"),
+        ({"jobs": True}, "jobs must be an integer >= 1, got True"),
+        ({"seed": 1.5}, "seed must be an integer, got 1.5"),
+        ({"seed": float("nan")}, "seed must be an integer"),
+        ({"retry": None}, "retry must be a Retrying policy"),
+        ({"description": None}, "description must be a string"),
+        ({"cycle_peak": float("inf")}, "cycle_peak must be a positive number"),
+        ({"endpoints": (_endpoint(burst=0.5),)}, "burst must be >= 1"),
+        ({"endpoints": (_endpoint(tokens_per_request=(1, 2, 3)),)}, "tokens_per_request must be (low, high)"),
+        ({"endpoints": (_endpoint(tokens_per_request=(0.5, 1.5)),)}, "tokens_per_request"),
+        ({"endpoints": (_endpoint(name=7),)}, "an endpoint needs a name"),
+        ({"unsuited": {"wait": 5}}, "unsuited maps an algorithm name to why"),
+        ({"outages": ("OUTAGE",)}, "takes every endpoint down for the whole 60s horizon"),
+        ({"outages": ("STRING",)}, "endpoints must be a tuple of names, got 'e'"),
+    ],
+)
+def test_registration_refuses_a_bad_world_naming_the_field(changes: dict[str, Any], words: str) -> None:
+    """Before: each of these registered, then crashed mid-run (a traceback), measured a world
+    where nothing can succeed, or ran with a bool as a count."""
+    from pyattacker.errors import ConfigError
+    from pyattacker_plugins.bench.scenario import Outage, Scenario, register_scenario, unregister_scenario
+
+    if changes.get("outages") == ("OUTAGE",):
+        changes = {"outages": (Outage(("e",), start_s=0.0, duration_s=1e9),)}
+    elif changes.get("outages") == ("STRING",):
+        changes = {"outages": (Outage("e", start_s=0.0, duration_s=1.0),)}  # type: ignore[arg-type]
+    world = Scenario(name="test_bad_world", description="", endpoints=(_endpoint(),), horizon_s=60.0)
+    try:
+        with pytest.raises(ConfigError) as caught:
+            register_scenario(dataclasses.replace(world, **changes))
+        assert words in str(caught.value)
+    finally:
+        unregister_scenario("test_bad_world")
