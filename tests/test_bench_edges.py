@@ -296,3 +296,25 @@ def test_registration_refuses_a_bad_world_naming_the_field(changes: dict[str, An
         assert words in str(caught.value)
     finally:
         unregister_scenario("test_bad_world")
+
+
+# -- the winners rule -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_value_that_is_not_a_finite_number_drops_out_like_an_undefined_one(bad: float) -> None:
+    """Before: a NaN reached statistics.stdev (AttributeError) or won through a NaN comparison."""
+    from pyattacker_plugins.bench.metrics import metric
+    from pyattacker_plugins.bench.winners import judge, summarize
+
+    for name in ("jobs_done", "error_rate"):
+        verdict = judge(
+            metric(name),
+            {"a": [bad, 1.0], "b": [1.0, 1.0], "c": [0.5, 0.5]},
+            suited="abc",
+            eligible="abc",
+        )
+        assert "a" not in verdict.competitors
+        assert verdict.winners == (("b",) if name == "jobs_done" else ("c",))
+    summary = summarize([bad, 1.0, 3.0])
+    assert (summary.mean, summary.n) == (2.0, 2)
