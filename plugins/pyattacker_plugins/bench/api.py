@@ -93,11 +93,18 @@ class BenchReport:
     wall_s: float
 
 
-def _int_at_least_1(flag: str, value: object) -> int:
+#: the most seeds one benchmark runs: each is a full run of every algorithm, and the plan lists
+#: them all (a huge --seeds hung before the first line of progress, building that list)
+MAX_SEEDS = 10_000
+
+
+def _int_at_least_1(flag: str, value: object, most: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{flag} must be an integer, got {value!r}")
     if value < 1:
         raise ConfigError(f"{flag} must be at least 1, got {value}")
+    if most is not None and value > most:
+        raise ConfigError(f"{flag} must be at most {most}, got {value}")
     return value
 
 
@@ -125,9 +132,20 @@ def default_algorithms(scenario: Scenario, names: Sequence[str]) -> list[str]:
     return ordered + sorted(n for n in usable if n not in ordered)
 
 
+def _build(scenario: Scenario, name: str, algorithms: Registry) -> None:
+    """Build ``name`` once as the runs will (ConfigError when it cannot be built). A factory
+    that raises anything else is a plugin's bug: a ConfigError naming it, not a traceback."""
+    try:
+        resolve_algorithm(scenario.algorithm_spec(name), algorithms)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"algorithm {name!r} could not be built: {type(exc).__name__}: {exc}") from None
+
+
 def make_plan(options: BenchOptions, registry: Registry | None = None) -> BenchPlan:
     """Validate ``options`` (ConfigError naming the flag) and resolve names; runs nothing."""
-    seeds = _int_at_least_1("--seeds", options.seeds)
+    seeds = _int_at_least_1("--seeds", options.seeds, MAX_SEEDS)
     jobs = None if options.jobs is None else _int_at_least_1("--jobs", options.jobs)
     concurrency = (
         None if options.concurrency is None else _int_at_least_1("--concurrency", options.concurrency)
@@ -152,8 +170,8 @@ def make_plan(options: BenchOptions, registry: Registry | None = None) -> BenchP
         chosen = []
         for name in default_algorithms(scenario, algorithms.names()):
             try:
-                resolve_algorithm(scenario.algorithm_spec(name), algorithms)
-            except ConfigError as exc:  # a third-party algorithm that needs parameters
+                _build(scenario, name, algorithms)
+            except ConfigError as exc:  # a third-party algorithm that needs parameters, or breaks
                 skipped[name] = str(exc)
                 continue
             chosen.append(name)
@@ -165,7 +183,7 @@ def make_plan(options: BenchOptions, registry: Registry | None = None) -> BenchP
             if chosen.count(name) > 1:
                 raise ConfigError(f"--algorithms lists {name!r} twice")
             try:
-                resolve_algorithm(scenario.algorithm_spec(name), algorithms)
+                _build(scenario, name, algorithms)
             except ConfigError as exc:
                 raise ConfigError(f"--algorithms: {exc}") from None
     if not chosen:
@@ -183,13 +201,17 @@ def make_plan(options: BenchOptions, registry: Registry | None = None) -> BenchP
     )
 
 
+def _real_s(seconds: float) -> str:
+    """Real seconds for a progress line: whole seconds, or 3 digits for an absurd --speedup."""
+    return f"{seconds:.0f}s" if seconds < 1e7 else f"{seconds:.3g}s"
+
+
 def _header(plan: BenchPlan) -> str:
     s = plan.scenario
     clock = "virtual"
     if plan.clock != "virtual":
-        clock = (
-            f"real x{plan.speedup:g} (up to about {s.horizon_s / plan.speedup:.0f}s a run: horizon / speedup)"
-        )
+        per_run = _real_s(s.horizon_s / plan.speedup)
+        clock = f"real x{plan.speedup:g} (up to about {per_run} a run: horizon / speedup)"
     return (
         f"bench {s.name}: {len(plan.algorithms)} algorithm(s) x {len(plan.seeds)} seed(s);"
         f" {s.jobs} jobs x {s.steps} steps x {s.calls} calls, {s.concurrency} workers,"
@@ -204,8 +226,9 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None) -> BenchRepo
     say(_header(plan))
     s = plan.scenario
     if plan.clock == "real" and s.horizon_s / plan.speedup > plan.wall_budget_s:
+        needs = _real_s(s.horizon_s / plan.speedup)
         say(
-            f"  warning: a run that lasts its horizon needs {s.horizon_s / plan.speedup:.0f}s of real time,"
+            f"  warning: a run that lasts its horizon needs {needs} of real time,"
             f" more than the wall budget of {plan.wall_budget_s:g}s (raise --speedup or --wall-budget)"
         )
     for name, why in plan.skipped.items():

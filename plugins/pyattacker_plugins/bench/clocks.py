@@ -46,6 +46,12 @@ class ScaledClock(Clock):
         return _ScaledLoop(self)
 
 
+#: the longest real wait of one ``select``: the loop then looks at its timers again. Without it a
+#: tiny ``--speedup`` turned a timer's simulated seconds into more real seconds than ``poll``
+#: takes (an OverflowError traceback). Waking up early is harmless: the loop recomputes.
+MAX_SELECT_S = 60.0
+
+
 class _ScaledSelector(selectors.DefaultSelector):
     """Turns the loop's timeouts (simulated seconds) into real ones."""
 
@@ -55,7 +61,7 @@ class _ScaledSelector(selectors.DefaultSelector):
 
     def select(self, timeout: float | None = None) -> list[Any]:
         if timeout is not None and timeout > 0:
-            timeout = timeout / self._speedup
+            timeout = min(timeout / self._speedup, MAX_SELECT_S)
         return super().select(timeout)
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import click as plain_click
 import rich_click as click
+from click.core import ParameterSource
 
 from pyattacker.errors import ConfigError
 
@@ -29,6 +31,16 @@ def _output_path(flag: str, value: str | None) -> Path | None:
     if not path.parent.is_dir():
         raise ConfigError(f"{flag}: folder {str(path.parent)!r} does not exist")
     return path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two output paths are one file (a link, ``./x`` and ``x``, or the same name)."""
+    try:
+        if a.exists() and b.exists():
+            return a.samefile(b)
+    except OSError:
+        pass
+    return a.resolve() == b.resolve()
 
 
 def _write(flag: str, path: Path, text: str) -> None:
@@ -107,12 +119,27 @@ def bench_command(
     from .scenario import DEFAULT_SCENARIO
 
     if list_:
+        ctx = plain_click.get_current_context()
+        given = [
+            param.opts[0]
+            for param in ctx.command.params
+            if param.name not in (None, "list_")
+            and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE
+        ]
+        if given:
+            # run flags next to --list were ignored: `--list --scenario nope` said nothing
+            raise ConfigError(f"--list runs nothing and takes no other flag; drop {', '.join(given)}")
         click.echo(listing(algorithm_registry(None).names()), nl=False)
         return
     if json_path == "-" and markdown_path == "-":
         raise ConfigError("--json - and --markdown - both want stdout; write one of them to a file")
     json_file = _output_path("--json", json_path)
     markdown_file = _output_path("--markdown", markdown_path)
+    if json_file is not None and markdown_file is not None and _same_file(json_file, markdown_file):
+        raise ConfigError(
+            f"--json and --markdown both name {markdown_path}: the markdown would overwrite the"
+            " JSON; give them different paths"
+        )
     plan = make_plan(
         BenchOptions(
             scenario=DEFAULT_SCENARIO if scenario is None else scenario,

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyattacker.algorithm import resolve_algorithm
-from pyattacker.errors import ResourceUnavailable
+from pyattacker.errors import FatalError, ResourceUnavailable, RetryableError
 from pyattacker.pool import Lease, Pool, Resource
 from pyattacker.registry import Registry
 
 from .clocks import make_clock
-from .errors import BenchmarkError, BenchmarkStalled, BenchmarkTimeout
+from .errors import AlgorithmFault, BenchmarkError, BenchmarkStalled, BenchmarkTimeout
 from .keys import keyed_rng
 from .scenario import Scenario
 from .world import NOT_ADMITTED, REFUSED, World
@@ -41,6 +41,11 @@ MIN_DRAIN_S = 3600.0
 #: a wall-budget overrun counts as a stall when nothing finished for this long (real seconds),
 #: or for a tenth of the budget if that is longer (on the real clock a slow request is no stall)
 STALL_AFTER_S = 1.0
+#: what an algorithm may raise when it cannot (or will not) lease: the task-like failures a real
+#: attempt meets in acquire, which the retry policy then judges. Anything else (an AttributeError,
+#: a KeyError, a ConfigError...) is a bug of the algorithm, not an outcome of the world: it ends
+#: the benchmark (``AlgorithmFault``) instead of being counted as failed jobs under its name.
+ACQUIRE_FAILURES = (ResourceUnavailable, RetryableError, FatalError, TimeoutError)
 
 
 @dataclass(frozen=True)
@@ -152,7 +157,12 @@ class _Run:
             for layout in scenario.pool_layout()
         }
         self.pool = next(iter(self.pools.values()))
-        self.algorithm = resolve_algorithm(scenario.algorithm_spec(settings.algorithm), registry)
+        try:
+            self.algorithm = resolve_algorithm(scenario.algorithm_spec(settings.algorithm), registry)
+        except Exception as exc:  # built once by make_plan already: this factory is not reliable
+            raise AlgorithmFault(
+                f"{self._where()}: the algorithm could not be built: {type(exc).__name__}: {exc}"
+            ) from None
         self.result = RunResult(
             algorithm=settings.algorithm,
             seed=settings.seed,
@@ -170,7 +180,10 @@ class _Run:
 
     # -- the client ----------------------------------------------------------------------------
     async def main(self) -> None:
-        workers = {asyncio.create_task(self._worker()) for _ in range(self.scenario.concurrency)}
+        # a worker beyond the job count would find no job and end at once: not starting it gives
+        # the same run, without a task per worker of a --concurrency far above --jobs
+        count = min(self.scenario.concurrency, self.scenario.jobs)
+        workers = {asyncio.create_task(self._worker()) for _ in range(count)}
         guard = asyncio.create_task(self._drain_guard())
         pending: set[asyncio.Task[None]] = {*workers, guard}
         try:
@@ -252,14 +265,10 @@ class _Run:
         sees which job a request belongs to, as a server sees a session id)."""
         r = self.result
         clock = self.clock
-        pool = self.pool
-        algorithm = self.algorithm
         timeout_s = self.scenario.request_timeout_s
         for _ in range(self.scenario.calls):
             asked = clock.now()
-            lease = pool.try_now(ctx, algorithm=algorithm, where=None, selector={})
-            if lease is None:
-                lease = await pool.acquire(ctx, algorithm=algorithm)
+            lease = await self._lease(ctx)
             r.acquire_waits_s.append(clock.now() - asked)
             ctx.held_leases.append(lease)
             try:
@@ -290,6 +299,35 @@ class _Run:
             finally:
                 lease.release_now()
                 ctx.held_leases.remove(lease)
+
+    async def _lease(self, ctx: BenchContext) -> Lease:
+        """A lease through the algorithm under test (its ``try_now`` first, as a task does),
+        checked: a lease of this run's pools, not yet released."""
+        pool = self.pool
+        algorithm = self.algorithm
+        stage = "try_now"
+        try:
+            lease = pool.try_now(ctx, algorithm=algorithm, where=None, selector={})
+            if lease is None:
+                stage = "acquire"
+                lease = await pool.acquire(ctx, algorithm=algorithm)
+        except ACQUIRE_FAILURES:
+            raise
+        except Exception as exc:
+            raise AlgorithmFault(
+                f"{self._where()}: the algorithm raised {type(exc).__name__} in {stage}: {exc}"
+                " (a bug of the algorithm, not a failure of the simulated world)"
+            ) from exc
+        problem = None
+        if not isinstance(lease, Lease):
+            problem = f"returned {type(lease).__name__}, not a Lease"
+        elif not any(lease._pool is p for p in self.pools.values()):
+            problem = f"returned a lease of pool {lease.pool!r}, which is not one of this run's pools"
+        elif lease.released:
+            problem = f"returned a lease of {lease.resource.id!r} that was already released"
+        if problem is not None:
+            raise AlgorithmFault(f"{self._where()}: the algorithm's {stage} {problem}")
+        return lease
 
     # -- guards -------------------------------------------------------------------------------
     def _where(self) -> str:
@@ -422,4 +460,13 @@ def run_once(settings: RunSettings, registry: Registry) -> RunResult:
     started = time.perf_counter()
     with asyncio.Runner(loop_factory=run.clock.new_event_loop) as runner:
         runner.run(supervised())
+    if not run.result.jobs_started:
+        # only the real clock can get here: the horizon passed (in compressed time) before the
+        # first worker ran; every metric would be a zero or undefined under the right heading
+        s = settings.scenario
+        raise BenchmarkError(
+            f"{run._where()}: no job started before the {s.horizon_s:g}s horizon, which lasts"
+            f" {s.horizon_s / settings.speedup:.3g}s of real time at --speedup {settings.speedup:g};"
+            " lower --speedup or raise --horizon"
+        )
     return run.finish(time.perf_counter() - started)

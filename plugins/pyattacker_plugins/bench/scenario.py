@@ -77,14 +77,16 @@ class EndpointSpec:
     def check(self) -> None:
         """Refuse a spec that would make the numbers meaningless (ConfigError naming the field)."""
         where = f"endpoint {self.name!r}"
-        if not self.name:
-            raise ConfigError("an endpoint needs a name")
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"an endpoint needs a name (a non-empty string), got {self.name!r}")
         for name in ("slots", "server_concurrency", "degrade_after", "dead_after"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{where}: {name} must be an integer >= 1, got {value!r}")
+            _int_at_least_1(f"{where}: {name}", getattr(self, name))
         for name in ("rate_per_s", "burst", "latency_median_s"):
             _positive(f"{where}: {name}", getattr(self, name))
+        if self.burst < 1:  # the bucket would never hold the token one request costs
+            raise ConfigError(
+                f"{where}: burst must be >= 1 (one request costs one token), got {self.burst!r}"
+            )
         for name in ("latency_sigma", "cooldown_s", "phase_s"):
             _non_negative(f"{where}: {name}", getattr(self, name))
         for name in ("tail_p", "error_rate", "storm_p", "storm_error_rate"):
@@ -95,9 +97,14 @@ class EndpointSpec:
         _positive(f"{where}: tail_factor", self.tail_factor)
         if self.quota_tokens is not None:
             _positive(f"{where}: quota_tokens", self.quota_tokens)
-        low, high = self.tokens_per_request
-        if not 0 <= low <= high:
-            raise ConfigError(f"{where}: tokens_per_request must be (low, high) with 0 <= low <= high")
+        pair = self.tokens_per_request
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise ConfigError(f"{where}: tokens_per_request must be (low, high), got {pair!r}")
+        low, high = pair
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in pair) or not 0 <= low <= high:
+            raise ConfigError(
+                f"{where}: tokens_per_request must be (low, high) with 0 <= low <= high, got {pair!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -181,6 +188,8 @@ class Scenario:
         if not self.name or not isinstance(self.name, str):
             raise ConfigError(f"a scenario needs a name, got {self.name!r}")
         where = f"scenario {self.name!r}"
+        if not isinstance(self.description, str):
+            raise ConfigError(f"{where}: description must be a string, got {self.description!r}")
         if not self.endpoints:
             raise ConfigError(f"{where}: needs at least one endpoint")
         names = [e.name for e in self.endpoints]
@@ -189,27 +198,44 @@ class Scenario:
         for endpoint in self.endpoints:
             endpoint.check()
         for name in ("jobs", "steps", "calls", "concurrency"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{where}: {name} must be an integer >= 1, got {value!r}")
+            _int_at_least_1(f"{where}: {name}", getattr(self, name))
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ConfigError(f"{where}: seed must be an integer, got {self.seed!r}")
+        if not isinstance(self.retry, Retrying):
+            raise ConfigError(f"{where}: retry must be a Retrying policy, got {type(self.retry).__name__}")
         for name in ("horizon_s", "cycle_period_s", "storm_window_s", "request_timeout_s"):
             _positive(f"{where}: {name}", getattr(self, name))
         _positive(f"{where}: tighten_recover_s", self.tighten_recover_s)
         _non_negative(f"{where}: refusal_latency_s", self.refusal_latency_s)
+        _positive(f"{where}: cycle_peak", self.cycle_peak)
         if not 0 < self.cycle_trough <= self.cycle_peak:
-            raise ConfigError(f"{where}: needs 0 < cycle_trough <= cycle_peak")
+            raise ConfigError(f"{where}: needs 0 < cycle_trough <= cycle_peak, got {self.cycle_trough!r}")
         if not 0 < self.tighten_floor <= self.tighten_factor <= 1:
             raise ConfigError(f"{where}: needs 0 < tighten_floor <= tighten_factor <= 1")
         _positive(f"{where}: warm_factor", self.warm_factor)
         self._check_pools(where, set(names))
         for index, outage in enumerate(self.outages):
             at = f"{where}: outage {index}"
+            if isinstance(outage.endpoints, str):
+                raise ConfigError(f"{at}: endpoints must be a tuple of names, got {outage.endpoints!r}")
             unknown = [e for e in outage.endpoints if e not in names]
             if not outage.endpoints or unknown:
                 raise ConfigError(f"{at}: needs endpoints of the scenario, got {list(outage.endpoints)}")
             _non_negative(f"{at}: start_s", outage.start_s)
             _positive(f"{at}: duration_s", outage.duration_s)
             _non_negative(f"{at}: start_jitter_s", outage.start_jitter_s)
+            if (
+                set(outage.endpoints) == set(names)
+                and outage.start_s + outage.start_jitter_s == 0
+                and outage.duration_s >= self.horizon_s
+            ):
+                raise ConfigError(
+                    f"{at}: takes every endpoint down for the whole {self.horizon_s:g}s horizon"
+                    f" (start_s 0, duration_s {outage.duration_s:g}); no request could ever succeed"
+                )
+        for algo, why in self.unsuited.items():
+            if not isinstance(algo, str) or not algo or not isinstance(why, str):
+                raise ConfigError(f"{where}: unsuited maps an algorithm name to why, got {algo!r}: {why!r}")
         for algo, params in self.algorithm_params.items():
             if not isinstance(algo, str) or not algo or "name" in params:
                 raise ConfigError(f"{where}: algorithm_params maps an algorithm name to its parameters")
@@ -220,6 +246,11 @@ class Scenario:
         pool_names = [p.name for p in self.pools]
         if not all(isinstance(n, str) and n for n in pool_names) or len(set(pool_names)) != len(pool_names):
             raise ConfigError(f"{where}: pool names must be unique and non-empty, got {pool_names}")
+        for p in self.pools:
+            if isinstance(p.endpoints, str):
+                raise ConfigError(
+                    f"{where}: pool {p.name!r}: endpoints must be a tuple of names, got {p.endpoints!r}"
+                )
         placed = [e for p in self.pools for e in p.endpoints]
         if any(not p.endpoints for p in self.pools):
             raise ConfigError(f"{where}: every pool needs at least one endpoint")
@@ -247,6 +278,11 @@ class Scenario:
         if not params:
             return name
         return {"name": name, **params}
+
+
+def _int_at_least_1(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 def _positive(name: str, value: object) -> None:

@@ -6,7 +6,8 @@ The rule, for one metric:
 2. Only suited algorithms compete. For a metric marked ``needs_completion`` only those whose
    mean completion (jobs done / jobs started) is at least 90 % of the best suited mean compete:
    an algorithm that gives up on jobs would otherwise win the latency and rate metrics.
-   An algorithm with an undefined value on any seed (a ratio over zero jobs) does not compete.
+   An algorithm with an undefined value on any seed (a ratio over zero jobs, or a value that
+   is not a finite number) does not compete.
 3. Fewer than two competitors: no winner (the note names a lone survivor).
 4. Every competitor's mean is 0: no winner (nothing to tell apart).
 5. Otherwise the best mean wins, and so does every competitor within
@@ -47,8 +48,13 @@ class Summary:
     n: int
 
 
+def _defined(value: float | None) -> bool:
+    """A value the rule can rank: not None, not NaN, not infinite."""
+    return value is not None and math.isfinite(value)
+
+
 def summarize(values: Sequence[float | None]) -> Summary:
-    defined = [v for v in values if v is not None]
+    defined = [float(v) for v in values if v is not None and _defined(v)]
     if not defined:
         return Summary(None, None, None, None, 0)
     stdev = statistics.stdev(defined) if len(defined) > 1 else 0.0
@@ -92,7 +98,7 @@ def judge(
         return Verdict(name, (), None, (), "neutral: describes the run")
     runners = [a for a in values if a in suited]
     pool = [a for a in runners if not metric.needs_completion or a in eligible]
-    competitors = [a for a in pool if values[a] and all(v is not None for v in values[a])]
+    competitors = [a for a in pool if values[a] and all(_defined(v) for v in values[a])]
     if len(competitors) < 2:
         if len(runners) < 2:
             note = "a single algorithm is never crowned"
