@@ -318,3 +318,18 @@ def test_a_value_that_is_not_a_finite_number_drops_out_like_an_undefined_one(bad
         assert verdict.winners == (("b",) if name == "jobs_done" else ("c",))
     summary = summarize([bad, 1.0, 3.0])
     assert (summary.mean, summary.n) == (2.0, 2)
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_run(tmp_path: Path) -> None:
+    """A file no one may create (here under /proc, which refuses even root) was found only after
+    the whole run, which was then lost. The check of a writable output creates nothing that
+    stays: the JSON file checked first is gone again when the markdown one is refused."""
+    proc = _bench(
+        "--json", str(tmp_path / "new.json"), "--markdown", "/proc/pyattacker-bench.md",
+        "--jobs", "5", "--seeds", "1",
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "--markdown: cannot write /proc/pyattacker-bench.md" in proc.stderr
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+    assert "bench bursty_provider:" not in proc.stderr  # no progress: nothing ran
+    assert not (tmp_path / "new.json").exists()

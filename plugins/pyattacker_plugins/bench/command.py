@@ -30,6 +30,15 @@ def _output_path(flag: str, value: str | None) -> Path | None:
         raise ConfigError(f"{flag}: {value} is a folder; give a file path")
     if not path.parent.is_dir():
         raise ConfigError(f"{flag}: folder {str(path.parent)!r} does not exist")
+    # opened (and removed again if it was new) now, not found unwritable after a long run
+    existed = path.exists()
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{flag}: cannot write {value}: {exc.strerror or exc}") from None
+    if not existed:
+        path.unlink(missing_ok=True)
     return path
 
 
