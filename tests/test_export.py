@@ -495,3 +495,21 @@ def test_a_bad_artifact_backend_flag_is_refused_naming_it(tmp_path: Path) -> Non
     assert proc.returncode == 2
     assert "--artifact-backend.kind" in proc.stderr and "nope" in proc.stderr
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_a_recorded_backend_that_cannot_be_built_is_one_warning_and_absent_payloads(tmp_path: Path) -> None:
+    """A run written with a backend plugin not installed here (its record edited to one): the
+    export still succeeds, its blob payloads are absent, and one warning names the store and
+    the backend, not one per artifact."""
+    import sqlite3
+
+    db = _blob_run(tmp_path)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE runs SET config_json = json_set(config_json, '$.artifact_backend.kind', 's3')")
+    out = tmp_path / "r.jsonl"
+    proc = _export_cli(db, str(out), "--rows", "results")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["result_encoding"] for r in _read(out, "jsonl")] == ["absent"] * 3
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, proc.stderr
+    assert db in warnings[0] and "s3" in warnings[0]

@@ -82,11 +82,8 @@ class BlobReader:
             try:
                 built.append(resolve_backend(spec, registry, where, for_writing=False))
             except ConfigError as exc:
-                self._warn(f"blobs of {self._store_name()} cannot be read back: {exc}")
+                self._warn(f"blobs of {self._store.location} cannot be read back: {exc}")
         return built
-
-    def _store_name(self) -> str:
-        return str(getattr(self._store, "path", None) or getattr(self._store, "location", "the store"))
 
     def hydrate(self, artifact: ArtifactRecord) -> ArtifactRecord:
         """``artifact`` with its payload read back from its blob when a backend can; else as is."""
