@@ -6,10 +6,25 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from pyattacker.plugins import get_plugins
+from pyattacker.registry import Provided, Registry
 from pyattacker.retry import Retrying
 from pyattacker_plugins.bench.scenario import EndpointSpec, Scenario, register_scenario
 
 DEAD = "test_all_dead"
+
+
+def registry_with(**extra: Any) -> Registry:
+    """The built-in algorithms plus test ones, as a third-party plugin would add them."""
+    registry = Registry("algorithms")
+    builtins = get_plugins().algorithms
+    for name in builtins.names():
+        provided = builtins.provider(name)
+        assert provided is not None
+        registry.add(provided)
+    for name, factory in extra.items():
+        registry.add(Provided("algorithms", name, factory, "test-plugin", False))
+    return registry
 
 
 def dead_scenario() -> Scenario:

@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 
-from _bench_fixtures import DEAD, Poll, Spin, register_dead
+from _bench_fixtures import DEAD, Poll, Spin, register_dead, registry_with
 from pyattacker.errors import ConfigError
 from pyattacker.plugins import get_plugins
-from pyattacker.registry import Provided, Registry
 from pyattacker.retry import Retrying
 from pyattacker_plugins.bench.api import BenchOptions, BenchReport, make_plan, run_bench
 from pyattacker_plugins.bench.errors import BenchmarkStalled, BenchmarkTimeout
@@ -63,19 +62,6 @@ def _report(**options: Any) -> BenchReport:
 def report() -> BenchReport:
     """Every built-in algorithm, the unsuited ones included, on two seeds."""
     return _report(algorithms=ALL)
-
-
-def _registry_with(**extra: Any) -> Registry:
-    """The built-in algorithms plus test ones, as a third-party plugin would add them."""
-    registry = Registry("algorithms")
-    builtins = get_plugins().algorithms
-    for name in builtins.names():
-        provided = builtins.provider(name)
-        assert provided is not None
-        registry.add(provided)
-    for name, factory in extra.items():
-        registry.add(Provided("algorithms", name, factory, "test-plugin", False))
-    return registry
 
 
 # -- determinism and fairness ------------------------------------------------------------------
@@ -447,7 +433,7 @@ def test_every_algorithm_meets_the_dead_world_guard(dead_world: str, algorithm: 
 def test_a_spinning_algorithm_is_stopped_by_the_wall_budget_as_stalled() -> None:
     plan = make_plan(
         BenchOptions(jobs=5, seeds=1, algorithms=["spin"], wall_budget_s=1.5),
-        registry=_registry_with(spin=Spin),
+        registry=registry_with(spin=Spin),
     )
     with pytest.raises(BenchmarkTimeout, match=r"wall budget of 1\.5s: stalled"):
         run_bench(plan)
@@ -456,7 +442,7 @@ def test_a_spinning_algorithm_is_stopped_by_the_wall_budget_as_stalled() -> None
 def test_jobs_that_never_drain_after_the_horizon_are_a_stall() -> None:
     plan = make_plan(
         BenchOptions(jobs=5, seeds=1, algorithms=["poll"], horizon_s=10.0),
-        registry=_registry_with(poll=Poll),
+        registry=registry_with(poll=Poll),
     )
     with pytest.raises(BenchmarkStalled, match=r"5 job\(s\) still unfinished"):
         run_bench(plan)
@@ -468,7 +454,7 @@ def test_a_third_party_algorithm_is_benchmarked_through_the_registry() -> None:
     class Polite(Wait):
         name = "polite"
 
-    plan = make_plan(BenchOptions(jobs=20, seeds=1), registry=_registry_with(polite=Polite))
+    plan = make_plan(BenchOptions(jobs=20, seeds=1), registry=registry_with(polite=Polite))
     assert "polite" in plan.algorithms
     report = run_bench(plan)
     assert report.algorithms["polite"].runs[0].jobs_done > 0

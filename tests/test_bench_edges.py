@@ -12,24 +12,10 @@ from typing import Any
 
 import pytest
 
-from pyattacker.plugins import get_plugins
+from _bench_fixtures import registry_with
 from pyattacker.pool import Lease, Pool, Resource
-from pyattacker.registry import Provided, Registry
 from pyattacker_plugins.bench.api import BenchOptions, make_plan, run_bench
 from pyattacker_plugins.bench.errors import BenchmarkError
-
-
-def _registry_with(**extra: Any) -> Registry:
-    """The built-in algorithms plus test ones, as a third-party plugin would add them."""
-    registry = Registry("algorithms")
-    builtins = get_plugins().algorithms
-    for name in builtins.names():
-        provided = builtins.provider(name)
-        assert provided is not None
-        registry.add(provided)
-    for name, factory in extra.items():
-        registry.add(Provided("algorithms", name, factory, "test-plugin", False))
-    return registry
 
 
 class _Hostile:
@@ -104,7 +90,7 @@ def test_an_algorithm_that_breaks_its_contract_ends_the_benchmark_naming_it(
     successful ones past the pool's capacity) and the table crowned the others, exit 0."""
     plan = make_plan(
         BenchOptions(jobs=10, seeds=1, algorithms=["wait", "hostile"]),
-        registry=_registry_with(hostile=factory),
+        registry=registry_with(hostile=factory),
     )
     with pytest.raises(BenchmarkError, match="algorithm 'hostile'") as caught:
         run_bench(plan)
@@ -122,7 +108,7 @@ def test_acquisition_failures_an_algorithm_raises_on_purpose_are_still_task_fail
             raise FatalError("no budget left for this job")
 
     plan = make_plan(
-        BenchOptions(jobs=5, seeds=1, algorithms=["hostile"]), registry=_registry_with(hostile=GivesUp)
+        BenchOptions(jobs=5, seeds=1, algorithms=["hostile"]), registry=registry_with(hostile=GivesUp)
     )
     report = run_bench(plan)
     assert report.algorithms["hostile"].runs[0].jobs_failed == 5
@@ -146,7 +132,7 @@ def test_an_algorithm_that_raises_at_build_is_a_config_error_naming_it() -> None
     """Before: the factory's RuntimeError escaped make_plan (a traceback, exit 1)."""
     from pyattacker.errors import ConfigError
 
-    registry = _registry_with(hostile=BreaksAtBuild)
+    registry = registry_with(hostile=BreaksAtBuild)
     with pytest.raises(
         ConfigError, match=r"--algorithms: algorithm 'hostile' could not be built: RuntimeError"
     ):
