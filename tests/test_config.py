@@ -255,7 +255,7 @@ BAD = [
     (
         "control",
         "pipeline: {control: {edges: {}}, tasks: [{use: echo}]}\nsource: {kind: range, n: 1}\n",
-        ["pipeline.control: handoff control flow is not supported in this version"],
+        ["pipeline.control.edges: must be a non-empty mapping"],
     ),
     (
         "event_loop",

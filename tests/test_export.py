@@ -225,7 +225,7 @@ def test_sqlite_rows_by_pipeline_groups_in_seq_order(store: str) -> None:
         metrics = s.metrics_by_pipeline(run_id, pipelines)  # type: ignore[attr-defined]
         for pid in pipelines:
             assert metrics.get(pid, []) == s.metrics(run_id=run_id, pipeline_id=pid)
-        with pytest.raises(ValueError, match="tasks or artifacts"):
+        with pytest.raises(ValueError, match="tasks, artifacts or handoffs"):
             s.rows_by_pipeline("events", pipelines)  # type: ignore[attr-defined]
         finals = s.final_artifacts(wanted)  # type: ignore[attr-defined]
         for pid in (pipelines[0], pipelines[3]):

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pyattacker.errors import StoreUnavailable
+from pyattacker.model import HandoffRecord
 from pyattacker.stats import compute_stats, store_stats
 from pyattacker.store import PAGE_KINDS, Store, iter_rows
 from store_contract import (
@@ -110,6 +111,38 @@ def test_failed_commit_leaves_nothing(
     # the store is still usable and ids continue without a gap
     again = commit(store, attempts=[attempt("p1")])
     assert again.attempts[0].attempt_id == 2
+
+
+def _jump(pid: str, run_id: str = "r1", **kw: Any) -> HandoffRecord:
+    fields: dict[str, Any] = dict(
+        pipeline_id=pid, run_id=run_id, from_seq=1, from_task="ask", to_seq=3, to_task="report",
+        entry_seq=5, entry_artifact_id=f"{pid}:5", entry_reused=False, reason="r", ts=1.0,
+    )  # fmt: skip
+    fields.update(kw)
+    return HandoffRecord(**fields)
+
+
+def test_control_ledger(store: Store) -> None:
+    """Stores that keep a ledger append handoffs with increasing ids, atomically with the rest,
+    and unmark a pipeline's earlier final artifacts before a batch's artifacts are written."""
+    if not callable(getattr(store, "handoffs", None)):
+        pytest.skip("this store keeps no control ledger (pipelines with control are refused)")
+    commit(store, pipelines=[pipeline("p1"), pipeline("p2")], artifacts=[artifact("p1", 0, is_final=True)])
+    first = commit(store, handoffs=[_jump("p1"), _jump("p2", run_id="r2")])
+    second = commit(
+        store,
+        handoffs=[_jump("p1", to_seq=None, to_task=None, operation="forward", entry_seq=6)],
+        artifacts=[artifact("p1", 6, is_final=True)],
+        finals_cleared=["p1", "unknown"],
+    )
+    assert [h.handoff_id for h in first.handoffs + second.handoffs] == [1, 2, 3]
+    ledger = store.handoffs("p1")  # type: ignore[attr-defined]
+    assert [(h.handoff_id, h.to_seq, h.entry_reused) for h in ledger] == [(1, 3, False), (3, None, False)]
+    assert ledger[0] == _jump("p1", handoff_id=1)
+    assert [a.seq for a in iter_rows(store, "artifacts", pipeline_id="p1") if a.is_final] == [6]
+    count = getattr(store, "count_handoffs", None)
+    if count is not None:
+        assert (count(), count("r1"), count("r2"), count("r9")) == (3, 2, 1, 0)
 
 
 def test_upsert_keeps_created_at_and_replaces_the_rest(store: Store) -> None:
@@ -342,7 +375,7 @@ def test_stats_shape_and_agreement(store: Store, run_id: str | None) -> None:
     _stats_rows(store)
     generic = compute_stats(store, run_id)
     assert store_stats(store, run_id) == generic
-    assert set(generic) == {"pipelines", "tasks", "attempts_total", "events_total"}
+    assert set(generic) == {"pipelines", "tasks", "attempts_total", "events_total", "handoffs_total"}
     assert set(generic["pipelines"]) == {"total", "by_state", "duration_ms"}
     assert set(generic["pipelines"]["duration_ms"]) == {"p50", "p95", "max"}
     if run_id is None:

@@ -523,8 +523,19 @@ def test_interrupt_running_reads_only_the_stale_rows(tmp_path: Path) -> None:
         store.close()
 
 
+def _downgrade_to_v2(path: Path) -> None:
+    """What a file written before schema version 3 looks like (no control ledger)."""
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE handoffs")
+    conn.execute("UPDATE store_meta SET value = '2' WHERE key = 'schema_version'")
+    conn.execute("PRAGMA user_version = 2")
+    conn.commit()
+    conn.close()
+
+
 def _downgrade_to_v1(path: Path) -> None:
     """What a file written before schema version 2 looks like (no ``tasks_running`` marker)."""
+    _downgrade_to_v2(path)
     conn = sqlite3.connect(path)
     conn.execute("DELETE FROM store_meta WHERE key = 'tasks_running'")
     conn.execute("UPDATE store_meta SET value = '1' WHERE key = 'schema_version'")
@@ -553,10 +564,10 @@ def test_version_1_file_migrated_by_the_writer_only(tmp_path: Path) -> None:
     writer = OPENER.open(str(path))
     try:
         conn = sqlite3.connect(path)
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         meta = dict(conn.execute("SELECT key, value FROM store_meta"))
         conn.close()
-        assert meta["schema_version"] == "2" and meta["tasks_running"] == "1"
+        assert meta["schema_version"] == "3" and meta["tasks_running"] == "1"
         assert writer.interrupt_running("next", 3.0) == 1  # the rows written before the migration
         assert [t.state for t in writer.page("tasks")] == ["interrupted"]
     finally:
@@ -812,3 +823,31 @@ def test_a_directory_in_place_of_the_file_is_named(tmp_path: Path) -> None:
     (tmp_path / "x.db").mkdir()
     with pytest.raises(ConfigError, match="is a directory"):
         SqliteStore.open_reader(str(tmp_path / "x.db"))
+
+
+def test_version_2_file_read_as_it_is_and_migrated_by_the_writer(tmp_path: Path) -> None:
+    path = tmp_path / "v2.db"
+    store = OPENER.open(str(path))
+    commit(store, pipelines=[pipeline("p1", state="failed")])
+    store.close()
+    _downgrade_to_v2(path)
+    before = digest(path)
+    reader = OPENER.open(str(path), read_only=True)  # report, export, watch on an older file
+    try:
+        assert reader.handoffs("p1") == [] and reader.count_handoffs() == 0
+        assert reader.stats()["handoffs_total"] == 0
+        assert reader.rows_by_pipeline("handoffs", ["p1"]) == {}
+    finally:
+        reader.close()
+    assert digest(path) == before
+    writer = OPENER.open(str(path))
+    try:
+        assert writer.has_ledger and writer.handoffs("p1") == []
+    finally:
+        writer.close()
+    conn = sqlite3.connect(path)
+    try:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert "handoffs" in tables and conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    finally:
+        conn.close()

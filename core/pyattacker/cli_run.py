@@ -131,7 +131,8 @@ def _summary_table(report: RunReport, health: _HealthLog, pools: list[Any]) -> A
         f"succeeded {c.get('pipelines_succeeded', 0)}  failed {c.get('pipelines_failed', 0)}"
         f"  interrupted {c.get('pipelines_interrupted', 0)}  skipped {c.get('skipped', 0)}",
     )
-    table.add_row("attempts", f"total {c.get('attempts', 0)}  retries {c.get('retries', 0)}")
+    handoffs = f"  handoffs {c['handoffs']}" if c.get("handoffs") else ""
+    table.add_row("attempts", f"total {c.get('attempts', 0)}  retries {c.get('retries', 0)}{handoffs}")
     seconds = report.duration_ms / 1000
     done = c.get("pipelines_succeeded", 0) + c.get("pipelines_failed", 0)
     rate = f"  ({done / seconds:.1f} pipelines/s)" if seconds > 0 and done else ""
@@ -529,6 +530,8 @@ def _readable(effective: dict[str, Any]) -> str:
             f"kwargs={json.dumps(t['factory']['args'])}" if t["factory"] else "",
         ]
         lines.append(f"  [{t['seq']}] {t['name']} <- {t['target']}  " + " ".join(e for e in extras if e))
+    if "control" in pipe:
+        lines.append("  control: " + json.dumps(pipe["control"]))
     lines.append("source: " + json.dumps(effective["source"], default=str))
     return "\n".join(lines)
 

@@ -58,7 +58,8 @@ def _report_text(rep: MergedReport, errors: int) -> list[str]:
     out.append(f"duration_ms: p50={d['p50']} p95={d['p95']} max={d['max']}")
     for name, states_ in st["tasks"]["by_name"].items():
         out.append(f"  task {name}: " + " ".join(f"{k}={v}" for k, v in states_.items()))
-    out.append(f"attempts: total={st['attempts_total']}  source_events={st['source_events_total']}")
+    handoffs = f" handoffs={st['handoffs_total']}" if st.get("handoffs_total") else ""
+    out.append(f"attempts: total={st['attempts_total']}{handoffs}  source_events={st['source_events_total']}")
     if rep.repair_failures:
         out.append(f"Terminal repair failures: {len(rep.repair_failures)} pipeline(s)")
         for pid in sorted(rep.repair_failures):

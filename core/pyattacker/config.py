@@ -39,6 +39,7 @@ from .config_schema import (
 )
 from .config_tasks import resolve_task_entry
 from .errors import ConfigError
+from .handoff import check_control
 from .paths import make_parent
 from .pipeline import PipelineSpec, PipelineTemplate, pipeline
 from .registry import Registry
@@ -406,8 +407,6 @@ def _check_pipeline(
     values = check_mapping(data, PipelineSection, "pipeline", errors)
     if values is None:
         return None
-    if "control" in values and values["control"] is not None:
-        errors.append("pipeline.control: handoff control flow is not supported in this version")
     raw = values.get("tasks")
     if not isinstance(raw, list) or not raw:
         errors.append(f"pipeline.tasks: must be a non-empty list of task entries, got {type_name(raw)}")
@@ -421,8 +420,14 @@ def _check_pipeline(
     ]
     if any(spec is None for spec in specs):
         return None
+    control = None
+    if values.get("control") is not None:
+        names = [spec.name for spec in specs if spec is not None]
+        control = check_control(values["control"], names, "pipeline.control", errors)
+        if control is None:
+            return None
     try:
-        return pipeline(values.get("name", "pipeline"), *specs, tags=values.get("tags"))
+        return pipeline(values.get("name", "pipeline"), *specs, tags=values.get("tags"), control=control)
     except ConfigError as exc:
         errors.append(f"pipeline: {exc}")
         return None

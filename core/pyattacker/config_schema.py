@@ -133,7 +133,7 @@ class TaskEntry(msgspec.Struct, kw_only=True):
 
 
 class PipelineSection(msgspec.Struct, kw_only=True):
-    """``pipeline:``: the chain of tasks (``control`` is recognised but not supported yet)."""
+    """``pipeline:``: the chain of tasks and its declared handoffs (``control``)."""
 
     DATA: ClassVar[frozenset[str]] = frozenset({"tags"})
 

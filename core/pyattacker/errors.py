@@ -95,8 +95,9 @@ class CorruptRow(StoreUnavailable):
         return self if self.store is not None else CorruptRow(self.detail, store)
 
 
-class StoreFeatureUnsupported(PyAttackerError):
-    """The store lacks an optional capability (for example application metrics)."""
+class StoreFeatureUnsupported(ConfigError):
+    """The store lacks an optional capability a run needs (the control ledger of pipelines
+    that hand off): the store chosen is the configuration's problem, and nothing runs."""
 
 
 class ResourceUnavailable(PyAttackerError):

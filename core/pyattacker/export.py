@@ -17,6 +17,8 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
+import msgspec
+
 from .errors import ConfigError
 from .merge import shard_stores, state_rank
 from .model import ArtifactRecord, PipelineRecord
@@ -135,6 +137,9 @@ def _nested_pipeline(p: PipelineRecord, children: _Children, codecs: Any) -> dic
     ]
     row["artifacts"] = [_artifact_row(a, codecs) for a in children.rows("artifacts", p)]
     row["metrics"] = {m.name: m.value for m in children.rows("metrics", p)}
+    # the control ledger: with handoffs the cursor is a position in the chain, not a count of
+    # tasks done, and these rows say which tasks were skipped and what the destinations received
+    row["handoffs"] = [msgspec.structs.asdict(h) for h in children.rows("handoffs", p)]
     return row
 
 
@@ -194,6 +199,8 @@ class _Children:
                 self.read[kind] = {}
                 for run_id, run_ids in by_run.items():
                     self.read[kind].update(metrics(run_id, run_ids))
+            elif kind == "handoffs" and not callable(getattr(store, "handoffs", None)):
+                self.read[kind] = {}  # a store without a control ledger: nothing ever jumped
             elif kind != "metrics" and children is not None:
                 self.read[kind] = children(kind, ids)
 
@@ -203,6 +210,8 @@ class _Children:
             return read.get(p.pipeline_id, [])
         if kind == "metrics":
             return self.store.metrics(run_id=p.run_id, pipeline_id=p.pipeline_id)
+        if kind == "handoffs":
+            return list(self.store.handoffs(p.pipeline_id))  # type: ignore[attr-defined]
         return list(iter_rows(self.store, kind, pipeline_id=p.pipeline_id))
 
     def final(self, p: PipelineRecord) -> Any:
@@ -218,7 +227,7 @@ def _pipelines_with_children(
     """``pipelines`` / ``results`` rows: pipelines in their order, their children read a batch at
     a time (memory stays bounded by the batch)."""
     build = _nested_pipeline if kind == "pipelines" else _result
-    kinds = ("tasks", "artifacts", "metrics") if kind == "pipelines" else ("final",)
+    kinds = ("tasks", "artifacts", "metrics", "handoffs") if kind == "pipelines" else ("final",)
     batch: list[PipelineRecord] = []
     for p in iter_rows(store, "pipelines", run_id=run_id):
         if keep is None or keep(p.pipeline_id):

@@ -19,7 +19,7 @@ import msgspec
 from .errors import ConfigError
 from .model import PipelineRecord
 from .shard import parse_shard, shard_index
-from .stats import count_rows, duration_summary
+from .stats import count_handoffs, count_rows, duration_summary
 from .store import Store, iter_rows
 from .view_common import RunChoice, choose_run, read_only_store
 
@@ -118,6 +118,8 @@ class MergedReport:
         self.duplicates = 0
         self.task_counts: dict[str, dict[str, int]] = {}
         self.source_events_total = 0
+        #: handoffs the selected runs committed (a sum over the stores, like the events)
+        self.handoffs_total = 0
         self.repair_failures: dict[str, dict[str, Any]] = {}
         self.run_metrics: dict[str, dict[str, Any]] = {}
         self.pipeline_metrics: dict[str, dict[str, Any]] = {}
@@ -195,6 +197,7 @@ class MergedReport:
             "tasks": {"by_name": {n: dict(sorted(s.items())) for n, s in sorted(self.task_counts.items())}},
             "attempts_total": self.attempts_total,
             "source_events_total": self.source_events_total,
+            "handoffs_total": self.handoffs_total,
             "duplicates": self.duplicates,
         }
 
@@ -302,6 +305,7 @@ class ShardsReport(StoreReport):
         for index, part in enumerate(parts):
             self.sources.append(part.sources[0])
             self.source_events_total += part.source_events_total
+            self.handoffs_total += part.handoffs_total
             for pid, row in part.details.items():
                 self.details[pid] = row
                 self._origin[pid] = index
@@ -479,6 +483,7 @@ def _store_report_of(
     report.sources.append(info)
     info.rows = sum(by_state.values())
     info.events_total = report.source_events_total = count_rows(store, "events", choice.run_id)
+    report.handoffs_total = count_handoffs(store, choice.run_id)
     for row in iter_rows(store, "pipelines", run_id=choice.run_id, state="failed"):
         report.details[row.pipeline_id] = _slim(row)
     report.task_counts = counts(choice.run_id)
@@ -530,6 +535,7 @@ def _read_rows(report: MergedReport, store: Store, index: int, choice: RunChoice
             report.add(row, index)
     info.events_total = count_rows(store, "events", choice.run_id)
     report.source_events_total += info.events_total
+    report.handoffs_total += count_handoffs(store, choice.run_id)
 
 
 def _fold_summaries(

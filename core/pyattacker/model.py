@@ -18,6 +18,7 @@ __all__ = [
     "AttemptRecord",
     "Batch",
     "EventRecord",
+    "HandoffRecord",
     "MetricPoint",
     "MetricRecord",
     "PipelineProgress",
@@ -123,6 +124,31 @@ class AttemptRecord(msgspec.Struct, kw_only=True, gc=False):
     attempt_id: int | None = None
 
 
+class HandoffRecord(msgspec.Struct, kw_only=True, gc=False):
+    """One row of a pipeline's control ledger (append-only): the source of truth for resuming a
+    pipeline that jumped, where events are only its audit trail.
+
+    ``operation`` is ``forward`` (a task handed off) or ``restart`` (the traversal began again
+    from the seed: the rows before it no longer drive recovery). ``to_seq``/``to_task`` are None
+    for END. ``entry_*`` name the artifact the destination receives: the source's own input
+    (``entry_reused``) or the value the task handed over, stored at ``seq >= n_tasks``.
+    """
+
+    pipeline_id: str
+    run_id: str
+    from_seq: int
+    from_task: str
+    to_seq: int | None
+    to_task: str | None
+    entry_seq: int
+    entry_artifact_id: str
+    entry_reused: bool
+    reason: str = ""
+    ts: float = 0.0
+    operation: str = "forward"
+    handoff_id: int | None = None
+
+
 class EventRecord(msgspec.Struct, kw_only=True, gc=False):
     """One structured event; ``scope`` is run | pipeline | task | resource."""
 
@@ -218,14 +244,19 @@ class Batch:
     Upserts: runs, pipelines (``created_at`` of an existing row is kept), tasks, artifacts,
     metrics, resources. Progress: after the pipeline upserts, set ``cursor`` and
     ``attempts_total`` of an existing pipeline row (an unknown id is ignored). Appends:
-    attempts, events, metric points (a point whose ``op_id`` exists is ignored). A checkpoint
-    is a batch; so is a flush of buffered history.
+    attempts, events, metric points (a point whose ``op_id`` exists is ignored), handoffs
+    (``handoff_id`` assigned like ``attempt_id``). ``finals_cleared``: pipeline ids whose stored
+    artifacts lose their final flag before this batch's artifacts are written (a pipeline with
+    control flow keeps exactly one final artifact). A checkpoint is a batch; so is a flush of
+    buffered history.
     """
 
     __slots__ = (
         "artifacts",
         "attempts",
         "events",
+        "finals_cleared",
+        "handoffs",
         "metric_points",
         "metrics",
         "pipelines",
@@ -247,6 +278,8 @@ class Batch:
         self.metrics: list[MetricRecord] = []
         self.metric_points: list[MetricPoint] = []
         self.resources: list[ResourceRecord] = []
+        self.handoffs: list[HandoffRecord] = []
+        self.finals_cleared: list[str] = []
 
     def __len__(self) -> int:
         return (
@@ -260,6 +293,8 @@ class Batch:
             + len(self.metrics)
             + len(self.metric_points)
             + len(self.resources)
+            + len(self.handoffs)
+            + len(self.finals_cleared)
         )
 
     def extend(self, other: Batch) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from .codecs import CodecRegistry
 from .digest import blake2b_hasher, digest_bytes, digest_of
 from .errors import ArtifactCodecError, ConfigError, FatalError, PipelineBuildError, safe_str
+from .handoff import ControlPlan, Handoff, resolve_control
 from .retry import Retrying, coerce_retry
 from .task import TaskSpec
 
@@ -129,13 +130,19 @@ class PipelineTemplate:
         tags: Mapping[str, Any] | None = None,
         include_code: bool = True,
         codecs: CodecRegistry | None = None,
+        control: ControlPlan | None = None,
     ) -> None:
         self.name = name
         self.tasks = tasks
         self.tags = dict(tags or {})
         self.include_code = include_code
         self._codecs = codecs
-        self.spec_digest = "v2:" + digest_of([t.fingerprint(include_code) for t in tasks])
+        #: the allowed handoffs (None: a plain chain, where a returned ``Handoff`` fails the task)
+        self.control = control
+        identity: list[Any] = [t.fingerprint(include_code) for t in tasks]
+        if control is not None:  # only then: the digest of every plain chain stays what it was
+            identity.append({"control": control.fingerprint()})
+        self.spec_digest = "v2:" + digest_of(identity)
 
     @property
     def codecs(self) -> CodecRegistry:
@@ -208,7 +215,7 @@ class PipelineTemplate:
         yield from _bind_pairs(self._binder(), pairs, repeats)
 
     def describe(self) -> dict[str, Any]:
-        return {
+        described: dict[str, Any] = {
             "name": self.name,
             "spec_digest": self.spec_digest,
             "tasks": [
@@ -229,6 +236,9 @@ class PipelineTemplate:
                 for i, t in enumerate(self.tasks)
             ],
         }
+        if self.control is not None:
+            described["control"] = self.control.describe()
+        return described
 
 
 def _flatten(items: tuple[Any, ...]) -> tuple[TaskSpec, ...]:
@@ -249,14 +259,21 @@ def pipeline(
     tags: Mapping[str, Any] | None = None,
     include_code: bool = True,
     codecs: CodecRegistry | None = None,
+    control: Mapping[str, Any] | ControlPlan | None = None,
 ) -> PipelineTemplate:
-    """Build a template from tasks (or chains made with ``|``)."""
+    """Build a template from tasks (or chains made with ``|``).
+
+    ``control={"edges": {"judge": ["report", "end"]}}`` lets tasks return ``Handoff`` along the
+    declared forward edges (see ``pyattacker.handoff``)."""
     if not isinstance(name, str) or not name:
         raise PipelineBuildError(f"pipeline name must be a non-empty string, got {name!r}")
     flat = _flatten(tasks)
     if not flat:
         raise PipelineBuildError(f"pipeline {name!r} has no tasks")
-    return PipelineTemplate(name, flat, tags=tags, include_code=include_code, codecs=codecs)
+    plan = resolve_control(control, [t.name for t in flat]) if isinstance(control, Mapping) else control
+    if plan is not None and plan.names != tuple(t.name for t in flat):
+        raise PipelineBuildError(f"pipeline {name!r}: the control plan was resolved for another chain")
+    return PipelineTemplate(name, flat, tags=tags, include_code=include_code, codecs=codecs, control=plan)
 
 
 def _agree(children: tuple[TaskSpec, ...], attr: str) -> Any:
@@ -298,7 +315,7 @@ def fanout(
                 # asyncio re-raises a SystemExit of a child task out of the event loop (the whole
                 # run would die): keep it this child's failure, like in a plain task
                 raise RuntimeError(f"fanout child {child.name!r} raised SystemExit({exc.code!r})") from exc
-            if getattr(result, "__pyattacker_handoff__", False):
+            if type(result) is Handoff:
                 raise FatalError(f"fanout child {child.name!r} returned a handoff; not allowed inside fanout")
             return result
 

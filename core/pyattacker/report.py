@@ -50,7 +50,13 @@ class RunReport(msgspec.Struct, kw_only=True):
         """0 all done, 1 some failed (or a repair failed), 130 interrupted and resumable."""
         if self.status == "interrupted" and self.stop_reason in ("signal", "cancelled"):
             return 130
-        if self.stop_reason in ("producer_error", "identity_conflict", "store_unavailable", "worker_crashed"):
+        if self.stop_reason in (
+            "producer_error",
+            "identity_conflict",
+            "store_feature_unsupported",
+            "store_unavailable",
+            "worker_crashed",
+        ):
             return 2
         if self.failed or self.repair_failures:
             return 1
@@ -71,7 +77,8 @@ class RunReport(msgspec.Struct, kw_only=True):
             f"run {self.run_id}: {self.status}" + (f" ({self.stop_reason})" if self.stop_reason else ""),
             f"pipelines: succeeded={c.get('pipelines_succeeded', 0)} failed={c.get('pipelines_failed', 0)}"
             f" interrupted={c.get('pipelines_interrupted', 0)} skipped={c.get('skipped', 0)}",
-            f"attempts: total={c.get('attempts', 0)} retries={c.get('retries', 0)}",
+            f"attempts: total={c.get('attempts', 0)} retries={c.get('retries', 0)}"
+            + (f" handoffs={c['handoffs']}" if c.get("handoffs") else ""),
             f"duration: {self.duration_ms / 1000:.2f}s",
         ]
         if c.get("leases_leaked"):

@@ -39,15 +39,18 @@ from .errors import (
     ConfigError,
     CorruptCheckpoint,
     CorruptRow,
+    FatalError,
     LeaseLeakError,
     PipelineIdentityConflict,
     PoolNotFound,
+    StoreFeatureUnsupported,
     StoreUnavailable,
     WorkerCrashed,
     error_class_of,
     safe_str,
 )
 from .event_loop import loop_factory, resolve_event_loop
+from .handoff import Handoff
 from .model import (
     ArtifactRecord,
     AttemptRecord,
@@ -61,6 +64,7 @@ from .model import (
 from .pipeline import PipelineSpec
 from .recorder import Recorder
 from .report import RunReport
+from .runner_control import RunnerControl
 from .store import Store, open_store
 from .task import TaskSpec
 
@@ -78,6 +82,8 @@ class _Pipeline:
 
     __slots__ = (
         "attempt",
+        "entry",
+        "ledger_rows",
         "metric_steps",
         "n",
         "record",
@@ -105,6 +111,11 @@ class _Pipeline:
         self.write_seed = False
         #: this run already wrote the full pipeline row (later checkpoints only advance the cursor)
         self.row_written = False
+        #: ``(destination seq, artifact id, artifact seq)`` of the last handoff into this
+        #: traversal: the input of the task at that seq (None: every input is the previous output)
+        self.entry: tuple[int, str, int] | None = None
+        #: rows of this pipeline's control ledger (numbers the entry artifacts it writes)
+        self.ledger_rows = 0
 
 
 def _process_start_time() -> float | None:
@@ -427,9 +438,11 @@ class Runner:
                 "monitor_callback_errors",
                 "metric_failures",
                 "sink_errors",
+                "handoffs",
             ),
             0,
         )
+        self._control = RunnerControl(self)
         self._stopping = False
         self._hard = False
         self._stop_reason = None
@@ -764,6 +777,9 @@ class Runner:
         elif isinstance(exc, PipelineIdentityConflict):
             self._fatal = self._fatal or exc
             self.stop("identity_conflict")
+        elif isinstance(exc, StoreFeatureUnsupported):
+            self._fatal = self._fatal or exc
+            self.stop("store_feature_unsupported")
         elif task.get_name() == "pyattacker-producer":
             self._producer_error = f"{type(exc).__name__}: {_error_text(exc)}"
             self._producer_done = True
@@ -1148,12 +1164,23 @@ class Runner:
             )
         )
         previous_run = record.run_id
+        discarded = record.cursor
         start, value = 0, spec.seed
         restart = cfg.fresh_restart and row is not None
-        if row is not None and not restart and row.state != "succeeded":
-            if row.cursor > n or row.cursor < 0:
-                self._corrupt(spec, record)
+        resumable = row is not None and not restart and row.state != "succeeded"
+        if resumable and (record.cursor > n or record.cursor < 0):
+            self._corrupt(spec, record)
+            return None
+        plan = None
+        if template.control is not None:
+            self._control.check_ledger(spec)
+            plan = self._control.resume(
+                spec, row, resumable, "fresh_restart" if restart else "retry_succeeded"
+            )
+            if plan is None:
                 return None
+            start, value = plan.start, plan.value
+        elif row is not None and resumable:
             if row.cursor == n:
                 if self._repair(spec, record):
                     return None
@@ -1183,13 +1210,13 @@ class Runner:
         record.repeat = spec.repeat
         state = _Pipeline(spec, record, start, value)
         state.write_seed = row is None or restart or start == 0
+        if plan is not None:
+            self._control.opened(state, plan, discarded)
         if start > 0:
-            self._event(
-                "pipeline.resumed",
-                "pipeline",
-                pipeline_id=spec.key,
-                data={"from_seq": start, "resume_of": previous_run},
-            )
+            resumed: dict[str, Any] = {"from_seq": start, "resume_of": previous_run}
+            if plan is not None:
+                resumed.update(plan.via())
+            self._event("pipeline.resumed", "pipeline", pipeline_id=spec.key, data=resumed)
         return state
 
     def _load_checkpoint(self, spec: PipelineSpec, row: PipelineRecord) -> tuple[int, Any]:
@@ -1215,10 +1242,14 @@ class Runner:
             self._event(kind, "pipeline", pipeline_id=spec.key, data=data)
         return start, value
 
-    def _checkpoint_at(self, spec: PipelineSpec, seq: int) -> tuple[Any, tuple[str, dict[str, Any]] | None]:
+    def _checkpoint_at(
+        self, spec: PipelineSpec, seq: int, task: str | None = None
+    ) -> tuple[Any, tuple[str, dict[str, Any]] | None]:
         """``(value, None)`` for the output of task ``seq``, or ``(None, (event kind, data))``
-        saying why it cannot be used."""
-        task = spec.template.tasks[seq].name
+        saying why it cannot be used. ``task`` names the writer of an artifact past the chain's
+        slots (a handoff's entry)."""
+        chain = spec.template.tasks
+        task = task or chain[seq].name
         try:
             art = self.store.get_artifact(spec.key, seq)
         except CorruptRow as exc:  # a damaged artifact row: like bytes no codec can decode
@@ -1242,7 +1273,7 @@ class Runner:
                 {"seq": seq, "task": task, "reason": "summary_journal_or_null_backend"},
             )
         try:
-            types = self._returned_types(spec.template.tasks[seq])
+            types = self._returned_types(chain[seq]) if 0 <= seq < len(chain) else {}
             return self.codecs.decode(art.codec, art.type_name, art.payload, types), None
         except ArtifactCodecError as exc:
             return None, ("pipeline.checkpoint_unusable", {"seq": seq, "task": task, "error": str(exc)})
@@ -1295,15 +1326,19 @@ class Runner:
         self._recorder_pending().pipelines.append(record)
         self.counters["pipelines_failed"] += 1
 
-    def _repair(self, spec: PipelineSpec, record: PipelineRecord) -> bool:
+    def _repair(
+        self, spec: PipelineSpec, record: PipelineRecord, final_seq: int | None = None, jump: Any = None
+    ) -> bool:
         """A pipeline whose last artifact is durable but whose row never said so: settle it.
 
         False when that artifact is not there after all (a row edited or deleted by hand): its
         answer is not on disk, so the caller runs the last task again instead of leaving the
         pipeline unfinished at every resume. ``n`` is the chain's length, as in ``_open`` (the
-        stored ``n_tasks_total`` may be wrong)."""
+        stored ``n_tasks_total`` may be wrong). ``final_seq``: the artifact that ends the
+        pipeline when it is not the last task's (the entry of a committed END ``jump``)."""
         n = len(spec.template.tasks)
-        art = self.store.get_artifact(spec.key, n - 1)
+        seq = n - 1 if final_seq is None else final_seq
+        art = self.store.get_artifact(spec.key, seq)
         previous = {
             "previous_state": record.state,
             "previous_error_type": record.error_type,
@@ -1316,7 +1351,11 @@ class Runner:
                 "pipeline.checkpoint_missing",
                 "pipeline",
                 pipeline_id=spec.key,
-                data={"seq": n - 1, "reason": "terminal_artifact_missing", "action": "rerun_last_task"},
+                data={
+                    "seq": seq,
+                    "reason": "terminal_artifact_missing",
+                    "action": "rerun_last_task" if jump is None else "restart_from_seed",
+                },
             )
             return False
         settled = msgspec_copy(record)
@@ -1328,6 +1367,8 @@ class Runner:
         ) = None
         batch = Batch()
         art.is_final = True
+        if spec.template.control is not None:
+            batch.finals_cleared.append(spec.key)
         batch.artifacts.append(art)
         batch.pipelines.append(settled)
         try:
@@ -1352,7 +1393,8 @@ class Runner:
                 "n_tasks_done": n,
                 "n_tasks_total": n,
                 "artifact": art.artifact_id,
-                "artifact_seq": n - 1,
+                "artifact_seq": seq,
+                **({} if jump is None else {"handoff_id": jump.handoff_id, "handoff_task": jump.from_task}),
             },
         )
         self._event(
@@ -1534,6 +1576,18 @@ class Runner:
                 error = LeaseLeakError(
                     f"task {spec.name!r} ended holding {len(leaked)} lease(s) (strict_leases)"
                 )
+        if error is None and type(value) is Handoff:
+            try:
+                jump, value, entry = self._control.stage_handoff(state, ctx, value, t0, wall0)
+            except (FatalError, ArtifactCodecError) as exc:
+                error = exc
+            except ArtifactBackendUnavailable as exc:
+                self._backend_failed(state, ctx, t0, wall0, exc)
+                return False
+            else:
+                assert self._recorder is not None
+                await self._recorder.commit_ticket()  # the jump is durable before the next task
+                return self._control.handed_off(state, ctx, jump, value, entry)
         if error is None:
             try:
                 art = self._stage_checkpoint(state, ctx, value, t0, wall0)
@@ -1754,6 +1808,8 @@ class Runner:
         if last:
             record.state = "succeeded"
             record.finished_at = now
+            if state.spec.template.control is not None:  # one final artifact, whatever came before
+                batch.finals_cleared.append(key)
         if last or not state.row_written:
             batch.pipelines.append(msgspec_copy(record))
             state.row_written = True

@@ -41,6 +41,13 @@ def count_rows(store: Store, kind: str, run_id: str | None = None) -> int:
     return sum(1 for _ in iter_rows(store, kind, run_id=run_id))
 
 
+def count_handoffs(store: Store, run_id: str | None = None) -> int:
+    """Handoffs (``forward`` ledger rows) committed by ``run_id`` (None: by every run); 0 for a
+    store without a control ledger."""
+    count = getattr(store, "count_handoffs", None)
+    return int(count(run_id)) if callable(count) else 0
+
+
 def compute_stats(store: Store, run_id: str | None = None) -> dict[str, Any]:
     """Stats by scanning every row (for stores without a native ``stats``)."""
     by_state: dict[str, int] = {}
@@ -65,6 +72,7 @@ def compute_stats(store: Store, run_id: str | None = None) -> dict[str, Any]:
         "tasks": {"by_name": {name: dict(sorted(s.items())) for name, s in sorted(by_name.items())}},
         "attempts_total": count_rows(store, "attempts", run_id),
         "events_total": count_rows(store, "events", run_id),
+        "handoffs_total": count_handoffs(store, run_id),
     }
 
 

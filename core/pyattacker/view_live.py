@@ -416,6 +416,7 @@ def snapshot(
         "tasks": stats.get("tasks", {}),
         "attempts_total": stats.get("attempts_total", 0),
         "events_total": stats.get("events_total", 0),
+        "handoffs_total": stats.get("handoffs_total", 0),
         "counters": counters,
         "in_flight": in_flight,
         "parked": len(digest.parked),

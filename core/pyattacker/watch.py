@@ -149,7 +149,8 @@ def render_snapshot(snap: dict[str, Any]) -> Group:
             )
         )
     counters = snap["counters"]
-    attempts = Text(f"attempts total={snap['attempts_total']} events={snap['events_total']}")
+    handoffs = f" handoffs={snap['handoffs_total']}" if snap.get("handoffs_total") else ""
+    attempts = Text(f"attempts total={snap['attempts_total']} events={snap['events_total']}{handoffs}")
     if counters.get("retries"):
         attempts.append(f" retries={counters['retries']}")
     lines.append(attempts)

@@ -18,6 +18,7 @@ from pyattacker.model import (
     AttemptRecord,
     Batch,
     EventRecord,
+    HandoffRecord,
     MetricPoint,
     MetricRecord,
     PipelineRecord,
@@ -46,6 +47,7 @@ class MemoryStore:
         self._artifacts: dict[str, ArtifactRecord] = {}
         self._attempts: list[AttemptRecord] = []
         self._events: list[EventRecord] = []
+        self._handoffs: list[HandoffRecord] = []
         self._metrics: dict[tuple[str, str, str], MetricRecord] = {}
         self._points: list[MetricPoint] = []
         self._point_ops: set[str] = set()
@@ -64,6 +66,7 @@ class MemoryStore:
         artifacts = [_copy(a) for a in batch.artifacts]
         attempts = [_copy(a) for a in batch.attempts]
         events = [_copy(e) for e in batch.events]
+        handoffs = [_copy(h) for h in batch.handoffs]
         metrics = [_copy(m) for m in batch.metrics]
         points = [_copy(p) for p in batch.metric_points]
         resources = [_copy(r) for r in batch.resources]
@@ -83,6 +86,10 @@ class MemoryStore:
                 current.attempts_total = step.attempts_total
         for t in tasks:
             self._tasks[t.task_run_id] = t
+        for pid in batch.finals_cleared:
+            for a in self._artifacts.values():
+                if a.pipeline_id == pid:
+                    a.is_final = False
         for a in artifacts:
             self._artifacts[a.artifact_id] = a
         for original, at in zip(batch.attempts, attempts, strict=True):
@@ -91,6 +98,9 @@ class MemoryStore:
         for original_ev, ev in zip(batch.events, events, strict=True):
             ev.event_id = original_ev.event_id = len(self._events) + 1
             self._events.append(ev)
+        for original_h, h in zip(batch.handoffs, handoffs, strict=True):
+            h.handoff_id = original_h.handoff_id = len(self._handoffs) + 1
+            self._handoffs.append(h)
         for m in metrics:
             self._metrics[(m.run_id, m.pipeline_id, m.name)] = m
         for pt in points:
@@ -128,6 +138,15 @@ class MemoryStore:
     def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
         row = self._artifacts.get(f"{pipeline_id}:{seq}")
         return None if row is None else _copy(row)
+
+    def handoffs(self, pipeline_id: str) -> list[HandoffRecord]:
+        """The pipeline's control ledger, oldest first."""
+        return [_copy(h) for h in self._handoffs if h.pipeline_id == pipeline_id]
+
+    def count_handoffs(self, run_id: str | None = None) -> int:
+        return sum(
+            1 for h in self._handoffs if h.operation == "forward" and (run_id is None or h.run_id == run_id)
+        )
 
     def get_run(self, run_id: str) -> RunRecord | None:
         row = self._runs.get(run_id)

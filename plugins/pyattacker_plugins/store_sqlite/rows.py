@@ -19,6 +19,7 @@ from pyattacker.model import (
     ArtifactRecord,
     AttemptRecord,
     EventRecord,
+    HandoffRecord,
     MetricPoint,
     MetricRecord,
     PipelineRecord,
@@ -32,6 +33,7 @@ __all__ = [
     "compile_function",
     "ATTEMPTS",
     "EVENTS",
+    "HANDOFFS",
     "METRICS",
     "METRIC_POINTS",
     "PIPELINES",
@@ -348,3 +350,13 @@ RESOURCES = RowCodec(
     ("spec", "stats"),
     key=("run_id", "pool", "resource_id"),
 )
+
+HANDOFFS = RowCodec(
+    "handoffs",
+    HandoffRecord,
+    (
+        "handoff_id", "pipeline_id", "run_id", "from_seq", "from_task", "to_seq", "to_task",
+        "entry_seq", "entry_artifact_id", "entry_reused", "reason", "ts", "operation",
+    ),
+    bool_fields=("entry_reused",),
+)  # fmt: skip

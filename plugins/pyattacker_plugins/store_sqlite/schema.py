@@ -14,10 +14,22 @@ from pathlib import Path
 
 from pyattacker.errors import ConfigError, StoreUnavailable
 
-from .rows import ARTIFACTS, ATTEMPTS, EVENTS, METRIC_POINTS, METRICS, PIPELINES, RESOURCES, RUNS, TASKS
+from .rows import (
+    ARTIFACTS,
+    ATTEMPTS,
+    EVENTS,
+    HANDOFFS,
+    METRIC_POINTS,
+    METRICS,
+    PIPELINES,
+    RESOURCES,
+    RUNS,
+    TASKS,
+)
 
 __all__ = [
     "APPLICATION",
+    "ADDED_TABLES",
     "APPLICATION_ID",
     "MIGRATIONS",
     "SCHEMA_VERSION",
@@ -31,7 +43,7 @@ __all__ = [
 APPLICATION = "pyattacker"
 #: "PYAT" as a big-endian 32-bit integer, stored in the file header.
 APPLICATION_ID = 0x50594154
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _REAL = {
     "started_at", "ended_at", "heartbeat_at", "pid_started_at", "created_at", "finished_at", "ts",
@@ -39,7 +51,7 @@ _REAL = {
 }  # fmt: skip
 _INT = {
     "pid", "n_tasks_total", "cursor", "attempts_total", "repeat", "seq", "attempts_used", "attempt",
-    "metric_failures", "size", "is_final", "step",
+    "metric_failures", "size", "is_final", "step", "from_seq", "to_seq", "entry_seq", "entry_reused",
 }  # fmt: skip
 
 
@@ -71,6 +83,8 @@ def _table(
         defs.append('"pk" INTEGER NOT NULL')
     elif table in ("attempts", "events"):
         defs.append('"pk" INTEGER')  # the pipeline's key (NULL for run/resource events)
+    elif table == "handoffs":
+        defs.append('"pk" INTEGER NOT NULL')
     defs += [f'"{c}" {_column_type(c)}' for c in columns if c != rowid_key]
     suffix = " WITHOUT ROWID" if clustered else ""
     return f'CREATE TABLE "{table}" ({", ".join(defs)}, {constraint}){suffix}'
@@ -119,8 +133,18 @@ _V2 = (
     " WHERE EXISTS (SELECT 1 FROM tasks WHERE state = 'running')",
 )
 
+#: Version 3: the control ledger of pipelines that hand off (``pyattacker.handoff``). Rows are
+#: few (one per handoff or restart of such a pipeline), read per pipeline on resume and export.
+_V3 = (
+    _table(HANDOFFS.columns, "handoffs", "CHECK (handoff_id > 0)", rowid_key="handoff_id"),
+    "CREATE INDEX handoffs_by_pipeline ON handoffs (pk)",
+    "CREATE INDEX handoffs_by_run ON handoffs (run_id)",
+)
+#: tables that came with a version after 1: a file of an older version lacks them by design
+ADDED_TABLES = {"handoffs": 3}
+
 #: version -> statements that bring a file from ``version - 1`` to ``version`` (additive only).
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2}
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3}
 
 
 def ro_uri(path: str) -> str:
@@ -180,7 +204,8 @@ def _probe_connection(conn: sqlite3.Connection, path: str) -> int:
         )
     if version < 1:
         raise _not_ours(path, f"schema_version {version}")
-    missing = sorted(TABLES - tables)
+    expected = TABLES | {t for t, since in ADDED_TABLES.items() if version >= since}
+    missing = sorted(expected - tables)
     if missing:
         raise ConfigError(
             f"store {path} is damaged: table {', '.join(missing)} is missing"

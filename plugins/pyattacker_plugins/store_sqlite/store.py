@@ -23,6 +23,7 @@ from pyattacker.errors import ConfigError, CorruptRow, StoreUnavailable
 from pyattacker.model import (
     ArtifactRecord,
     Batch,
+    HandoffRecord,
     MetricPoint,
     MetricRecord,
     PipelineRecord,
@@ -38,6 +39,7 @@ from .rows import (
     ARTIFACTS,
     ATTEMPTS,
     EVENTS,
+    HANDOFFS,
     METRIC_POINTS,
     METRICS,
     PIPELINES,
@@ -119,12 +121,15 @@ _WRITES: tuple[tuple[str, Statement], ...] = (
     ("artifacts", _clustered(ARTIFACTS, ("pk", "seq"), keep=("pipeline_id", "seq"))),
     ("attempts", _clustered(ATTEMPTS, None)),
     ("events", _clustered(EVENTS, None)),
+    ("handoffs", _clustered(HANDOFFS, None)),
     ("metrics", _upsert(METRICS, ("run_id", "pipeline_id", "name"))),
     ("metric_points", _insert(METRIC_POINTS, " ON CONFLICT (op_id) DO NOTHING")),
     ("resources", _upsert(RESOURCES, ("run_id", "pool", "resource_id"))),
 )
 #: batch attributes whose rows carry the pipeline's clustering key
-_KEYED = ("pipelines", "tasks", "artifacts", "attempts", "events")
+_KEYED = ("pipelines", "tasks", "artifacts", "attempts", "events", "handoffs")
+#: a pipeline's earlier final artifacts, unmarked before a new one is written (``Batch.finals_cleared``)
+_CLEAR_FINALS = "UPDATE artifacts SET is_final = 0 WHERE pk = ? AND is_final"
 
 _PAGE_CODECS: dict[str, RowCodec[Any]] = {
     "pipelines": PIPELINES,
@@ -173,19 +178,21 @@ def _clustered_page_sql(codec: RowCodec[Any], filters: tuple[str, ...], keyset: 
     )
 
 
-_CHILD_CODECS: dict[str, RowCodec[Any]] = {"tasks": TASKS, "artifacts": ARTIFACTS}
+_CHILD_CODECS: dict[str, RowCodec[Any]] = {"tasks": TASKS, "artifacts": ARTIFACTS, "handoffs": HANDOFFS}
+#: the order of each child kind within one pipeline
+_CHILD_ORDER = {"tasks": "seq", "artifacts": "seq", "handoffs": "handoff_id"}
 
 
 @lru_cache(maxsize=64)
 def _children_sql(kind: str, n: int) -> str:
-    """Tasks or artifacts of n pipeline ids, by (pipeline_id, seq) like ``page``: one index probe
-    of the key table per id, then that pipeline's clustered rows."""
+    """Tasks, artifacts or ledger rows of n pipeline ids, by pipeline id then seq (handoff id):
+    one index probe of the key table per id, then that pipeline's rows."""
     codec = _CHILD_CODECS[kind]
     cols = ", ".join(f't."{c}"' for c in codec.columns)
     marks = ", ".join("?" for _ in range(n))
     return (
         f'SELECT {cols} FROM pipeline_keys AS k JOIN "{kind}" AS t ON t.pk = k.pk'
-        f' WHERE k."pipeline_id" IN ({marks}) ORDER BY k."pipeline_id", t."seq"'
+        f' WHERE k."pipeline_id" IN ({marks}) ORDER BY k."pipeline_id", t."{_CHILD_ORDER[kind]}"'
     )
 
 
@@ -315,6 +322,11 @@ class SqliteStore:
         self._mutex = threading.RLock()
         self._next_attempt_id = self._next_id("attempts", "attempt_id")
         self._next_event_id = self._next_id("events", "event_id")
+        #: a reader of a file of schema 2 or older has no ledger (a writer migrates it first)
+        self.has_ledger = bool(
+            conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'handoffs'").fetchone()
+        )
+        self._next_handoff_id = self._next_id("handoffs", "handoff_id") if self.has_ledger else 1
         #: pipeline id -> pk of committed key rows. Rows carry the pk itself (resolved here, not
         #: by a sub-select per row); bounded, since only pipelines in flight need to be here.
         self._known: dict[str, int] = {}
@@ -393,11 +405,15 @@ class SqliteStore:
                 attempt.attempt_id = i
             for i, event in enumerate(batch.events, self._next_event_id):
                 event.event_id = i
+            for i, handoff in enumerate(batch.handoffs, self._next_handoff_id):
+                handoff.handoff_id = i
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 pks, fresh = self._resolve_keys(conn, batch)
                 for attr, statement in _WRITES:
                     rows = getattr(batch, attr)
+                    if attr == "artifacts" and batch.finals_cleared:
+                        conn.executemany(_CLEAR_FINALS, [(pks[p],) for p in batch.finals_cleared if p in pks])
                     if rows:
                         statement.run(conn, rows, pks.get if statement.clustered else None)
                     if attr == "tasks" and rows and "running" in [t.state for t in rows]:
@@ -418,6 +434,8 @@ class SqliteStore:
                     attempt.attempt_id = None
                 for event in batch.events:
                     event.event_id = None
+                for handoff in batch.handoffs:
+                    handoff.handoff_id = None
                 if isinstance(exc, Exception):
                     raise StoreUnavailable(
                         f"store {self.path}: commit failed, nothing written ({type(exc).__name__}: {exc})"
@@ -425,6 +443,7 @@ class SqliteStore:
                 raise
             self._next_attempt_id += len(batch.attempts)
             self._next_event_id += len(batch.events)
+            self._next_handoff_id += len(batch.handoffs)
             # only now: a rolled-back batch registered nothing and allocated no key
             self._next_pk += fresh
             if self.wal_bound is not None:
@@ -453,6 +472,7 @@ class SqliteStore:
                     else:
                         pks[pid] = pk
         absent = [p.pipeline_id for p in batch.progress if p.pipeline_id not in pks]
+        absent += [p for p in batch.finals_cleared if p not in pks]
         if absent:
             missing.extend(dict.fromkeys(p for p in absent if p not in known))
             pks.update({p: known[p] for p in absent if p in known})
@@ -546,7 +566,9 @@ class SqliteStore:
         ids (optional method: ``export`` reads the children of a batch of pipelines with it)."""
         codec = _CHILD_CODECS.get(kind)
         if codec is None:
-            raise ValueError(f"rows_by_pipeline: kind must be tasks or artifacts, got {kind!r}")
+            raise ValueError(f"rows_by_pipeline: kind must be tasks, artifacts or handoffs, got {kind!r}")
+        if kind == "handoffs" and not self.has_ledger:
+            return {}
         return self._grouped(lambda n: _children_sql(kind, n), codec, ids, ())
 
     @_names_store
@@ -668,6 +690,15 @@ class SqliteStore:
         where, params = _run_filter(run_id if "run_id" in _PAGE_FILTERS[kind] else None)
         return int(self._query(f'SELECT COUNT(*) FROM "{kind}"{where}', params)[0][0])
 
+    def count_handoffs(self, run_id: str | None = None) -> int:
+        """Handoffs committed by ``run_id`` (restarts of a traversal are not counted)."""
+        if not self.has_ledger:
+            return 0
+        and_run, params = _run_filter(run_id, " AND")
+        return int(
+            self._query(f"SELECT COUNT(*) FROM handoffs WHERE operation = 'forward'{and_run}", params)[0][0]
+        )
+
     def attempt_summaries(
         self, run_id: str | None, after: int | None, limit: int
     ) -> list[tuple[int, float, float, str]]:
@@ -707,6 +738,14 @@ class SqliteStore:
             (pipeline_id, seq),
         )
         return ARTIFACTS.decode(rows[0]) if rows else None
+
+    @_names_store
+    def handoffs(self, pipeline_id: str) -> list[HandoffRecord]:
+        """The pipeline's control ledger, oldest first (optional method: a store without it
+        cannot run pipelines that hand off)."""
+        if not self.has_ledger:
+            return []
+        return [HANDOFFS.decode(row) for row in self._query(_children_sql("handoffs", 1), (pipeline_id,))]
 
     @_names_store
     def get_run(self, run_id: str) -> RunRecord | None:
@@ -790,7 +829,7 @@ class SqliteStore:
             try:
                 conn.execute("BEGIN")
                 try:
-                    return _stats(conn, run_id)
+                    return _stats(conn, run_id, self.has_ledger)
                 finally:
                     conn.execute("COMMIT")
             except sqlite3.Error as exc:
@@ -852,7 +891,7 @@ def _sorted_durations(conn: sqlite3.Connection, run_id: str | None) -> array[flo
     return array("d", (d for (d,) in rows))
 
 
-def _stats(conn: sqlite3.Connection, run_id: str | None) -> dict[str, Any]:
+def _stats(conn: sqlite3.Connection, run_id: str | None, ledger: bool) -> dict[str, Any]:
     where, params = _run_filter(run_id)
     states = _typed_counts(conn, PIPELINES, _STATE_TYPED, "state", run_id)
     by_state = {state: n for state, n, _ in states}
@@ -863,6 +902,12 @@ def _stats(conn: sqlite3.Connection, run_id: str | None) -> dict[str, Any]:
         by_name.setdefault(name, {})[state] = n
     attempts = conn.execute(f"SELECT COUNT(*) FROM attempts{where}", params).fetchone()[0]
     events = conn.execute(f"SELECT COUNT(*) FROM events{where}", params).fetchone()[0]
+    handoffs = 0
+    if ledger:
+        and_run, _ = _run_filter(run_id, " AND")
+        handoffs = conn.execute(
+            f"SELECT COUNT(*) FROM handoffs WHERE operation = 'forward'{and_run}", params
+        ).fetchone()[0]
     return {
         "pipelines": {
             "total": sum(by_state.values()),
@@ -872,6 +917,7 @@ def _stats(conn: sqlite3.Connection, run_id: str | None) -> dict[str, Any]:
         "tasks": {"by_name": by_name},
         "attempts_total": attempts,
         "events_total": events,
+        "handoffs_total": handoffs,
     }
 
 

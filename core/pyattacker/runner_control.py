@@ -1,0 +1,373 @@
+"""The runner's handoff steps: committing a jump, and where a pipeline that jumped resumes.
+
+Kept apart from ``runner.py`` because only pipelines that declare ``control`` ever get here:
+the per-task path of a plain chain pays one type test on a task's return value, nothing more.
+
+A handoff is one group commit, like a checkpoint: the source task's row (``handed_off``), its
+attempt, the entry artifact when the task handed over a value, the ledger row, and the pipeline
+row with its cursor at the destination (``succeeded`` for END). The ledger row, not the event,
+is what a resume reads: the newest ``forward`` row of the current traversal is the jump to
+honour; a ``restart`` row says the traversal began again from the seed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from .digest import digest_bytes
+from .errors import ArtifactCodecError, CorruptRow, FatalError, StoreFeatureUnsupported
+from .handoff import Handoff
+from .model import ArtifactRecord, HandoffRecord, PipelineRecord, TaskRecord
+
+if TYPE_CHECKING:
+    from .context import TaskContext
+    from .pipeline import PipelineSpec
+    from .runner import Runner, _Pipeline
+
+__all__ = ["Resumption", "RunnerControl"]
+
+
+class Resumption(msgspec.Struct, kw_only=True):
+    """Where a pipeline with control flow continues: ``start`` with ``value``; ``entry`` when
+    ``start`` is a handoff's destination fed by its entry artifact; ``restart`` names why the
+    traversal begins again from the seed (a ledger row is written) or is None."""
+
+    start: int
+    value: Any
+    entry: tuple[int, str, int] | None = None
+    restart: str | None = None
+    handoff: HandoffRecord | None = None
+    ledger_rows: int = 0
+
+    def via(self) -> dict[str, Any]:
+        """What ``pipeline.resumed`` adds when the pipeline resumes at a jump's destination."""
+        jump = self.handoff
+        if jump is None or self.start != jump.to_seq:
+            return {}
+        return {
+            "via": "handoff",
+            "handoff": {
+                "from_task": jump.from_task,
+                "from_seq": jump.from_seq,
+                "entry_artifact_id": jump.entry_artifact_id,
+            },
+        }
+
+
+def _current(ledger: list[HandoffRecord]) -> HandoffRecord | None:
+    """The jump the current traversal last committed (None: none since the last restart)."""
+    if ledger and ledger[-1].operation == "forward":
+        return ledger[-1]
+    return None
+
+
+class RunnerControl:
+    """The handoff path and the resume rules of pipelines that jump, for one ``Runner``."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        #: whether the store keeps a control ledger (asked once, by the first pipeline with control)
+        self._ledger_ok: bool | None = None
+
+    def check_ledger(self, spec: PipelineSpec) -> None:
+        """A store without the ledger cannot run such a pipeline: refused before it starts."""
+        r = self.runner
+        if self._ledger_ok is None:
+            store = r.store
+            self._ledger_ok = callable(getattr(store, "handoffs", None)) and bool(
+                getattr(store, "has_ledger", True)
+            )
+        if not self._ledger_ok:
+            raise StoreFeatureUnsupported(
+                f"pipeline {spec.template.name!r} declares control (handoffs), and store"
+                f" {getattr(r.store, 'location', r.store)!r} keeps no handoff ledger;"
+                " use a SQLite or memory store"
+            )
+
+    # -- resume ---------------------------------------------------------------------------------
+    def resume(
+        self, spec: PipelineSpec, row: PipelineRecord | None, resumable: bool, why: str
+    ) -> Resumption | None:
+        """Start of a pipeline with control flow (None: settled here, nothing to run).
+
+        ``resumable``: the stored row may continue (not succeeded, not a fresh restart); ``why``
+        is the reason recorded if the traversal restarts from the seed."""
+        r = self.runner
+        ledger: list[HandoffRecord] = r.store.handoffs(spec.key) if row is not None else []  # type: ignore[attr-defined]
+        jump = _current(ledger)
+        n = len(spec.template.tasks)
+        out = Resumption(start=0, value=spec.seed)
+        if resumable and row is not None:
+            if jump is not None and jump.to_seq is None:  # an END whose settle was never written
+                if r._repair(spec, row, jump.entry_seq, jump):
+                    return None
+            else:
+                if row.cursor == n:  # the last task's output is durable, the row never said so
+                    if r._repair(spec, row, n - 1):
+                        return None
+                    row.cursor = n - 1
+                if jump is not None:
+                    out = self.after_jump(spec, row, jump)
+                elif row.cursor > 0:
+                    out.start, out.value = r._load_checkpoint(spec, row)
+        if out.start == 0 and ledger and ledger[-1].operation != "restart":
+            out.restart = why if not resumable else "checkpoint_unusable"
+        out.handoff = jump if out.entry is not None else None
+        out.ledger_rows = len(ledger)
+        return out
+
+    def after_jump(self, spec: PipelineSpec, row: PipelineRecord, jump: HandoffRecord) -> Resumption:
+        """After a committed jump to ``jump.to_seq``: the latest usable output at or after the
+        destination, else the jump's entry, else the seed (never a task the jump skipped)."""
+        r = self.runner
+        assert jump.to_seq is not None
+        entry = (jump.to_seq, jump.entry_artifact_id, jump.entry_seq)
+        problem: tuple[str, dict[str, Any]] | None = None
+        for seq in range(min(row.cursor, len(spec.template.tasks)) - 1, jump.to_seq - 1, -1):
+            loaded, why = r._checkpoint_at(spec, seq)
+            if why is None:
+                return Resumption(start=seq + 1, value=loaded, entry=entry)
+            problem = problem or why
+        value, why = self.entry_value(spec, jump)
+        if why is None:
+            if problem is not None:
+                r._event(
+                    problem[0],
+                    "pipeline",
+                    pipeline_id=spec.key,
+                    data={**problem[1], "resume_from": jump.to_seq},
+                )
+            return Resumption(start=jump.to_seq, value=value, entry=entry)
+        kind, data = problem or why
+        r._event(kind, "pipeline", pipeline_id=spec.key, data={**data, "resume_from": 0})
+        return Resumption(start=0, value=spec.seed)
+
+    def entry_value(
+        self, spec: PipelineSpec, jump: HandoffRecord
+    ) -> tuple[Any, tuple[str, dict[str, Any]] | None]:
+        """The value a jump's destination receives, read back from its entry artifact."""
+        r = self.runner
+        if jump.entry_seq == -1:
+            return spec.seed, None
+        value, why = r._checkpoint_at(spec, jump.entry_seq, jump.from_task)
+        if why is not None:
+            why[1].update(handoff_id=jump.handoff_id, via="handoff")
+        return value, why
+
+    def opened(self, state: _Pipeline, plan: Resumption, discarded: int) -> None:
+        """The admitted pipeline takes the plan's entry and ledger count (and a restart row)."""
+        state.entry, state.ledger_rows = plan.entry, plan.ledger_rows
+        if plan.restart is not None:
+            self.mark_restart(state, plan.restart, discarded)
+
+    def mark_restart(self, state: _Pipeline, reason: str, cursor: int) -> None:
+        """A ledger row saying the traversal began again from the seed, committed with the
+        pipeline row at cursor 0: older jumps no longer drive its recovery."""
+        r = self.runner
+        key = state.spec.key
+        restart = HandoffRecord(
+            pipeline_id=key,
+            run_id=r.run_id or "",
+            from_seq=cursor,
+            from_task="",
+            to_seq=0,
+            to_task=state.tasks[0].name,
+            entry_seq=-1,
+            entry_artifact_id=f"{key}:-1",
+            entry_reused=True,
+            reason=reason,
+            ts=r.clock.wall(),
+            operation="restart",
+        )
+        batch = r._recorder_pending()
+        batch.handoffs.append(restart)
+        batch.pipelines.append(msgspec.structs.replace(state.record))
+        state.row_written = True
+        state.ledger_rows += 1
+
+    # -- the jump ---------------------------------------------------------------------------------
+    def input_of(self, state: _Pipeline) -> tuple[int, str]:
+        """``(seq, artifact id)`` of the artifact the current task received."""
+        key = state.spec.key
+        entry = state.entry
+        if entry is not None and entry[0] == state.seq:
+            return entry[2], entry[1]
+        return state.seq - 1, f"{key}:{state.seq - 1}"
+
+    def stage_handoff(
+        self, state: _Pipeline, ctx: TaskContext, directive: Handoff, t0: float, wall0: float
+    ) -> tuple[HandoffRecord, Any, ArtifactRecord | None]:
+        """Put a jump's rows into the next group commit; returns its ledger row, the value the
+        destination receives and the entry artifact (when one is written).
+
+        Raises ``FatalError`` (no control, undeclared edge, input not stored), the named
+        ``ArtifactCodecError`` or ``ArtifactBackendUnavailable`` before anything is staged."""
+        r = self.runner
+        assert r._recorder is not None
+        task = ctx.task
+        seq, n, key = state.seq, state.n, state.spec.key
+        template = state.spec.template
+        if template.control is None:
+            raise FatalError(
+                f"task {task.name!r} returned a Handoff, but pipeline {template.name!r} declares no"
+                " control (pipeline.control.edges)"
+            )
+        to_seq = template.control.destination(seq, directive)
+        is_end = to_seq == n
+        full = r.config.journal == "full"
+        now = r._wall()
+        entry_art: ArtifactRecord | None = None
+        seed_is_entry = False
+        if directive.reuses_input:
+            value = state.value
+            entry_seq, entry_id = self.input_of(state)
+            if is_end:  # the input becomes the final artifact: its row is written again, marked
+                if entry_seq == -1 and state.write_seed:
+                    seed_is_entry = True
+                else:
+                    entry_art = self.stored_input(key, task.name, entry_seq)
+        else:
+            value = directive.value
+            entry_seq = n + state.ledger_rows
+            entry_id = f"{key}:{entry_seq}"
+            try:
+                codec, type_name, data = r.codecs.encode(value)
+            except ArtifactCodecError as exc:
+                raise ArtifactCodecError(
+                    f"the value task {task.name!r} of pipeline {key!r} handed off cannot be stored: {exc}"
+                ) from exc
+            entry_art = ArtifactRecord(
+                artifact_id=entry_id,
+                pipeline_id=key,
+                task_name=task.name,
+                seq=entry_seq,
+                type_name=type_name,
+                codec=codec,
+                digest=digest_bytes(data),
+                size=len(data),
+                created_at=now,
+                payload=data if full else None,
+            )
+            if full and r._backend is not None:
+                try:
+                    entry_art = r._backend.put(entry_art)
+                except Exception as exc:
+                    raise r._backend_error(exc, task.name, key) from exc
+        seed = r._seed_artifact(state, full) if state.write_seed else None
+        # nothing below raises: the rows go out together or not at all
+        batch = r._recorder.pending
+        if is_end:
+            batch.finals_cleared.append(key)
+            if entry_art is not None:
+                entry_art = msgspec.structs.replace(entry_art, is_final=True)
+            elif seed is not None and seed_is_entry:
+                seed.is_final = True
+                entry_art = seed
+        if seed is not None:
+            batch.artifacts.append(seed)
+            state.write_seed = False
+        if entry_art is not None and entry_art is not seed:
+            batch.artifacts.append(entry_art)
+        task_wall = state.task_started_wall or wall0
+        batch.tasks.append(
+            TaskRecord(
+                task_run_id=ctx.task_run_id,
+                pipeline_id=key,
+                run_id=r.run_id or "",
+                name=task.name,
+                seq=seq,
+                state="handed_off",
+                attempts_used=ctx.attempt,
+                started_at=task_wall,
+                ended_at=now,
+                duration_ms=round((now - task_wall) * 1000.0, 3),
+                resource=task.resource,
+            )
+        )
+        ledger = HandoffRecord(
+            pipeline_id=key,
+            run_id=r.run_id or "",
+            from_seq=seq,
+            from_task=task.name,
+            to_seq=None if is_end else to_seq,
+            to_task=None if is_end else state.tasks[to_seq].name,
+            entry_seq=entry_seq,
+            entry_artifact_id=entry_id,
+            entry_reused=directive.reuses_input,
+            reason=directive.reason,
+            ts=now,
+        )
+        batch.handoffs.append(ledger)
+        record = state.record
+        record.cursor = to_seq
+        if is_end:
+            record.state = "succeeded"
+            record.finished_at = now
+        batch.pipelines.append(msgspec.structs.replace(record))
+        state.row_written = True
+        # last: with write-behind off this flushes the whole jump in one commit
+        r._record_attempt(state, ctx, t0, wall0, "handed_off", None, {})
+        return ledger, value, entry_art
+
+    def stored_input(self, key: str, task: str, seq: int) -> ArtifactRecord:
+        r = self.runner
+        try:
+            art = r.store.get_artifact(key, seq)
+        except CorruptRow as exc:
+            raise FatalError(
+                f"task {task!r} ended its pipeline with its input, which is unreadable: {exc}"
+            ) from exc
+        if art is None:
+            raise FatalError(
+                f"task {task!r} ended its pipeline with its input, whose row (seq {seq}) is not stored"
+            )
+        return art
+
+    def handed_off(
+        self,
+        state: _Pipeline,
+        ctx: TaskContext,
+        ledger: HandoffRecord,
+        value: Any,
+        entry: ArtifactRecord | None,
+    ) -> bool:
+        """After the jump's commit: move to the destination, or finish. True: run on."""
+        r = self.runner
+        key = state.spec.key
+        r.counters["handoffs"] += 1
+        state.ledger_rows += 1
+        r._event(
+            "pipeline.handoff",
+            "pipeline",
+            pipeline_id=key,
+            task_run_id=ctx.task_run_id,
+            data={
+                "task": ledger.from_task,
+                "seq": ledger.from_seq,
+                "to_task": ledger.to_task,
+                "to_seq": ledger.to_seq,
+                "reason": ledger.reason,
+                "handoff_id": ledger.handoff_id,
+                "entry_artifact_id": ledger.entry_artifact_id,
+                "entry_reused": ledger.entry_reused,
+                "operation": ledger.operation,
+            },
+        )
+        state.attempt = 0
+        state.task_started = state.task_started_wall = None
+        if ledger.to_seq is None:
+            state.seq = state.n
+            r._event(
+                "pipeline.succeeded",
+                "pipeline",
+                pipeline_id=key,
+                data={"tasks": state.n, "handed_off": True, "resumed_from": state.record.resume_of},
+            )
+            r._finished(state, "succeeded", entry)
+            return False
+        state.seq = ledger.to_seq
+        state.value = value
+        state.entry = (ledger.to_seq, ledger.entry_artifact_id, ledger.entry_seq)
+        return True

@@ -1,0 +1,484 @@
+"""Forward handoffs: the declaration, the jump's commit, what views show, and resume rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from tests.runner_helpers import events, rows, seeds, vrunner
+
+from pyattacker.errors import FatalError, PipelineBuildError, StoreFeatureUnsupported
+from pyattacker.handoff import Handoff
+from pyattacker.pipeline import pipeline
+from pyattacker.store import open_store
+from pyattacker.task import task
+from pyattacker_plugins.store_memory import MemoryStore
+
+CALLS: list[tuple[str, int]] = []
+#: which behaviour the tasks below take this time (tests set it)
+MODE: dict[str, Any] = {}
+
+
+def _reset(**mode: Any) -> None:
+    CALLS.clear()
+    MODE.clear()
+    MODE.update(mode)
+
+
+@task
+def fetch(x: dict[str, int]) -> dict[str, int]:
+    CALLS.append(("fetch", x["i"]))
+    return {"i": x["i"]}
+
+
+@task
+def ask(d: dict[str, int]) -> Any:
+    """i % 3 == 0: to report with a value; 1: end with its own input; 2: answer normally."""
+    CALLS.append(("ask", d["i"]))
+    route = MODE.get("route", d["i"] % 3)
+    if route == 0:
+        return Handoff.to(MODE.get("target", "report"), {"cached": d["i"]}, reason="cache hit")
+    if route == 1:
+        return Handoff.end(reason="trivial")
+    if route == "end_value":
+        return Handoff.end({"short": d["i"]})
+    if route == "reuse":
+        return Handoff.to("report")
+    return {"asked": d["i"]}
+
+
+@task
+def judge(d: dict[str, Any]) -> dict[str, Any]:
+    CALLS.append(("judge", 0))
+    return {"judged": d}
+
+
+@task
+def report(d: dict[str, Any]) -> dict[str, Any]:
+    CALLS.append(("report", 0))
+    if MODE.pop("report_fails", False):
+        raise FatalError("report is down")
+    return {"report": d}
+
+
+@task
+def publish(d: dict[str, Any]) -> dict[str, Any]:
+    CALLS.append(("publish", 0))
+    if MODE.pop("publish_fails", False):
+        raise FatalError("publish is down")
+    return {"published": d}
+
+
+EDGES = {"edges": {"ask": ["report", "end"]}}
+QA = pipeline("qa", fetch, ask, judge, report, control=EDGES)
+
+
+def _finals(store: Any) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for a in rows(store, "artifacts"):
+        if a.is_final:
+            out.setdefault(a.pipeline_id, []).append(msgspec.json.decode(a.payload))
+    return out
+
+
+def _ledger(store: Any, pid: str) -> list[Any]:
+    return list(store.handoffs(pid))
+
+
+class Where:
+    """One store for several runs (a runner closes the store it ran on) and reads between them."""
+
+    def __init__(self, kind: str, tmp: Path) -> None:
+        self.memory = MemoryStore() if kind == "memory" else None
+        self.path = str(tmp / "h.db")
+
+    def runner(self, **kwargs: Any) -> Any:
+        if self.memory is not None:
+            self.memory.closed = False
+        return vrunner(self.memory if self.memory is not None else self.path, **kwargs)
+
+    def read(self) -> Any:
+        return self.memory if self.memory is not None else open_store(self.path, read_only=True)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
+    return Where(request.param, tmp_path)
+
+
+# -- the jump -------------------------------------------------------------------------------------
+def test_forward_end_and_plain_routes(where: Where) -> None:
+    _reset()
+    with where.runner() as r:
+        rep = r.run(QA.map(seeds(3)))
+    store = where.read()
+    assert rep.succeeded == 3 and rep.counters["handoffs"] == 2
+    assert "handoffs=2" in rep.summary()
+    by_seed = {p.pipeline_id: p for p in rows(store, "pipelines")}
+    finals = _finals(store)
+    results = sorted(str(v) for vs in finals.values() for v in vs)
+    assert results == sorted(
+        [
+            str({"report": {"cached": 0}}),  # the value ask handed over reached report
+            str({"i": 1}),  # END with its own input: fetch's output is the final artifact
+            str({"report": {"judged": {"asked": 2}}}),  # the plain chain
+        ]
+    )
+    assert all(len(v) == 1 for v in finals.values())
+    assert ("judge", 0) in CALLS and sum(1 for c in CALLS if c[0] == "judge") == 1
+    for pid, p in by_seed.items():
+        assert p.state == "succeeded" and p.cursor == 4  # a position: END and report both end at n
+        tasks = {t.seq: t.state for t in rows(store, "tasks", pipeline_id=pid)}
+        ledger = _ledger(store, pid)
+        if not ledger:
+            assert tasks == dict.fromkeys(range(4), "succeeded")
+            continue
+        (h,) = ledger
+        assert tasks[1] == "handed_off" and 2 not in tasks  # judge skipped: no row at all
+        assert h.operation == "forward" and h.from_task == "ask" and h.from_seq == 1
+        if h.to_seq is None:
+            assert h.entry_reused and h.entry_seq == 0 and 3 not in tasks
+        else:
+            assert (h.to_seq, h.to_task, h.entry_seq, h.entry_reused) == (3, "report", 4, False)
+            entry = store.get_artifact(pid, 4)
+            assert entry.task_name == "ask" and msgspec.json.decode(entry.payload) == {"cached": 0}
+    outcomes = sorted(a.outcome for a in rows(store, "attempts"))
+    assert outcomes.count("handed_off") == 2
+    kinds = [e.data for e in events(store, "pipeline.handoff")]
+    assert sorted((str(d["to_task"]), d["entry_reused"]) for d in kinds) == [
+        ("None", True),
+        ("report", False),
+    ]
+    assert all(d["handoff_id"] is not None for d in kinds)
+
+
+def test_end_with_a_value_is_the_final_artifact(where: Where) -> None:
+    _reset(route="end_value")
+    with where.runner() as r:
+        assert r.run(QA.map(seeds(1))).succeeded == 1
+    store = where.read()
+    ((pid, finals),) = _finals(store).items()
+    assert finals == [{"short": 0}]
+    (h,) = _ledger(store, pid)
+    assert h.to_seq is None and h.entry_seq == 4 and not h.entry_reused
+
+
+def test_reused_input_reaches_the_destination(where: Where) -> None:
+    _reset(route="reuse")
+    with where.runner() as r:
+        assert r.run(QA.map(seeds(1))).succeeded == 1
+    assert list(_finals(where.read()).values()) == [[{"report": {"i": 0}}]]
+
+
+@pytest.mark.parametrize(
+    ("template", "route", "message"),
+    [
+        (
+            QA,
+            {"target": "judge", "route": 0},
+            "'judge' (seq 2), which pipeline.control.edges does not declare",
+        ),
+        (QA, {"target": "nowhere", "route": 0}, "'nowhere', which is no task of the pipeline"),
+        (pipeline("plain", fetch, ask, judge, report), {"route": 0}, "declares no control"),
+    ],
+    ids=["undeclared_edge", "unknown_task", "no_control"],
+)
+def test_bad_jump_fails_the_task_without_retry(template: Any, route: dict[str, Any], message: str) -> None:
+    _reset(**route)
+    store = MemoryStore()
+    retried = pipeline(
+        template.name,
+        *[t.with_overrides(retry={"max_attempts": 3}) for t in template.tasks],
+        control=template.control,
+    )
+    with vrunner(store) as r:
+        rep = r.run(retried.map(seeds(1)))
+    assert rep.failed == 1
+    (p,) = rows(store, "pipelines")
+    assert p.error_type == "FatalError" and message in (p.error_message or "")
+    assert p.failed_task == "ask" and [c for c in CALLS if c[0] == "ask"] == [("ask", 0)]  # no retry
+    assert _ledger(store, p.pipeline_id) == []
+
+
+def test_unencodable_handed_over_value_fails_naming_the_task() -> None:
+    @task
+    def weird(x: Any) -> Any:
+        return Handoff.to("last", object())
+
+    @task
+    def last(x: Any) -> Any:
+        return x
+
+    store = MemoryStore()
+    with vrunner(store) as r:
+        rep = r.run(pipeline("w", weird, fetch, last, control={"edges": {"weird": ["last"]}}).map(seeds(1)))
+    assert rep.failed == 1
+    (p,) = rows(store, "pipelines")
+    assert "the value task 'weird' of pipeline" in (p.error_message or "")
+    assert _ledger(store, p.pipeline_id) == []
+
+
+def test_store_without_a_ledger_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    _reset()
+    store = open_store(f"jsonl:{tmp_path / 'j'}")
+    try:
+        refused = pytest.raises(StoreFeatureUnsupported, match=r"keeps no handoff ledger; use a SQLite")
+        with refused, vrunner(store) as r:
+            r.run(QA.map(seeds(1)))
+    finally:
+        store.close()
+    assert CALLS == []
+
+
+# -- the declaration ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("control", "message"),
+    [
+        (
+            {"edges": {"judge": ["fetch"]}},
+            "control.edges['judge'][0]: destination 'fetch' (seq 0) is not later",
+        ),
+        ({"edges": {"report": ["end"]}}, "control.edges['report'][0]: 'end' from the last task"),
+        ({"edges": {"nope": ["report"]}}, "control.edges['nope']: no task is named 'nope'"),
+        ({"edges": {"ask": ["report"], 1: ["end"]}}, "declares seq 1 ('ask') again"),
+        ({"edges": {"ask": []}}, "must be a non-empty list of destinations"),
+        ({"edges": {"ask": [True]}}, "a destination is a task name, a seq or 'end', got bool"),
+        ({"edges": {9: ["end"]}}, "seq 9 is outside the chain's 4 tasks"),
+        ({"edges": {"ask": ["end"]}, "rewind": {"report": ["ask"]}}, "control.rewind: backward traversal"),
+        ({"edges": {"ask": ["end"]}, "mode": "x"}, "control.mode: unknown field"),
+        ({"edges": {}}, "control.edges: must be a non-empty mapping"),
+    ],
+)
+def test_declaration_errors_name_the_field(control: Any, message: str) -> None:
+    with pytest.raises(PipelineBuildError) as info:
+        pipeline("qa", fetch, ask, judge, report, control=control)
+    assert message in str(info.value)
+
+
+def test_repeated_names_are_given_by_seq() -> None:
+    with pytest.raises(
+        PipelineBuildError, match=r"task name 'fetch' is repeated in the chain \(seqs \[0, 2\]\)"
+    ):
+        pipeline("r", fetch, ask, fetch, report, control={"edges": {"fetch": ["report"]}})
+    tpl = pipeline("r", fetch, ask, fetch, report, control={"edges": {"0": [2, "end"], "ask": ["report"]}})
+    assert tpl.describe()["control"] == {"edges": {0: [2, "end"], "ask": ["report"]}}
+
+
+def test_identity_follows_the_resolved_edges_not_their_spelling() -> None:
+    by_name = pipeline("qa", fetch, ask, judge, report, control={"edges": {"ask": ["report", "end"]}})
+    by_seq = pipeline("qa", fetch, ask, judge, report, control={"edges": {"1": ["end", 3]}})
+    narrower = pipeline("qa", fetch, ask, judge, report, control={"edges": {"ask": ["report"]}})
+    plain = pipeline("qa", fetch, ask, judge, report)
+    assert by_name.spec_digest == by_seq.spec_digest
+    assert len({by_name.spec_digest, narrower.spec_digest, plain.spec_digest}) == 3
+    assert "control" not in plain.describe()
+
+
+# -- resume -------------------------------------------------------------------------------------
+def test_resume_at_the_destination_with_the_handed_over_value(tmp_path: Path) -> None:
+    _reset(route=0, report_fails=True)
+    path = str(tmp_path / "r.db")
+    with vrunner(path) as r:
+        assert r.run(QA.map(seeds(1))).failed == 1
+    _reset(route=0)
+    with vrunner(path) as r:
+        rep = r.run(QA.map(seeds(1)))
+    assert rep.succeeded == 1
+    assert [c[0] for c in CALLS] == ["report"]  # neither fetch nor ask ran again
+    store = open_store(path, read_only=True)
+    try:
+        assert list(_finals(store).values()) == [[{"report": {"cached": 0}}]]
+        (resumed,) = events(store, "pipeline.resumed")
+        assert resumed.data["via"] == "handoff" and resumed.data["from_seq"] == 3
+        assert resumed.data["handoff"]["from_task"] == "ask"
+        assert store.count_handoffs(rep.run_id) == 0 and store.count_handoffs() == 1
+    finally:
+        store.close()
+
+
+def test_a_consumed_jump_resumes_after_the_last_output_never_in_the_skipped_part(tmp_path: Path) -> None:
+    tpl = pipeline("qa5", fetch, ask, judge, report, publish, control=EDGES)
+    _reset(route=0, publish_fails=True)
+    path = str(tmp_path / "c.db")
+    with vrunner(path) as r:
+        assert r.run(tpl.map(seeds(1))).failed == 1
+    _reset(route=0)
+    with vrunner(path) as r:
+        assert r.run(tpl.map(seeds(1))).succeeded == 1
+    assert [c[0] for c in CALLS] == ["publish"]
+
+
+def test_entry_lost_restarts_from_the_seed_and_the_ledger_says_so(tmp_path: Path) -> None:
+    _reset(route=0, report_fails=True)
+    path = str(tmp_path / "l.db")
+    with vrunner(path) as r:
+        assert r.run(QA.map(seeds(1))).failed == 1
+    con = sqlite3.connect(path)
+    con.execute("DELETE FROM artifacts WHERE seq = 4")  # the entry artifact is gone
+    con.commit()
+    con.close()
+    _reset(route=2)  # this time ask answers normally
+    with vrunner(path) as r:
+        assert r.run(QA.map(seeds(1))).succeeded == 1
+    assert [c[0] for c in CALLS] == ["fetch", "ask", "judge", "report"]
+    store = open_store(path, read_only=True)
+    try:
+        (p,) = rows(store, "pipelines")
+        ledger = _ledger(store, p.pipeline_id)
+        assert [(h.operation, h.reason) for h in ledger] == [
+            ("forward", "cache hit"),
+            ("restart", "checkpoint_unusable"),
+        ]
+        (missing,) = events(store, "pipeline.checkpoint_missing")
+        assert missing.data["via"] == "handoff" and missing.data["resume_from"] == 0
+        assert list(_finals(store).values()) == [[{"report": {"judged": {"asked": 0}}}]]
+    finally:
+        store.close()
+
+
+def test_fresh_restart_keeps_history_and_exactly_one_final(where: Where) -> None:
+    _reset(route=1)  # END with fetch's output: seq 0 is final
+    with where.runner() as r:
+        assert r.run(QA.map(seeds(1))).succeeded == 1
+    _reset(route=2)
+    with where.runner(fresh_restart=True, retry_succeeded=True) as r:
+        assert r.run(QA.map(seeds(1))).succeeded == 1
+    store = where.read()
+    ((pid, finals),) = _finals(store).items()
+    assert finals == [{"report": {"judged": {"asked": 0}}}]  # the END's final flag was cleared
+    assert [h.operation for h in _ledger(store, pid)] == ["forward", "restart"]
+    assert [h.reason for h in _ledger(store, pid)][1] == "fresh_restart"
+
+
+def test_an_end_committed_but_never_settled_is_settled_without_rerun(tmp_path: Path) -> None:
+    _reset(route=1)
+    path = str(tmp_path / "e.db")
+    with vrunner(path) as r:
+        assert r.run(QA.map(seeds(1))).succeeded == 1
+    con = sqlite3.connect(path)  # a row as a writer that lost its last update would leave it
+    con.execute("UPDATE pipelines SET state = 'interrupted'")
+    con.commit()
+    con.close()
+    _reset(route=1)
+    with vrunner(path) as r:
+        assert r.run(QA.map(seeds(1))).succeeded == 1
+    assert CALLS == []
+    store = open_store(path, read_only=True)
+    try:
+        (repaired,) = events(store, "pipeline.terminal_repaired")
+        assert repaired.data["artifact_seq"] == 0 and repaired.data["handoff_task"] == "ask"
+    finally:
+        store.close()
+
+
+# -- the command line (the example in examples/handoffs, copied so its store stays out of the tree)
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "handoffs"
+
+
+def _example(tmp_path: Path, edges: Any = None) -> Path:
+    shutil.copy(EXAMPLE / "router.py", tmp_path / "router.py")
+    text = (EXAMPLE / "config.yaml").read_text()
+    if edges is not None:
+        text = text.replace("lookup: [report, end]", edges)
+    (tmp_path / "config.yaml").write_text(text)
+    return tmp_path / "config.yaml"
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    env["PYATTACKER_HOME"] = str(tmp_path / "home")
+    return subprocess.run(
+        [sys.executable, "-m", "pyattacker", *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_example_config_runs_and_the_views_show_the_jumps(tmp_path: Path) -> None:
+    config = _example(tmp_path)
+    checked = _cli(tmp_path, "validate", "-c", str(config))
+    assert checked.returncode == 0, checked.stderr
+    assert 'control: {"edges": {"lookup": ["report", "end"]}}' in checked.stdout
+    ran = _cli(tmp_path, "run", "-c", str(config))
+    assert ran.returncode == 0, ran.stderr
+    assert "handoffs 4" in ran.stdout
+    store = str(tmp_path / "runs" / "handoffs.db")
+    shown = _cli(tmp_path, "report", store)
+    assert "task lookup: handed_off=4 succeeded=6" in shown.stdout and "handoffs=4" in shown.stdout
+    assert "task judge: succeeded=6" in shown.stdout  # the four that jumped skipped it
+    watched = _cli(tmp_path, "watch", store, "--iterations", "1")
+    assert "attempts total=40 " in watched.stdout and "handoffs=4" in watched.stdout
+    exported = _cli(tmp_path, "export", store, "-", "--rows", "pipelines", "--format", "jsonl")
+    ledgers = {json.loads(line)["key"]: json.loads(line)["handoffs"] for line in exported.stdout.splitlines()}
+    jumps = sorted((h[0]["to_task"] or "END", h[0]["reason"]) for h in ledgers.values() if h)
+    assert jumps == [("END", "out of scope")] * 2 + [("report", "cache hit")] * 2
+    results = _cli(tmp_path, "export", store, "-", "--rows", "results", "--format", "jsonl")
+    answers = sorted(str(json.loads(line)["result"]["answer"]) for line in results.stdout.splitlines())
+    assert answers == sorted(["four", "paris", "None", "None"] + [f"answer {i}" for i in (1, 3, 5, 6, 7, 8)])
+
+
+def test_config_with_a_backward_edge_is_refused_naming_the_field(tmp_path: Path) -> None:
+    config = _example(tmp_path, "report: [ask]")
+    for command in ("validate", "run"):
+        result = _cli(tmp_path, command, "-c", str(config))
+        assert result.returncode == 2
+        assert "pipeline.control.edges['report'][0]: destination 'ask' (seq 2) is not later" in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_fanout_child_cannot_hand_off() -> None:
+    from pyattacker.pipeline import fanout
+
+    @task
+    def jumper(x: Any) -> Any:
+        return Handoff.end()
+
+    store = MemoryStore()
+    group = fanout(fetch, jumper, name="both")
+    with vrunner(store) as r:
+        assert (
+            r.run(pipeline("f", group, report, control={"edges": {"both": ["end"]}}).map(seeds(1))).failed
+            == 1
+        )
+    (p,) = rows(store, "pipelines")
+    assert "fanout child 'jumper' returned a handoff" in (p.error_message or "")
+
+
+def test_directive_construction_errors_and_repr() -> None:
+    for bad in (True, "", -1, 1.5):
+        with pytest.raises(FatalError, match="Handoff target"):
+            Handoff.to(bad)  # type: ignore[arg-type]
+    with pytest.raises(FatalError, match="reason must be a string"):
+        Handoff.to("x", reason=3)  # type: ignore[arg-type]
+    assert (
+        repr(Handoff.to("report", {"secret": 1}, reason="r")) == "Handoff.to('report', <value>, reason='r')"
+    )
+    with pytest.raises(TypeError, match="cannot be subclassed"):
+        type("Sub", (Handoff,), {})
+
+
+def test_a_torn_finish_after_a_jump_is_settled_without_rerun(tmp_path: Path) -> None:
+    _reset(route=0)
+    path = str(tmp_path / "t.db")
+    with vrunner(path) as r:
+        assert r.run(QA.map(seeds(1))).succeeded == 1
+    con = sqlite3.connect(path)  # report's output is durable, the row still says running
+    con.execute("UPDATE pipelines SET state = 'interrupted'")
+    con.commit()
+    con.close()
+    _reset(route=0)
+    with vrunner(path) as r:
+        assert r.run(QA.map(seeds(1))).succeeded == 1
+    assert CALLS == []
+    store = open_store(path, read_only=True)
+    try:
+        assert list(_finals(store).values()) == [[{"report": {"cached": 0}}]]
+        assert len(events(store, "pipeline.terminal_repaired")) == 1
+    finally:
+        store.close()
