@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from tests._view_fixtures import serving
 from tests.runner_helpers import events, rows, seeds, vrunner
 
 from pyattacker.errors import FatalError, PipelineBuildError, StoreFeatureUnsupported
@@ -414,6 +416,16 @@ def test_the_example_config_runs_and_the_views_show_the_jumps(tmp_path: Path) ->
     assert "task judge: succeeded=6" in shown.stdout  # the four that jumped skipped it
     watched = _cli(tmp_path, "watch", store, "--iterations", "1")
     assert "attempts total=40 " in watched.stdout and "handoffs=4" in watched.stdout
+    with serving(store, "t0ken") as (port, _url):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            conn.request("GET", "/pipelines?limit=20", headers={"Authorization": "Bearer t0ken"})
+            served = json.loads(conn.getresponse().read())
+            conn.request("GET", "/stats", headers={"Authorization": "Bearer t0ken"})
+            assert json.loads(conn.getresponse().read())["handoffs_total"] == 4
+        finally:
+            conn.close()
+    assert sorted(len(row["handoffs"]) for row in served["rows"]) == [0] * 6 + [1] * 4
     exported = _cli(tmp_path, "export", store, "-", "--rows", "pipelines", "--format", "jsonl")
     ledgers = {json.loads(line)["key"]: json.loads(line)["handoffs"] for line in exported.stdout.splitlines()}
     jumps = sorted((h[0]["to_task"] or "END", h[0]["reason"]) for h in ledgers.values() if h)

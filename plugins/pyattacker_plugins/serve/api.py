@@ -305,6 +305,7 @@ class Api:
         after = _uncursor(params["after"], _NUMBER, _TEXT) if params.get("after") else None
         rows = store.page("pipelines", run_id=choice.run_id, state=state, after=after, limit=limit + 1)
         page, nxt = _page(rows, limit, lambda p: [p.created_at, p.pipeline_id])
+        ledgers = _ledgers(store, [p.pipeline_id for p in page])
         out = []
         for p in page:
             row = to_plain(p)
@@ -313,6 +314,8 @@ class Api:
             row["reported_metrics"] = {
                 m.name: m.value for m in store.metrics(run_id=p.run_id, pipeline_id=p.pipeline_id)
             }
+            # a pipeline that jumped: its cursor is a position, and the ledger says where it went
+            row["handoffs"] = [to_plain(h) for h in ledgers.get(p.pipeline_id, ())]
             out.append(row)
         return {"run_id": choice.run_id, "rows": out, "limit": limit, "next": nxt}
 
@@ -473,3 +476,15 @@ def prometheus_text(snap: dict[str, Any], run_metrics: list[Any]) -> str:
             samples.append((_labels(run_id=m.run_id, name=_NAME_OK.sub("_", m.name), metric=m.name), value))
     family("pyattacker_app_metric", "gauge", "Run-scope application metrics (ctx/runner record).", samples)
     return "\n".join(out) + "\n"
+
+
+def _ledgers(store: Store, ids: list[str]) -> dict[str, list[Any]]:
+    """The control ledgers of a page of pipelines: one query when the store can batch them,
+    else one per pipeline; nothing for a store that keeps no ledger."""
+    if not ids or not callable(getattr(store, "handoffs", None)):
+        return {}
+    batched = getattr(store, "rows_by_pipeline", None)
+    if batched is not None:
+        found: dict[str, list[Any]] = batched("handoffs", ids)
+        return found
+    return {pid: store.handoffs(pid) for pid in ids}  # type: ignore[attr-defined]
