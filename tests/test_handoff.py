@@ -220,11 +220,13 @@ def test_unencodable_handed_over_value_fails_naming_the_task() -> None:
         return x
 
     store = MemoryStore()
+    retried = weird.with_overrides(retry={"max_attempts": 3, "on": ["Exception"]})
     with vrunner(store) as r:
-        rep = r.run(pipeline("w", weird, fetch, last, control={"edges": {"weird": ["last"]}}).map(seeds(1)))
+        rep = r.run(pipeline("w", retried, fetch, last, control={"edges": {"weird": ["last"]}}).map(seeds(1)))
     assert rep.failed == 1
     (p,) = rows(store, "pipelines")
     assert "the value task 'weird' of pipeline" in (p.error_message or "")
+    assert (p.error_class, p.attempts_total) == ("fatal", 1)  # the same value again: never retried
     assert _ledger(store, p.pipeline_id) == []
 
 

@@ -1579,7 +1579,7 @@ class Runner:
         if error is None and type(value) is Handoff:
             try:
                 jump, value, entry = self._control.stage_handoff(state, ctx, value, t0, wall0)
-            except (FatalError, ArtifactCodecError) as exc:
+            except FatalError as exc:
                 error = exc
             except ArtifactBackendUnavailable as exc:
                 self._backend_failed(state, ctx, t0, wall0, exc)

@@ -202,8 +202,8 @@ class RunnerControl:
         """Put a jump's rows into the next group commit; returns its ledger row, the value the
         destination receives and the entry artifact (when one is written).
 
-        Raises ``FatalError`` (no control, undeclared edge, input not stored), the named
-        ``ArtifactCodecError`` or ``ArtifactBackendUnavailable`` before anything is staged."""
+        Raises ``FatalError`` (no control, undeclared edge, input not stored, a value no codec
+        stores) or ``ArtifactBackendUnavailable`` before anything is staged."""
         r = self.runner
         assert r._recorder is not None
         task = ctx.task
@@ -234,8 +234,8 @@ class RunnerControl:
             entry_id = f"{key}:{entry_seq}"
             try:
                 codec, type_name, data = r.codecs.encode(value)
-            except ArtifactCodecError as exc:
-                raise ArtifactCodecError(
+            except ArtifactCodecError as exc:  # the same value again: a FatalError, never retried
+                raise FatalError(
                     f"the value task {task.name!r} of pipeline {key!r} handed off cannot be stored: {exc}"
                 ) from exc
             entry_art = ArtifactRecord(
