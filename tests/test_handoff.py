@@ -100,7 +100,7 @@ class Where:
 
     def __init__(self, kind: str, tmp: Path) -> None:
         self.memory = MemoryStore() if kind == "memory" else None
-        self.path = str(tmp / "h.db")
+        self.path = f"jsonl:{tmp / 'h'}" if kind == "jsonl" else str(tmp / "h.db")
 
     def runner(self, **kwargs: Any) -> Any:
         if self.memory is not None:
@@ -111,7 +111,7 @@ class Where:
         return self.memory if self.memory is not None else open_store(self.path, read_only=True)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "jsonl"])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
     return Where(request.param, tmp_path)
 
@@ -230,16 +230,29 @@ def test_unencodable_handed_over_value_fails_naming_the_task() -> None:
     assert _ledger(store, p.pipeline_id) == []
 
 
-def test_store_without_a_ledger_is_refused_before_anything_runs(tmp_path: Path) -> None:
+class _NoLedger:
+    """A third-party store that keeps no control ledger (everything else: a memory store)."""
+
+    location = "noledger:x"
+    read_only = False
+
+    def __init__(self) -> None:
+        self._inner = MemoryStore()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("handoffs", "count_handoffs"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def test_store_without_a_ledger_is_refused_before_anything_runs() -> None:
     _reset()
-    store = open_store(f"jsonl:{tmp_path / 'j'}")
-    try:
-        refused = pytest.raises(StoreFeatureUnsupported, match=r"keeps no handoff ledger; use a SQLite")
-        with refused, vrunner(store) as r:
-            r.run(QA.map(seeds(1)))
-    finally:
-        store.close()
+    refused = pytest.raises(StoreFeatureUnsupported, match=r"'noledger:x' keeps no handoff ledger")
+    with refused, vrunner(_NoLedger()) as r:
+        r.run(QA.map(seeds(1)))
     assert CALLS == []
+    with vrunner(_NoLedger()) as r:  # a plain chain runs there as before
+        assert r.run(pipeline("plain", fetch, judge).map(seeds(1))).succeeded == 1
 
 
 # -- the declaration ------------------------------------------------------------------------------

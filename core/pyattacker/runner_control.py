@@ -83,7 +83,7 @@ class RunnerControl:
             raise StoreFeatureUnsupported(
                 f"pipeline {spec.template.name!r} declares control (handoffs), and store"
                 f" {getattr(r.store, 'location', r.store)!r} keeps no handoff ledger;"
-                " use a SQLite or memory store"
+                " use a SQLite, JSONL or memory store"
             )
 
     # -- resume ---------------------------------------------------------------------------------

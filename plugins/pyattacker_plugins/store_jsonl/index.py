@@ -17,6 +17,7 @@ from pyattacker.model import (
     ArtifactRecord,
     AttemptRecord,
     EventRecord,
+    HandoffRecord,
     MetricPoint,
     MetricRecord,
     PipelineRecord,
@@ -100,6 +101,11 @@ class Index:
         self.points: list[MetricPoint] = []
         self.point_ops: set[str] = set()
         self.resources: dict[tuple[str, str, str], ResourceRecord] = {}
+        #: pipeline id -> its control ledger (handoff ids count across pipelines)
+        self.ledgers: dict[str, list[HandoffRecord]] = {}
+        self.handoffs_total = 0
+        #: pipeline id -> ids of its artifacts marked final (what an ``unfinal`` line unmarks)
+        self.finals: dict[str, set[str]] = {}
         # page order plus the row's id last (the id is the dict key the row is stored under)
         self._order = {
             "pipelines": _Sorted(PAGE_KINDS["pipelines"]),
@@ -117,6 +123,8 @@ class Index:
             "metric": self._metric,
             "point": self._point,
             "resource": self._resource,
+            "handoff": self._handoff,
+            "unfinal": self._unfinal,
         }
 
     # -- applying committed entries ----------------------------------------------------------
@@ -156,6 +164,10 @@ class Index:
     def _artifact(self, e: Entry) -> None:
         row: ArtifactRecord = e.record
         self._keyed("artifacts", self.artifacts, row.artifact_id, row)
+        if row.is_final:
+            self.finals.setdefault(row.pipeline_id, set()).add(row.artifact_id)
+        elif row.pipeline_id in self.finals:
+            self.finals[row.pipeline_id].discard(row.artifact_id)
         if e.has_payload:
             self.artifact_lines[row.artifact_id] = (e.offset, e.length)
         else:
@@ -170,6 +182,18 @@ class Index:
         row: EventRecord = e.record
         row.event_id = len(self.events.rows) + 1
         self.events.add(row)
+
+    def _handoff(self, e: Entry) -> None:
+        row: HandoffRecord = e.record
+        self.handoffs_total += 1
+        row.handoff_id = self.handoffs_total
+        self.ledgers.setdefault(row.pipeline_id, []).append(row)
+
+    def _unfinal(self, e: Entry) -> None:
+        for artifact_id in self.finals.pop(e.record.pipeline_id, ()):
+            row = self.artifacts.get(artifact_id)
+            if row is not None:
+                row.is_final = False
 
     def _metric(self, e: Entry) -> None:
         m: MetricRecord = e.record

@@ -19,6 +19,7 @@ from pyattacker.model import (
     ArtifactRecord,
     AttemptRecord,
     EventRecord,
+    HandoffRecord,
     MetricPoint,
     MetricRecord,
     PipelineProgress,
@@ -28,7 +29,16 @@ from pyattacker.model import (
     TaskRecord,
 )
 
-__all__ = ["COMMIT_TAG", "TAGS", "Entry", "decode_payload", "encode_line", "encode_commit", "scan"]
+__all__ = [
+    "COMMIT_TAG",
+    "TAGS",
+    "Entry",
+    "FinalsCleared",
+    "decode_payload",
+    "encode_commit",
+    "encode_line",
+    "scan",
+]
 
 COMMIT_TAG = "commit"
 _COMMIT_PREFIX = b'["commit",'
@@ -52,8 +62,16 @@ class _ArtifactMeta(msgspec.Struct, kw_only=True, gc=False):
     blob_ref: str | None = None
 
 
+class FinalsCleared(msgspec.Struct, kw_only=True, gc=False):
+    """``Batch.finals_cleared`` as a line: the pipeline's earlier final artifacts are unmarked."""
+
+    pipeline_id: str
+
+
 #: line tag -> record type
 TAGS: dict[str, type[Any]] = {
+    "unfinal": FinalsCleared,
+    "handoff": HandoffRecord,
     "run": RunRecord,
     "pipeline": PipelineRecord,
     "progress": PipelineProgress,

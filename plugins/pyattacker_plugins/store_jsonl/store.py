@@ -21,6 +21,7 @@ from pyattacker.errors import ConfigError, CorruptRow, StoreUnavailable
 from pyattacker.model import (
     ArtifactRecord,
     Batch,
+    HandoffRecord,
     MetricPoint,
     MetricRecord,
     PipelineRecord,
@@ -31,7 +32,7 @@ from pyattacker.store import PAGE_KINDS
 from pyattacker.writer_lock import WriterLock
 
 from .index import Index, copy
-from .journal import Entry, decode_payload, encode_commit, encode_line, scan
+from .journal import Entry, FinalsCleared, decode_payload, encode_commit, encode_line, scan
 
 __all__ = ["FORMAT_VERSION", "JOURNAL", "LOCK", "MARKER", "JsonlStore", "is_store_dir"]
 
@@ -47,9 +48,11 @@ _KINDS = (
     ("pipelines", "pipeline"),
     ("progress", "progress"),
     ("tasks", "task"),
+    ("finals_cleared", "unfinal"),  # before the artifacts: a new final artifact stays marked
     ("artifacts", "artifact"),
     ("attempts", "attempt"),
     ("events", "event"),
+    ("handoffs", "handoff"),
     ("metrics", "metric"),
     ("metric_points", "point"),
     ("resources", "resource"),
@@ -232,6 +235,8 @@ class JsonlStore:
                 attempt.attempt_id = i
             for i, event in enumerate(batch.events, next_event):
                 event.event_id = i
+            for i, handoff in enumerate(batch.handoffs, self._index.handoffs_total + 1):
+                handoff.handoff_id = i
             try:
                 data, entries = self._encode(batch)
                 self._append(fd, data)
@@ -240,6 +245,8 @@ class JsonlStore:
                     attempt.attempt_id = None
                 for event in batch.events:
                     event.event_id = None
+                for handoff in batch.handoffs:
+                    handoff.handoff_id = None
                 if isinstance(exc, Exception):
                     raise StoreUnavailable(
                         f"store {self.path}: commit failed, nothing written ({type(exc).__name__}: {exc})"
@@ -260,6 +267,8 @@ class JsonlStore:
         known_ops = self._index.point_ops
         for attr, tag in _KINDS:
             for rec in getattr(batch, attr):
+                if tag == "unfinal":
+                    rec = FinalsCleared(pipeline_id=rec)
                 if tag == "point":
                     if rec.op_id in known_ops or rec.op_id in seen_ops:
                         continue
@@ -318,11 +327,13 @@ class JsonlStore:
         if len(line) != length:
             raise StoreUnavailable(f"store {self.path}: {self.journal} is shorter than its index")
         try:
-            return decode_payload(line)
+            full = decode_payload(line)
         except msgspec.DecodeError as exc:  # the replay reads artifact lines without their payload
             raise CorruptRow(
                 f"{self.journal}, artifact {row.artifact_id!r} (the line at byte {offset}): {exc}", self.path
             ) from None
+        full.is_final = row.is_final  # the index knows of a later unmarking (``unfinal`` lines)
+        return full
 
     def lookup_pipelines(self, ids: Sequence[str]) -> dict[str, PipelineRecord]:
         with self._mutex:
@@ -335,6 +346,23 @@ class JsonlStore:
             self._refresh()
             row = self._index.artifacts.get(f"{pipeline_id}:{seq}")
             return None if row is None else self._hydrated(row)
+
+    def handoffs(self, pipeline_id: str) -> list[HandoffRecord]:
+        """The pipeline's control ledger, oldest first."""
+        with self._mutex:
+            self._refresh()
+            return [copy(h) for h in self._index.ledgers.get(pipeline_id, ())]
+
+    def count_handoffs(self, run_id: str | None = None) -> int:
+        """Handoffs committed by ``run_id`` (restarts of a traversal are not counted)."""
+        with self._mutex:
+            self._refresh()
+            return sum(
+                1
+                for ledger in self._index.ledgers.values()
+                for h in ledger
+                if h.operation == "forward" and (run_id is None or h.run_id == run_id)
+            )
 
     def get_run(self, run_id: str) -> RunRecord | None:
         with self._mutex:
