@@ -1891,23 +1891,15 @@ class Runner:
         if state.write_seed:
             batch.artifacts.append(self._seed_artifact(state, self.config.journal == "full", strict=False))
             state.write_seed = False
-        task_wall = state.task_started_wall or now
         batch.tasks.append(
-            TaskRecord(
-                task_run_id=ctx.task_run_id,
-                pipeline_id=state.spec.key,
-                run_id=self.run_id or "",
-                name=ctx.task.name,
-                seq=state.seq,
-                state="failed",
-                attempts_used=ctx.attempt,
-                started_at=task_wall,
-                ended_at=now,
-                duration_ms=round3((now - task_wall) * 1000.0),
+            self._ended_task_row(
+                state,
+                ctx,
+                "failed",
+                now,
                 error_class=cls,
                 error_type=type(error).__name__,
                 error_message=_error_text(error),
-                resource=ctx.task.resource,
             )
         )
         batch.pipelines.append(msgspec_copy(record))
@@ -1924,6 +1916,29 @@ class Runner:
         )
         await self._recorder.checkpoint(batch)
         self._finished(state, "failed", None)
+
+    def _ended_task_row(
+        self, state: _Pipeline, ctx: TaskContext, task_state: str, now: float, **fields: Any
+    ) -> TaskRecord:
+        """The row of the current task, ended at ``now`` in ``task_state`` (failed, handed off).
+
+        The success path builds its row inline (``_stage_checkpoint``): it runs once per task,
+        and a call with keyword arguments there costs more than the rest of the row."""
+        task_wall = state.task_started_wall or now
+        return TaskRecord(
+            task_run_id=ctx.task_run_id,
+            pipeline_id=state.spec.key,
+            run_id=self.run_id or "",
+            name=ctx.task.name,
+            seq=state.seq,
+            state=task_state,
+            attempts_used=ctx.attempt,
+            started_at=task_wall,
+            ended_at=now,
+            duration_ms=round3((now - task_wall) * 1000.0),
+            resource=ctx.task.resource,
+            **fields,
+        )
 
     def _interrupt(self, state: _Pipeline, why: str) -> None:
         """Leave a pipeline resumable: state interrupted, cursor kept (written with the next commit)."""

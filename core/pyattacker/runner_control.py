@@ -19,7 +19,7 @@ import msgspec
 from .digest import digest_bytes
 from .errors import ArtifactCodecError, CorruptRow, FatalError, StoreFeatureUnsupported
 from .handoff import Handoff
-from .model import ArtifactRecord, HandoffRecord, PipelineRecord, TaskRecord
+from .model import ArtifactRecord, HandoffRecord, PipelineRecord
 
 if TYPE_CHECKING:
     from .context import TaskContext
@@ -270,22 +270,7 @@ class RunnerControl:
             state.write_seed = False
         if entry_art is not None and entry_art is not seed:
             batch.artifacts.append(entry_art)
-        task_wall = state.task_started_wall or wall0
-        batch.tasks.append(
-            TaskRecord(
-                task_run_id=ctx.task_run_id,
-                pipeline_id=key,
-                run_id=r.run_id or "",
-                name=task.name,
-                seq=seq,
-                state="handed_off",
-                attempts_used=ctx.attempt,
-                started_at=task_wall,
-                ended_at=now,
-                duration_ms=round((now - task_wall) * 1000.0, 3),
-                resource=task.resource,
-            )
-        )
+        batch.tasks.append(r._ended_task_row(state, ctx, "handed_off", now))
         ledger = HandoffRecord(
             pipeline_id=key,
             run_id=r.run_id or "",
