@@ -22,6 +22,7 @@ from typing import Any
 
 import rich_click as click
 
+from .cli_suites import refuse_suite_flags
 from .config_model import MAX_CONCURRENCY
 from .errors import ConfigError, PyAttackerError, StoreUnavailable
 from .paths import make_parent
@@ -318,6 +319,8 @@ def _run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     ]
     for option in reversed(options):
         fn = option(fn)
+    # the suite flags of the CLI reference: refused by name, one line (not supported here)
+    fn = refuse_suite_flags("--experiment", "--output-root")(fn)
     return fn
 
 

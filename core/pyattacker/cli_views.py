@@ -12,6 +12,7 @@ from typing import Any
 
 import rich_click as click
 
+from .cli_suites import refuse_suite_flags
 from .merge import MergedReport, report_stores
 from .view_common import encode_json, expand_locations
 
@@ -108,6 +109,7 @@ def _check_backend_option(spec: str | None) -> None:
     help="Accepted as `export` takes it (checked; a bad spec is exit 2). A report reads no"
     " payloads, so it changes nothing.",
 )
+@refuse_suite_flags("--experiment")
 def report_command(
     stores: tuple[str, ...], run_id: str | None, errors: int, as_json: bool, artifact_backend: str | None
 ) -> None:
@@ -156,6 +158,7 @@ def report_command(
     help="Read payloads kept in blobs through this backend (as `run --artifact-backend` takes it;"
     " default: the one each run recorded), e.g. when the blob folder moved.",
 )
+@refuse_suite_flags("--experiment", "--by-experiment")
 def export_command(
     paths: tuple[str, ...], rows: str, fmt: str | None, run_id: str | None, artifact_backend: str | None
 ) -> None:
@@ -217,6 +220,7 @@ def _watched_store(arg: str) -> str:
 )
 @click.option("--iterations", type=click.IntRange(min=1), default=None, help="Exit 0 after N refreshes.")
 @click.option("--no-clear", is_flag=True, help="Print snapshots one after another instead of redrawing.")
+@refuse_suite_flags("--experiment")
 def watch_command(
     store: str, run_id: str | None, interval: float, iterations: int | None, no_clear: bool
 ) -> None:
