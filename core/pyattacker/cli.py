@@ -133,7 +133,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         _quiet_pipe()
-    except (ConfigError, StoreUnavailable, WorkerCrashed) as exc:
+    except WorkerCrashed as exc:
+        # the CLI reference prints it as `WorkerCrashed: worker for pipeline ... died with ...`:
+        # unlike a config error, the message alone does not say it was a framework failure
+        _fail(f"WorkerCrashed: {exc}", 2)
+    except (ConfigError, StoreUnavailable) as exc:
         _fail(str(exc), 2)
     except PyAttackerError as exc:
         _fail(f"{type(exc).__name__}: {exc}", 2)

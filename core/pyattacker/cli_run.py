@@ -22,6 +22,7 @@ from typing import Any
 
 import rich_click as click
 
+from .cli_suites import refuse_suite_flags
 from .config_model import MAX_CONCURRENCY
 from .errors import ConfigError, PyAttackerError, StoreUnavailable
 from .paths import make_parent
@@ -157,11 +158,24 @@ def _summary_table(report: RunReport, health: _HealthLog, pools: list[Any]) -> A
     return table
 
 
-def _finish(report: RunReport, health: _HealthLog, pools: list[Any], store: str, summary_format: str) -> None:
-    """Print the summary and exit with the report's code (0 / 1 / 2 / 130)."""
+def _finish(
+    report: RunReport,
+    health: _HealthLog,
+    pools: list[Any],
+    store: str,
+    summary_format: str,
+    shard: tuple[int, int] | None = None,
+) -> None:
+    """Print the summary and exit with the report's code (0 / 1 / 2 / 130).
+
+    The JSON summary is ``RunReport.to_dict()`` plus ``store``, ``shard`` (``"I/N"`` of
+    ``--shard``, else null) and ``repair_failures`` (the count of ``counters.repair_failures``
+    at the top level, where the CLI reference names it)."""
     if summary_format == "json":
         data = report.to_dict()
         data["store"] = store
+        data["shard"] = f"{shard[0]}/{shard[1]}" if shard is not None else None
+        data["repair_failures"] = report.repair_failures
         _out(json.dumps(data, default=str, sort_keys=True))
     else:
         _print_rich(_summary_table(report, health, pools))
@@ -305,6 +319,8 @@ def _run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     ]
     for option in reversed(options):
         fn = option(fn)
+    # the suite flags of the CLI reference: refused by name, one line (not supported here)
+    fn = refuse_suite_flags("--experiment", "--output-root")(fn)
     return fn
 
 
@@ -390,7 +406,7 @@ def _run(flags: dict[str, Any], *, resume: bool) -> None:
         specs = shard_specs(specs, *shard)
         total = None  # the share of a shard is only known by walking the keys
     report, health = _execute(built.config, built.pools, specs, total=total, progress=flags["progress"])
-    _finish(report, health, built.pools, str(built.config.store), flags["summary_format"])
+    _finish(report, health, built.pools, str(built.config.store), flags["summary_format"], shard)
 
 
 def _check_shard_flags(flags: dict[str, Any]) -> None:
@@ -513,7 +529,8 @@ def _readable(effective: dict[str, Any]) -> str:
     run = effective["run"]
     lines = [f"config: {effective['config']}  (relative paths from {effective['base_dir']})", "run:"]
     for key, value in run.items():
-        lines.append(f"  {key}: {json.dumps(value, default=str)}")
+        note = "  # the embedded default" if key == "store" and effective.get("store_is_default") else ""
+        lines.append(f"  {key}: {json.dumps(value, default=str)}{note}")
     lines.append("pools:" + ("" if effective["pools"] else " {}"))
     for name, pool in effective["pools"].items():
         lines.append(f"  {name}: kind={pool['kind']} algorithm={json.dumps(pool['algorithm'])}")

@@ -12,6 +12,7 @@ from typing import Any
 
 import rich_click as click
 
+from .cli_suites import refuse_suite_flags
 from .merge import MergedReport, report_stores
 from .view_common import encode_json, expand_locations
 
@@ -80,6 +81,19 @@ def _report_text(rep: MergedReport, errors: int) -> list[str]:
     return out
 
 
+def _check_backend_option(spec: str | None) -> None:
+    """``--artifact-backend`` of a view: checked as ``run`` checks it (exit 2 naming the flag)."""
+    if spec is None:
+        return
+    from .backends import validate_backend_spec
+    from .errors import ConfigError
+    from .plugins import get_plugins
+
+    problems = validate_backend_spec(spec, get_plugins().artifact_backends, "--artifact-backend")
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
 @click.command("report")
 @click.argument("stores", nargs=-1, required=True, metavar="STORE [STORE ...]")
 @click.option(
@@ -87,13 +101,25 @@ def _report_text(rep: MergedReport, errors: int) -> list[str]:
 )
 @click.option("--errors", "errors", type=click.IntRange(min=0), default=0, help="List the first N failures.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON document on stdout.")
-def report_command(stores: tuple[str, ...], run_id: str | None, errors: int, as_json: bool) -> None:
+@click.option(
+    "--artifact-backend",
+    "artifact_backend",
+    default=None,
+    metavar="SPEC",
+    help="Accepted as `export` takes it (checked; a bad spec is exit 2). A report reads no"
+    " payloads, so it changes nothing.",
+)
+@refuse_suite_flags("--experiment")
+def report_command(
+    stores: tuple[str, ...], run_id: str | None, errors: int, as_json: bool, artifact_backend: str | None
+) -> None:
     """Counts, failures and errors of one or more stores (shards are merged).
 
     Rows of the same pipeline in several stores are folded (the best state wins) and every
     count is recomputed from the surviving rows, so naming a store twice changes nothing.
     STORE may be a glob pattern (quote it). Exit 0 unless a store is missing or foreign (2).
     """
+    _check_backend_option(artifact_backend)
     rep = report_stores(expand_locations(stores), run_id)
     if as_json:
         doc = rep.to_dict(errors if errors else 20)
@@ -132,6 +158,7 @@ def report_command(stores: tuple[str, ...], run_id: str | None, errors: int, as_
     help="Read payloads kept in blobs through this backend (as `run --artifact-backend` takes it;"
     " default: the one each run recorded), e.g. when the blob folder moved.",
 )
+@refuse_suite_flags("--experiment", "--by-experiment")
 def export_command(
     paths: tuple[str, ...], rows: str, fmt: str | None, run_id: str | None, artifact_backend: str | None
 ) -> None:
@@ -146,14 +173,7 @@ def export_command(
 
     if len(paths) < 2:
         raise ConfigError("export needs at least one STORE and an OUTPUT (use - for stdout)")
-    if artifact_backend is not None:
-        from .backends import validate_backend_spec
-        from .plugins import get_plugins
-
-        registry = get_plugins().artifact_backends
-        problems = validate_backend_spec(artifact_backend, registry, "--artifact-backend")
-        if problems:
-            raise ConfigError("; ".join(problems))
+    _check_backend_option(artifact_backend)
     *stores, output = paths
     n = export_stores(
         expand_locations(stores),
@@ -200,6 +220,7 @@ def _watched_store(arg: str) -> str:
 )
 @click.option("--iterations", type=click.IntRange(min=1), default=None, help="Exit 0 after N refreshes.")
 @click.option("--no-clear", is_flag=True, help="Print snapshots one after another instead of redrawing.")
+@refuse_suite_flags("--experiment")
 def watch_command(
     store: str, run_id: str | None, interval: float, iterations: int | None, no_clear: bool
 ) -> None:

@@ -646,13 +646,15 @@ def effective_config(checked: CheckedConfig, overrides: Mapping[str, Any] | None
     values.update({k: v for k, v in overrides.items() if v is not None and k != "store"})
     values["store"] = resolve_store(checked, overrides.get("store"))
     config = RunConfig(**values)
+    # ``run`` holds exactly the fields a ``run:`` block accepts, so it can be copied back into
+    # one; whether the store is the embedded default is a fact about it, kept beside it
     run = {name: getattr(config, name) for name in RunSection.__struct_fields__}
-    run["store_is_default"] = not checked.run.get("store") and overrides.get("store") is None
     src = checked.source
     return {
         "config": str(checked.loaded.path),
         "base_dir": str(checked.loaded.base_dir),
         "run": mask_secrets(run),
+        "store_is_default": not checked.run.get("store") and overrides.get("store") is None,
         "pools": {
             name: {
                 "kind": p.kind,

@@ -11,6 +11,8 @@ import sys
 
 import rich_click as click
 
+from pyattacker.cli_suites import refuse_suite_flags
+
 __all__ = ["TOKEN_ENV", "serve_command"]
 
 #: the token when ``--token`` is not given: a command line is visible to every local user
@@ -53,6 +55,7 @@ def resolve_token(option: str | None) -> str | None:
     help=f"Access token (default: ${TOKEN_ENV}, else a fresh random one per start)."
     f" Visible to other local users in `ps`: prefer {TOKEN_ENV}.",
 )
+@refuse_suite_flags("--experiment")
 def serve_command(store: str, host: str, port: int, run_id: str | None, token: str | None) -> None:
     """Serve a read-only dashboard and JSON API of STORE (safe beside a live run).
 
