@@ -455,7 +455,10 @@ def test_config_with_a_backward_edge_is_refused_naming_the_field(tmp_path: Path)
     for command in ("validate", "run"):
         result = _cli(tmp_path, command, "-c", str(config))
         assert result.returncode == 2
-        assert "pipeline.control.edges['report'][0]: destination 'ask' (seq 2) is not later" in result.stderr
+        assert (
+            "pipeline.control.edges['report'][0]: destination 'ask' (seq 2) is not later than the"
+            " source 'report' (seq 4); v1 handoffs are forward-only" in result.stderr
+        )
     assert not (tmp_path / "runs").exists()
 
 

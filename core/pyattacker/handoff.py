@@ -261,7 +261,7 @@ def _destinations(raw: Any, source: int, names: Sequence[str], where: str, error
         if seq <= source:
             errors.append(
                 f"{at}: destination {names[seq]!r} (seq {seq}) is not later than the source"
-                f" {names[source]!r} (seq {source}); handoffs are forward-only"
+                f" {names[source]!r} (seq {source}); v1 handoffs are forward-only"
             )
             continue
         if seq not in out:
