@@ -23,11 +23,13 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sized
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import msgspec
 
 from . import __version__
+from .algorithm import try_free_slot
 from .clock import Clock, RealClock, round3
 from .codecs import CodecRegistry, returned_record_types
 from .config_model import RunConfig
@@ -71,6 +73,8 @@ _LOOKUP_CHUNK = 512
 #: the decision recorded with every successful attempt (shared: never mutated)
 _OK_DECISION: dict[str, Any] = {"retry": False, "reason": "ok", "delay_s": 0.0}
 _MAX_ERROR = 2000
+#: the filter of ``ctx.acquire()`` without arguments: none
+_NO_SELECTOR: Mapping[str, Any] = MappingProxyType({})
 
 
 class _Pipeline:
@@ -274,14 +278,15 @@ class Runner:
         self.pools[pool.name] = pool
         self._lease_routes.clear()
 
-    def lease_route(self, ctx: TaskContext) -> tuple[Any, Any]:
+    def lease_route(self, ctx: TaskContext) -> tuple[Any, Callable[[TaskContext], Any] | None]:
         """Where ``ctx.acquire()`` without arguments leases for this task: the pool and the
-        algorithm's synchronous first try (None: the algorithm has none). Resolved once per task
-        instead of once per lease; adding a pool forgets the routes."""
+        algorithm's synchronous first try as a call of ``ctx`` alone (None: the algorithm has
+        none). Resolved once per task instead of once per lease; adding a pool forgets the
+        routes. The built-in first try goes straight to ``Pool.try_free``."""
         route = self._lease_routes.get(ctx.task)
         if route is None:
             pool, alg = ctx._target(None, None)
-            route = (pool, pool.first_try(alg))
+            route = (pool, _first_try(pool, pool.first_try(alg)))
             self._lease_routes[ctx.task] = route
         return route
 
@@ -1919,6 +1924,15 @@ class Runner:
                     data={"error": f"{type(exc).__name__}: {_error_text(exc)}"},
                 )
         self._check_complete()
+
+
+def _first_try(pool: Any, first: Callable[..., Any] | None) -> Callable[[TaskContext], Any] | None:
+    """An algorithm's ``try_now`` on ``pool`` without a filter, as a call of the context alone."""
+    if first is None:
+        return None
+    if first is try_free_slot:
+        return pool.try_free
+    return lambda ctx: first(pool, ctx=ctx, where=None, selector=_NO_SELECTOR)
 
 
 def msgspec_copy(record: PipelineRecord) -> PipelineRecord:
