@@ -584,7 +584,7 @@ class Runner:
             batch_size=cfg.write_batch,
             flush_interval=cfg.flush_interval,
             sinks=sinks,
-            now=self.clock.now,
+            now=self._mono,
         )
         recorder.on_sink_error = self._sink_failed
         run_row = self._run_row()
@@ -987,7 +987,7 @@ class Runner:
             return
         rec.event(
             EventRecord(
-                ts=self.clock.wall(),
+                ts=self._wall(),
                 kind=kind,
                 scope=scope,
                 run_id=self.run_id,
@@ -1134,7 +1134,7 @@ class Runner:
             self._skip(spec, "succeeded")
             return None
         n = len(template.tasks)
-        now = self.clock.wall()
+        now = self._wall()
         record = (
             row
             if row is not None
@@ -1808,7 +1808,7 @@ class Runner:
             codec=spec.seed_codec,
             digest=spec.seed_digest,
             size=len(spec.seed_bytes),
-            created_at=self.clock.wall(),
+            created_at=self._wall(),
             payload=spec.seed_bytes if full else None,
         )
         if full and self._backend is not None:
@@ -1826,7 +1826,7 @@ class Runner:
         self, state: _Pipeline, ctx: TaskContext, error: BaseException, decision: dict[str, Any]
     ) -> None:
         assert self._recorder is not None
-        now = self.clock.wall()
+        now = self._wall()
         record = state.record
         cls = decision.get("error_class") or error_class_of(error)
         record.state = "failed"
@@ -1885,7 +1885,7 @@ class Runner:
             return
         record = state.record
         record.state = final
-        record.finished_at = self.clock.wall()
+        record.finished_at = self._wall()
         if error is not None:
             record.error_class = error_class_of(error)
             record.error_type = type(error).__name__
