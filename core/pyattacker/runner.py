@@ -1431,7 +1431,14 @@ class Runner:
                 return
             me.held = state
             try:
-                await self._drive(state)
+                # the pipeline's attempts, inline: every suspension of a task body passes through
+                # each coroutine above it, so a coroutine of its own would cost on every one
+                while state.seq < state.n:
+                    if self._stopping:
+                        self._interrupt(state, "stopped")
+                        break
+                    if await self._attempt(state) is not True:
+                        break  # parked or finished
             except asyncio.CancelledError:
                 self._interrupt(state, "cancelled")
                 raise
@@ -1460,15 +1467,6 @@ class Runner:
             },
         )
         self._terminal(state, "failed", error=exc, phase="internal")
-
-    async def _drive(self, state: _Pipeline) -> None:
-        while state.seq < state.n:
-            if self._stopping:
-                self._interrupt(state, "stopped")
-                return
-            outcome = await self._attempt(state)
-            if outcome is not True:
-                return
 
     async def _attempt(self, state: _Pipeline) -> bool:
         """Run one attempt of the current task. True: advanced; False: parked or finished."""
