@@ -20,6 +20,7 @@ docs/performance.md, eleventh pass).
 from __future__ import annotations
 
 import itertools
+import operator
 import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -138,7 +139,8 @@ class Statement:
             return
         keys = self._keys(records, pk_of)
         cache = self._cache
-        cuts = [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]]
+        # where the pattern changes: the positions whose key differs from the one before (in C)
+        cuts = list(itertools.compress(range(1, len(keys)), map(operator.ne, keys[1:], keys)))
         start = 0
         for end in (*cuts, len(keys)):
             key = keys[start]
