@@ -139,6 +139,11 @@ class Statement:
             return
         keys = self._keys(records, pk_of)
         cache = self._cache
+        first = keys[0]
+        if keys.count(first) == len(keys):  # one pattern, the usual case: no cutting
+            sql, params = cache.get(first) or self._variant(first)
+            write_rows(conn, sql, params(records, pk_of))
+            return
         # where the pattern changes: the positions whose key differs from the one before (in C)
         cuts = list(itertools.compress(range(1, len(keys)), map(operator.ne, keys[1:], keys)))
         start = 0
