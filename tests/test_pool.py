@@ -158,6 +158,31 @@ def test_lease_attributes_and_as_dict(clock: VirtualClock) -> None:
     assert lease.release_now() is False  # idempotent
 
 
+def test_try_free_leases_like_the_wait_algorithms_first_try(clock: VirtualClock) -> None:
+    """``Pool.try_free`` (the runner's route for ``ctx.acquire()``) is ``try_free_slot`` without a
+    filter: the same resources in the same order, each lease recorded as a zero wait."""
+    from pyattacker.algorithm import try_free_slot
+
+    def leases(take: Any, pool: Pool) -> list[str | None]:
+        got = [take(pool) for _ in range(4)]
+        return [lease.resource.id if lease else None for lease in got]
+
+    for n, capacity in ((1, 2), (3, 1)):
+        free, slot = make_pool(clock, n, capacity=capacity), make_pool(clock, n, capacity=capacity)
+        mine = leases(lambda p: p.try_free(Ctx(task_name="t")), free)
+        theirs = leases(lambda p: try_free_slot(p, ctx=Ctx(task_name="t"), where=None, selector={}), slot)
+        assert mine == theirs and mine[-1] is None, (n, mine, theirs)
+        assert free.stats().waits_total == slot.stats().waits_total == len([m for m in mine if m])
+        assert free.stats().wait_ms_max == 0.0 and free.leases_total == slot.leases_total
+    pool = make_pool(clock, 1)
+    lease = pool.try_free(Ctx(task_name="t"))
+    assert lease is not None and lease.task_name == "t"
+    clock.advance(0.25)
+    lease.release_now()
+    clock.advance(1.0)  # a released lease's record keeps the time it was held
+    assert lease.as_dict() == {"pool": "p", "resource_id": "r0", "held_ms": 250.0, "waited_ms": 0.0}
+
+
 # -- health -----------------------------------------------------------------------------------
 
 

@@ -13,7 +13,6 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -31,9 +30,8 @@ __all__ = ["TaskContext"]
 
 log = logging.getLogger("pyattacker")
 _SAFE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,100}$")
-#: ``ctx.acquire()`` without arguments (marker) and the empty selector it passes on
+#: ``ctx.acquire()`` without arguments (marker)
 _NO_ARGS: Any = object()
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 class _EndedLeases(list):
@@ -240,8 +238,8 @@ class TaskContext:
         per-task route) or ``(pool, algorithm, timeout, where, selector)``.
         """
         if args is _NO_ARGS:
-            pool, first_try = self._runner.lease_route(self)
-            lease = None if first_try is None else first_try(pool, ctx=self, where=None, selector=_EMPTY)
+            first_try = self._runner.lease_route(self)[1]
+            lease = None if first_try is None else first_try(self)
         else:
             pool, alg = self._target(args[0], args[1])
             lease = pool.try_now(self, algorithm=alg, where=args[3], selector=args[4])

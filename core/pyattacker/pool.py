@@ -447,12 +447,14 @@ class Lease:
         return self.release_now()
 
     def as_dict(self) -> dict[str, Any]:
-        """The shape recorded on an attempt."""
+        """The shape recorded on an attempt (one per lease: ``held_ms`` is computed inline)."""
+        end = self.released_at if self.released_at is not None else self._pool._now()
+        waited = self.waited_ms
         return {
             "pool": self.pool,
             "resource_id": self.resource.id,
-            "held_ms": round3(self.held_ms),
-            "waited_ms": round3(self.waited_ms),
+            "held_ms": round3((end - self.acquired_at) * 1000.0),
+            "waited_ms": round3(waited) if waited else 0.0,
         }
 
     async def __aenter__(self) -> Lease:
@@ -752,6 +754,28 @@ class Pool:
         if lease is None:
             self._settle()
         return lease
+
+    def try_free(self, ctx: Any = None) -> Lease | None:
+        """``try_free_slot`` without a filter, in one call: the synchronous first try of a
+        task's own pool (``ctx.acquire()``), which runs once per attempt. A lease taken here is
+        recorded as a zero wait, as ``note_wait(0.0)`` would (a zero wait is never slow)."""
+        slots = self._slots
+        if len(slots) == 1:
+            resource = slots[0]
+            if (
+                resource.state is READY
+                and resource.blocked_until is None
+                and resource.active < resource.capacity
+                and resource._built
+            ):
+                lease = self._lease(ctx, 0, resource, 0.0)
+                self.waits_total += 1
+                self._waits.append(0.0)
+                return lease
+        other = self.try_acquire(ctx)
+        if other is not None:
+            self.note_wait(0.0, None, other.resource.id)
+        return other
 
     def _try_general(
         self,

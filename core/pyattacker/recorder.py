@@ -74,6 +74,8 @@ class Recorder:
             # (rows are always appended complete, so this never splits a checkpoint)
             self.flush()
             return
+        if self._scheduled:  # a flush is on its way and takes these rows too
+            return
         n = len(self._pending.attempts) + len(self._pending.events)
         if n >= self.batch_size or self._now() - self._last_flush >= self.flush_interval:
             self._schedule()

@@ -23,11 +23,13 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sized
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import msgspec
 
 from . import __version__
+from .algorithm import try_free_slot
 from .clock import Clock, RealClock, round3
 from .codecs import CodecRegistry, returned_record_types
 from .config_model import RunConfig
@@ -75,6 +77,8 @@ _LOOKUP_CHUNK = 512
 #: the decision recorded with every successful attempt (shared: never mutated)
 _OK_DECISION: dict[str, Any] = {"retry": False, "reason": "ok", "delay_s": 0.0}
 _MAX_ERROR = 2000
+#: the filter of ``ctx.acquire()`` without arguments: none
+_NO_SELECTOR: Mapping[str, Any] = MappingProxyType({})
 
 
 class _Pipeline:
@@ -285,14 +289,15 @@ class Runner:
         self.pools[pool.name] = pool
         self._lease_routes.clear()
 
-    def lease_route(self, ctx: TaskContext) -> tuple[Any, Any]:
+    def lease_route(self, ctx: TaskContext) -> tuple[Any, Callable[[TaskContext], Any] | None]:
         """Where ``ctx.acquire()`` without arguments leases for this task: the pool and the
-        algorithm's synchronous first try (None: the algorithm has none). Resolved once per task
-        instead of once per lease; adding a pool forgets the routes."""
+        algorithm's synchronous first try as a call of ``ctx`` alone (None: the algorithm has
+        none). Resolved once per task instead of once per lease; adding a pool forgets the
+        routes. The built-in first try goes straight to ``Pool.try_free``."""
         route = self._lease_routes.get(ctx.task)
         if route is None:
             pool, alg = ctx._target(None, None)
-            route = (pool, pool.first_try(alg))
+            route = (pool, _first_try(pool, pool.first_try(alg)))
             self._lease_routes[ctx.task] = route
         return route
 
@@ -592,7 +597,7 @@ class Runner:
             batch_size=cfg.write_batch,
             flush_interval=cfg.flush_interval,
             sinks=sinks,
-            now=self.clock.now,
+            now=self._mono,
         )
         recorder.on_sink_error = self._sink_failed
         run_row = self._run_row()
@@ -998,7 +1003,7 @@ class Runner:
             return
         rec.event(
             EventRecord(
-                ts=self.clock.wall(),
+                ts=self._wall(),
                 kind=kind,
                 scope=scope,
                 run_id=self.run_id,
@@ -1145,7 +1150,7 @@ class Runner:
             self._skip(spec, "succeeded")
             return None
         n = len(template.tasks)
-        now = self.clock.wall()
+        now = self._wall()
         record = (
             row
             if row is not None
@@ -1468,7 +1473,14 @@ class Runner:
                 return
             me.held = state
             try:
-                await self._drive(state)
+                # the pipeline's attempts, inline: every suspension of a task body passes through
+                # each coroutine above it, so a coroutine of its own would cost on every one
+                while state.seq < state.n:
+                    if self._stopping:
+                        self._interrupt(state, "stopped")
+                        break
+                    if await self._attempt(state) is not True:
+                        break  # parked or finished
             except asyncio.CancelledError:
                 self._interrupt(state, "cancelled")
                 raise
@@ -1497,15 +1509,6 @@ class Runner:
             },
         )
         self._terminal(state, "failed", error=exc, phase="internal")
-
-    async def _drive(self, state: _Pipeline) -> None:
-        while state.seq < state.n:
-            if self._stopping:
-                self._interrupt(state, "stopped")
-                return
-            outcome = await self._attempt(state)
-            if outcome is not True:
-                return
 
     async def _attempt(self, state: _Pipeline) -> bool:
         """Run one attempt of the current task. True: advanced; False: parked or finished."""
@@ -1859,7 +1862,7 @@ class Runner:
             codec=spec.seed_codec,
             digest=spec.seed_digest,
             size=len(spec.seed_bytes),
-            created_at=self.clock.wall(),
+            created_at=self._wall(),
             payload=spec.seed_bytes if full else None,
         )
         if full and self._backend is not None:
@@ -1877,7 +1880,7 @@ class Runner:
         self, state: _Pipeline, ctx: TaskContext, error: BaseException, decision: dict[str, Any]
     ) -> None:
         assert self._recorder is not None
-        now = self.clock.wall()
+        now = self._wall()
         record = state.record
         cls = decision.get("error_class") or error_class_of(error)
         record.state = "failed"
@@ -1951,7 +1954,7 @@ class Runner:
             return
         record = state.record
         record.state = final
-        record.finished_at = self.clock.wall()
+        record.finished_at = self._wall()
         if error is not None:
             record.error_class = error_class_of(error)
             record.error_type = type(error).__name__
@@ -1990,6 +1993,15 @@ class Runner:
                     data={"error": f"{type(exc).__name__}: {_error_text(exc)}"},
                 )
         self._check_complete()
+
+
+def _first_try(pool: Any, first: Callable[..., Any] | None) -> Callable[[TaskContext], Any] | None:
+    """An algorithm's ``try_now`` on ``pool`` without a filter, as a call of the context alone."""
+    if first is None:
+        return None
+    if first is try_free_slot:
+        return pool.try_free
+    return lambda ctx: first(pool, ctx=ctx, where=None, selector=_NO_SELECTOR)
 
 
 def msgspec_copy(record: PipelineRecord) -> PipelineRecord:

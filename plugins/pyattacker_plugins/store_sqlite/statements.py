@@ -5,11 +5,11 @@ sends every other value, ``None`` included, through its adapter lookup first; on
 that lookup cost more than the rest of the binding. A statement therefore writes the columns
 that are ``None`` in a row as literal ``NULL``s and binds only the others.
 
-Per pattern of ``None``s, the statement compiles one small function that turns a record (and
-its clustering key ``pk``) straight into the parameters of that variant: one call per row, no
-intermediate tuple. Rows are applied in their original order (consecutive rows with the same
-pattern share one statement), so an upsert of the same key twice in one batch still ends with
-the last row.
+Per pattern of ``None``s, the statement compiles one small function that turns records (and
+their clustering key ``pk``) straight into the parameters of that variant, and one per table
+that computes every record's pattern: list comprehensions, so no Python call per row. Rows are
+applied in their original order (consecutive rows with the same pattern share one statement),
+so an upsert of the same key twice in one batch still ends with the last row.
 
 Consecutive rows of one variant go to SQLite as multi-row ``INSERT ... VALUES (...), (...)``
 statements, not an ``executemany``: SQLite then steps once per statement instead of once per
@@ -20,8 +20,9 @@ docs/performance.md, eleventh pass).
 from __future__ import annotations
 
 import itertools
+import operator
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .rows import RowCodec, compile_function
@@ -80,9 +81,20 @@ def write_rows(conn: sqlite3.Connection, sql: str, rows: list[tuple[Any, ...]]) 
 
 #: renders the SQL for one tuple of value markers ("?" or "NULL"), one per parameter
 Render = Callable[[tuple[str, ...]], str]
-Encoder = Callable[..., tuple[Any, ...]]
-#: every compiled function takes (record, pk); tables without a pk ignore it
-_ARGS = "r, pk"
+#: ``(records, pk_of) -> one tuple per record``: the NULL patterns, or one variant's parameters
+RowsFunction = Callable[[Sequence[Any], Any], list[tuple[Any, ...]]]
+#: every compiled function takes the records and the ``pk`` lookup; tables without a pk ignore it
+_ARGS = "rows, pk_of"
+#: a clustered row's first parameter, its pipeline's ``pk``
+_PK = "pk_of(r.pipeline_id)"
+
+
+def _per_row(name: str, expressions: list[str], label: str) -> RowsFunction:
+    """``[(expressions...) for r in rows]`` compiled once: a list comprehension runs no Python
+    call per row, where a function per row cost two (the pattern and the parameters)."""
+    body = f"[({', '.join(expressions)},) for r in rows]" if expressions else "[() for r in rows]"
+    function: RowsFunction = compile_function(name, _ARGS, body, label)
+    return function
 
 
 class Statement:
@@ -92,7 +104,7 @@ class Statement:
     id to its ``pk``, which may be None for rows that belong to no pipeline.
     """
 
-    __slots__ = ("_cache", "_codec", "_key", "_nullable", "_render", "clustered", "full_sql")
+    __slots__ = ("_cache", "_codec", "_keys", "_nullable", "_render", "clustered", "full_sql")
 
     def __init__(self, render: Render, codec: RowCodec[Any], *, clustered: bool = False) -> None:
         self._render = render
@@ -102,46 +114,41 @@ class Statement:
         self.full_sql = render(("?",) * width)
         tests = [f"r.{f} is None" for f in codec.nullable_fields]
         if clustered:
-            tests.insert(0, "pk is None")
+            tests.insert(0, f"{_PK} is None")
         #: parameter positions that may be None, in the order of the pattern key
         self._nullable = ((0,) if clustered else ()) + tuple(i + clustered for i in codec.nullable)
-        self._key: Callable[..., tuple[bool, ...]] = compile_function(
-            "key", _ARGS, f"({', '.join(tests)},)" if tests else "()", f"{codec.table} null pattern"
-        )
-        self._cache: dict[tuple[bool, ...], tuple[str, Encoder]] = {}
+        self._keys = _per_row("keys", tests, f"{codec.table} null patterns")
+        self._cache: dict[tuple[bool, ...], tuple[str, RowsFunction]] = {}
 
-    def _variant(self, key: tuple[bool, ...]) -> tuple[str, Encoder]:
+    def _variant(self, key: tuple[bool, ...]) -> tuple[str, RowsFunction]:
         null = {p for p, is_none in zip(self._nullable, key, strict=True) if is_none}
         width = len(self._codec.columns) + self.clustered
-        exprs = (("pk",) if self.clustered else ()) + self._codec.expressions
+        exprs = ((_PK,) if self.clustered else ()) + self._codec.expressions
         marks = tuple("NULL" if i in null else "?" for i in range(width))
         kept = [e for i, e in enumerate(exprs) if i not in null]
-        encode = compile_function(
-            "params", _ARGS, f"({', '.join(kept)},)", f"{self._codec.table} row parameters"
-        )
-        entry = (self._render(marks), encode)
+        entry = (self._render(marks), _per_row("params", kept, f"{self._codec.table} row parameters"))
         self._cache[key] = entry
         return entry
 
     def run(
-        self, conn: sqlite3.Connection, records: Iterable[Any], pk_of: Callable[[str], Any] | None = None
+        self, conn: sqlite3.Connection, records: Sequence[Any], pk_of: Callable[[str], Any] | None = None
     ) -> None:
-        """Apply ``records`` in order."""
-        key_of, cache = self._key, self._cache
-        current: tuple[bool, ...] | None = None
-        sql = ""
-        encode: Encoder | None = None
-        group: list[tuple[Any, ...]] = []
-        for rec in records:
-            pk = None if pk_of is None else pk_of(rec.pipeline_id)
-            key = key_of(rec, pk)
-            if key != current:
-                if group:
-                    write_rows(conn, sql, group)
-                    group = []
-                current = key
-                sql, encode = cache.get(key) or self._variant(key)
-            assert encode is not None
-            group.append(encode(rec, pk))
-        if group:
-            write_rows(conn, sql, group)
+        """Apply ``records`` in order: each run of consecutive rows with one NULL pattern is
+        one variant's statements."""
+        if not records:
+            return
+        keys = self._keys(records, pk_of)
+        cache = self._cache
+        first = keys[0]
+        if keys.count(first) == len(keys):  # one pattern, the usual case: no cutting
+            sql, params = cache.get(first) or self._variant(first)
+            write_rows(conn, sql, params(records, pk_of))
+            return
+        # where the pattern changes: the positions whose key differs from the one before (in C)
+        cuts = list(itertools.compress(range(1, len(keys)), map(operator.ne, keys[1:], keys)))
+        start = 0
+        for end in (*cuts, len(keys)):
+            key = keys[start]
+            sql, params = cache.get(key) or self._variant(key)
+            write_rows(conn, sql, params(records[start:end], pk_of))
+            start = end
