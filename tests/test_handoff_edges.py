@@ -1,0 +1,97 @@
+"""Handoff edge cases found by hunting: declarations that must be refused by field, the type a
+resumed destination receives, and what the memory store pays for a pipeline's final flag."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyattacker.errors import PipelineBuildError
+from pyattacker.handoff import check_control
+from pyattacker.pipeline import pipeline
+from pyattacker.task import task
+
+NAMES = ["fetch", "lookup", "ask", "judge", "report"]
+
+
+# -- the declaration ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("²", "edges['²']: no task is named '²'"),  # str.isdigit() is true, int() raises
+        ("٣", "edges['٣']: no task is named '٣'"),  # an Arabic-Indic 3 is no seq of a config
+        ("9" * 5000, "is outside the chain's 5 tasks"),  # int() refuses more than 4300 digits
+    ],
+)
+def test_a_source_key_of_non_ascii_or_huge_digits_is_refused_by_field(key: str, message: str) -> None:
+    errors: list[str] = []
+    assert check_control({"edges": {key: ["end"]}}, NAMES, "pipeline.control", errors) is None
+    assert len(errors) == 1 and message in errors[0]
+    assert errors[0].startswith("pipeline.control.edges[")
+
+
+def test_digit_keys_with_leading_zeros_are_seqs() -> None:
+    errors: list[str] = []
+    plan = check_control({"edges": {"01": ["end"], "003": ["report"]}}, NAMES, "pipeline.control", errors)
+    assert errors == [] and plan is not None
+    assert plan.describe() == {"edges": {"lookup": ["end"], "judge": ["report"]}}
+
+
+def test_a_source_given_twice_names_its_first_spelling_once_quoted() -> None:
+    errors: list[str] = []
+    check_control({"edges": {"1": ["end"], "lookup": ["end"]}}, NAMES, "pipeline.control", errors)
+    assert errors == [
+        "pipeline.control.edges['lookup']: declares seq 1 ('lookup') again, already declared as '1';"
+        " give each source once"
+    ]
+
+
+@pytest.mark.parametrize("control", [["ask"], "edges", 3])
+def test_a_control_that_is_not_a_mapping_is_a_build_error(control: Any) -> None:
+    @task
+    def ask(x: Any) -> Any:
+        return x
+
+    @task
+    def report(x: Any) -> Any:
+        return x
+
+    with pytest.raises(PipelineBuildError, match=r"control: must be a mapping with an 'edges' key"):
+        pipeline("qa", ask, report, control=control)
+
+
+def test_validate_and_run_refuse_a_superscript_key_with_exit_2_and_write_nothing(tmp_path: Path) -> None:
+    (tmp_path / "tasks.py").write_text(
+        "from pyattacker.task import task\n@task\ndef a(x):\n    return x\n@task\ndef b(x):\n    return x\n"
+    )
+    store = tmp_path / "x.db"
+    config = {
+        "run": {"store": str(store)},
+        "pipeline": {
+            "name": "p",
+            "control": {"edges": {"²": ["end"]}},
+            "tasks": [{"use": "tasks:a"}, {"use": "tasks:b"}],
+        },
+        "source": {"kind": "range", "n": 2},
+    }
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    env["PYATTACKER_HOME"] = str(tmp_path / "home")
+    for command in ("validate", "run"):
+        done = subprocess.run(
+            [sys.executable, "-m", "pyattacker", command, "-c", str(tmp_path / "c.json")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2, done.stderr
+        assert "pipeline.control.edges['²']: no task is named '²'" in done.stderr
+        assert "Traceback" not in done.stderr
+    assert not store.exists()
