@@ -10,10 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+from tests.runner_helpers import seeds, vrunner
 
-from pyattacker.errors import PipelineBuildError
-from pyattacker.handoff import check_control
+from pyattacker.errors import FatalError, PipelineBuildError
+from pyattacker.handoff import Handoff, check_control
 from pyattacker.pipeline import pipeline
 from pyattacker.task import task
 
@@ -95,3 +97,45 @@ def test_validate_and_run_refuse_a_superscript_key_with_exit_2_and_write_nothing
         assert "pipeline.control.edges['²']: no task is named '²'" in done.stderr
         assert "Traceback" not in done.stderr
     assert not store.exists()
+
+
+# -- resume at a destination ----------------------------------------------------------------------
+class Answer(msgspec.Struct):
+    text: str
+
+
+RECEIVED: list[Any] = []
+FAIL: dict[str, bool] = {}
+
+
+@task
+def lookup(x: int) -> Answer | Handoff:
+    return Handoff.to("report", Answer(text=f"cached {x}"), reason="cache hit")
+
+
+@task
+def ask(a: Answer) -> Answer:
+    return a
+
+
+@task
+def report(a: Answer) -> str:
+    RECEIVED.append(a)
+    if FAIL.pop("report", False):
+        raise FatalError("report is down")
+    return a.text  # an attribute: a dict here would fail the task
+
+
+def test_a_resumed_destination_receives_the_record_type_the_source_handed_over(tmp_path: Path) -> None:
+    """The entry is decoded with the source task's return annotation, as any output is on resume:
+    the destination gets the Struct the uninterrupted run would have given it, not a dict."""
+    tpl = pipeline("typed", lookup, ask, report, control={"edges": {"lookup": ["report"]}})
+    path = str(tmp_path / "t.db")
+    RECEIVED.clear()
+    FAIL["report"] = True
+    with vrunner(path) as r:
+        assert r.run(tpl.map(seeds(1))).failed == 1
+    with vrunner(path) as r:
+        rep = r.run(tpl.map(seeds(1)))
+    assert rep.succeeded == 1
+    assert [type(a) for a in RECEIVED] == [Answer, Answer]

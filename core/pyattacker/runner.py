@@ -1243,13 +1243,15 @@ class Runner:
         return start, value
 
     def _checkpoint_at(
-        self, spec: PipelineSpec, seq: int, task: str | None = None
+        self, spec: PipelineSpec, seq: int, task: str | None = None, writer: int | None = None
     ) -> tuple[Any, tuple[str, dict[str, Any]] | None]:
         """``(value, None)`` for the output of task ``seq``, or ``(None, (event kind, data))``
         saying why it cannot be used. ``task`` names the writer of an artifact past the chain's
-        slots (a handoff's entry)."""
+        slots (a handoff's entry) and ``writer`` is its seq: its return annotation gives the record
+        types to decode with, as for any output (else a handed-over Struct resumes as a dict)."""
         chain = spec.template.tasks
         task = task or chain[seq].name
+        writer = seq if writer is None else writer
         try:
             art = self.store.get_artifact(spec.key, seq)
         except CorruptRow as exc:  # a damaged artifact row: like bytes no codec can decode
@@ -1273,7 +1275,7 @@ class Runner:
                 {"seq": seq, "task": task, "reason": "summary_journal_or_null_backend"},
             )
         try:
-            types = self._returned_types(chain[seq]) if 0 <= seq < len(chain) else {}
+            types = self._returned_types(chain[writer]) if 0 <= writer < len(chain) else {}
             return self.codecs.decode(art.codec, art.type_name, art.payload, types), None
         except ArtifactCodecError as exc:
             return None, ("pipeline.checkpoint_unusable", {"seq": seq, "task": task, "error": str(exc)})

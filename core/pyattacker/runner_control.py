@@ -151,7 +151,9 @@ class RunnerControl:
         r = self.runner
         if jump.entry_seq == -1:
             return spec.seed, None
-        value, why = r._checkpoint_at(spec, jump.entry_seq, jump.from_task)
+        # a handed-over value was written by the source task; a reused input by its own task
+        writer = jump.entry_seq if jump.entry_seq < len(spec.template.tasks) else jump.from_seq
+        value, why = r._checkpoint_at(spec, jump.entry_seq, jump.from_task, writer)
         if why is not None:
             why[1].update(handoff_id=jump.handoff_id, via="handoff")
         return value, why
