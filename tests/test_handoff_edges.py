@@ -16,8 +16,10 @@ from tests.runner_helpers import seeds, vrunner
 
 from pyattacker.errors import FatalError, PipelineBuildError
 from pyattacker.handoff import Handoff, check_control
+from pyattacker.model import ArtifactRecord, Batch
 from pyattacker.pipeline import pipeline
 from pyattacker.task import task
+from pyattacker_plugins.store_memory import MemoryStore
 
 NAMES = ["fetch", "lookup", "ask", "judge", "report"]
 
@@ -139,3 +141,58 @@ def test_a_resumed_destination_receives_the_record_type_the_source_handed_over(t
         rep = r.run(tpl.map(seeds(1)))
     assert rep.succeeded == 1
     assert [type(a) for a in RECEIVED] == [Answer, Answer]
+
+
+# -- the memory store -----------------------------------------------------------------------------
+class _NoScan(dict):  # type: ignore[type-arg]
+    """Artifacts that refuse to be walked: clearing one pipeline's finals must not read them all."""
+
+    def values(self) -> Any:
+        raise AssertionError("finals_cleared walked every stored artifact")
+
+
+def _art(pid: str, seq: int, final: bool) -> ArtifactRecord:
+    return ArtifactRecord(
+        artifact_id=f"{pid}:{seq}",
+        pipeline_id=pid,
+        task_name="t",
+        seq=seq,
+        type_name="dict",
+        codec="json",
+        digest="d",
+        size=2,
+        created_at=0.0,
+        payload=b"{}",
+        is_final=final,
+    )
+
+
+def test_memory_store_clears_one_pipelines_finals_without_walking_every_artifact() -> None:
+    store = MemoryStore()
+    store._artifacts = _NoScan()
+    first = Batch()
+    first.artifacts += [_art("p", 0, False), _art("p", 1, True), _art("q", 1, True)]
+    store.commit(first)
+    again = Batch()  # the END of a later traversal of p: its entry is now the only final
+    again.finals_cleared.append("p")
+    again.artifacts.append(_art("p", 5, True))
+    store.commit(again)
+    finals = {k for k, a in dict.items(store._artifacts) if a.is_final}
+    assert finals == {"p:5", "q:1"}
+    third = Batch()  # a row written again without the flag is no longer final
+    third.finals_cleared.append("q")
+    third.artifacts.append(_art("q", 1, False))
+    store.commit(third)
+    assert {k for k, a in dict.items(store._artifacts) if a.is_final} == {"p:5"}
+
+
+def test_memory_store_ledger_is_read_per_pipeline() -> None:
+    tpl = pipeline("qa", lookup, ask, report, control={"edges": {"lookup": ["report"]}})
+    store = MemoryStore()
+    RECEIVED.clear()
+    with vrunner(store) as r:
+        assert r.run(tpl.map(seeds(3))).succeeded == 3
+    ledgers = {p: store.handoffs(p) for p in store._pipelines}
+    assert sorted(len(rows) for rows in ledgers.values()) == [1, 1, 1]
+    assert all(h.pipeline_id == p for p, rows in ledgers.items() for h in rows)
+    assert store.handoffs("nope") == [] and store.count_handoffs() == 3
