@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 from tests.runner_helpers import seeds, vrunner
+from tests.test_handoff import CALLS, QA, _reset
 
 from pyattacker.errors import FatalError, PipelineBuildError
 from pyattacker.handoff import Handoff, check_control
@@ -196,3 +198,33 @@ def test_memory_store_ledger_is_read_per_pipeline() -> None:
     assert sorted(len(rows) for rows in ledgers.values()) == [1, 1, 1]
     assert all(h.pipeline_id == p for p, rows in ledgers.items() for h in rows)
     assert store.handoffs("nope") == [] and store.count_handoffs() == 3
+
+
+# -- a pipeline row deleted by hand ---------------------------------------------------------------
+def test_a_pipeline_row_deleted_by_hand_does_not_revive_its_old_jump(tmp_path: Path) -> None:
+    """An operator deletes a failed pipeline's row to run it afresh. Its ledger stays: the new
+    traversal records a restart row, so when it fails and resumes, the old jump (ask -> report
+    with a cached value) is not taken for one it never made."""
+    path = str(tmp_path / "d.db")
+    _reset(route=0, report_fails=True)  # ask hands {"cached": 0} to report, which fails
+    with vrunner(path) as r:
+        assert r.run(QA.map(seeds(1))).failed == 1
+    con = sqlite3.connect(path)
+    con.execute("DELETE FROM pipelines")
+    con.commit()
+    con.close()
+    _reset(route=2, report_fails=True)  # afresh: ask answers, judge runs, report fails again
+    with vrunner(path) as r:
+        assert r.run(QA.map(seeds(1))).failed == 1
+    _reset(route=2)
+    with vrunner(path) as r:
+        assert r.run(QA.map(seeds(1))).succeeded == 1
+    assert [c[0] for c in CALLS] == ["report"]
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        (final,) = [json.loads(p) for (p,) in con.execute("SELECT payload FROM artifacts WHERE is_final")]
+        ledger = con.execute("SELECT operation, reason FROM handoffs ORDER BY handoff_id").fetchall()
+    finally:
+        con.close()
+    assert final == {"report": {"judged": {"asked": 0}}}  # not {"report": {"cached": 0}}
+    assert ledger == [("forward", "cache hit"), ("restart", "pipeline_row_missing")]

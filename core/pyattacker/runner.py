@@ -1174,9 +1174,8 @@ class Runner:
         plan = None
         if template.control is not None:
             self._control.check_ledger(spec)
-            plan = self._control.resume(
-                spec, row, resumable, "fresh_restart" if restart else "retry_succeeded"
-            )
+            why = "pipeline_row_missing" if row is None else "fresh_restart" if restart else "retry_succeeded"
+            plan = self._control.resume(spec, row, resumable, why)
             if plan is None:
                 return None
             start, value = plan.start, plan.value

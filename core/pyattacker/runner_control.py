@@ -93,9 +93,12 @@ class RunnerControl:
         """Start of a pipeline with control flow (None: settled here, nothing to run).
 
         ``resumable``: the stored row may continue (not succeeded, not a fresh restart); ``why``
-        is the reason recorded if the traversal restarts from the seed."""
+        is the reason recorded if the traversal restarts from the seed.
+
+        The ledger is read even without a row: a row deleted by hand leaves its jumps behind, and
+        without a restart row the next resume would honour one the new traversal never took."""
         r = self.runner
-        ledger: list[HandoffRecord] = r.store.handoffs(spec.key) if row is not None else []  # type: ignore[attr-defined]
+        ledger: list[HandoffRecord] = r.store.handoffs(spec.key)  # type: ignore[attr-defined]
         jump = _current(ledger)
         n = len(spec.template.tasks)
         out = Resumption(start=0, value=spec.seed)
