@@ -228,3 +228,34 @@ def test_a_pipeline_row_deleted_by_hand_does_not_revive_its_old_jump(tmp_path: P
         con.close()
     assert final == {"report": {"judged": {"asked": 0}}}  # not {"report": {"cached": 0}}
     assert ledger == [("forward", "cache hit"), ("restart", "pipeline_row_missing")]
+
+
+# -- a ledger row damaged by hand -----------------------------------------------------------------
+@pytest.mark.parametrize("damage", ["to_seq = 99", "to_seq = -5", "from_seq = 3"])
+def test_a_damaged_ledger_row_fails_the_pipeline_instead_of_hanging_the_run(
+    damage: str, tmp_path: Path
+) -> None:
+    """A jump the chain does not declare (a destination past the chain left the pipeline
+    admitted with nothing to run: the run never ended) fails like a cursor outside the chain;
+    ``fresh_restart`` then runs it from the seed."""
+    path = str(tmp_path / "c.db")
+    _reset(route=0, report_fails=True)
+    with vrunner(path) as r:
+        assert r.run(QA.map(seeds(1))).failed == 1
+    con = sqlite3.connect(path)
+    con.execute(f"UPDATE handoffs SET {damage}")
+    con.commit()
+    con.close()
+    _reset(route=0)
+    with vrunner(path) as r:
+        rep = r.run(QA.map(seeds(1)))
+    assert rep.failed == 1 and CALLS == []
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        ((error_type, message),) = con.execute("SELECT error_type, error_message FROM pipelines").fetchall()
+    finally:
+        con.close()
+    assert error_type == "CorruptCheckpoint" and "is no jump the pipeline declares" in message
+    with vrunner(path, fresh_restart=True) as r:
+        assert r.run(QA.map(seeds(1))).succeeded == 1
+    assert [c[0] for c in CALLS] == ["fetch", "ask", "report"]

@@ -1306,23 +1306,30 @@ class Runner:
             data["error"] = error
         return "pipeline.checkpoint_missing", data
 
-    def _corrupt(self, spec: PipelineSpec, record: PipelineRecord) -> None:
+    def _corrupt(self, spec: PipelineSpec, record: PipelineRecord, ledger: str | None = None) -> None:
+        """Fail a pipeline whose stored cursor, or (``ledger``: what is wrong) whose current
+        ledger row, cannot be true: resuming from it would run tasks at a made-up position."""
         err = CorruptCheckpoint(
-            f"pipeline {spec.key!r}: stored cursor {record.cursor} is outside its"
+            f"pipeline {spec.key!r}: {ledger}"
+            if ledger is not None
+            else f"pipeline {spec.key!r}: stored cursor {record.cursor} is outside its"
             f" {len(spec.template.tasks)} tasks (0..{len(spec.template.tasks)})"
         )
         record.run_id = self.run_id or ""
         record.state = "failed"
         record.error_class, record.error_type, record.error_message = "fatal", "CorruptCheckpoint", str(err)
         record.finished_at = self.clock.wall()
-        self._event(
-            "pipeline.corrupt_cursor", "pipeline", pipeline_id=spec.key, data={"cursor": record.cursor}
-        )
+        if ledger is None:
+            self._event(
+                "pipeline.corrupt_cursor", "pipeline", pipeline_id=spec.key, data={"cursor": record.cursor}
+            )
+        else:
+            self._event("pipeline.corrupt_ledger", "pipeline", pipeline_id=spec.key, data={"error": ledger})
         self._event(
             "pipeline.failed",
             "pipeline",
             pipeline_id=spec.key,
-            data={"error": str(err), "phase": "corrupt_cursor"},
+            data={"error": str(err), "phase": "corrupt_cursor" if ledger is None else "corrupt_ledger"},
         )
         self._recorder_pending().pipelines.append(record)
         self.counters["pipelines_failed"] += 1

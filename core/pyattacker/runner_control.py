@@ -103,6 +103,14 @@ class RunnerControl:
         n = len(spec.template.tasks)
         out = Resumption(start=0, value=spec.seed)
         if resumable and row is not None:
+            if jump is not None and not self.declared(spec, jump):
+                r._corrupt(
+                    spec,
+                    row,
+                    f"its ledger row handoff_id={jump.handoff_id} ({jump.from_seq} -> {jump.to_seq})"
+                    " is no jump the pipeline declares; resume with --fresh-restart to run it from the seed",
+                )
+                return None
             if jump is not None and jump.to_seq is None:  # an END whose settle was never written
                 if r._repair(spec, row, jump.entry_seq, jump):
                     return None
@@ -120,6 +128,16 @@ class RunnerControl:
         out.handoff = jump if out.entry is not None else None
         out.ledger_rows = len(ledger)
         return out
+
+    @staticmethod
+    def declared(spec: PipelineSpec, jump: HandoffRecord) -> bool:
+        """Whether a stored jump is one of the chain's declared edges (None ``to_seq``: END). The
+        identity holds the edges, so only a row damaged by hand fails this; resuming at its
+        ``to_seq`` (past the chain, say) would run nothing and never finish the pipeline."""
+        control = spec.template.control
+        n = len(spec.template.tasks)
+        to = n if jump.to_seq is None else jump.to_seq
+        return control is not None and to in control.edges.get(jump.from_seq, ())
 
     def after_jump(self, spec: PipelineSpec, row: PipelineRecord, jump: HandoffRecord) -> Resumption:
         """After a committed jump to ``jump.to_seq``: the latest usable output at or after the
