@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pyattacker.errors import ConfigError, StoreUnavailable
+from pyattacker.model import HandoffRecord
 from pyattacker.store import resolve_opener
 from pyattacker_plugins.store_jsonl import JsonlStoreOpener
 from pyattacker_plugins.store_sqlite import APPLICATION_ID, SCHEMA_VERSION, SqliteStore, SqliteStoreOpener
@@ -823,6 +824,32 @@ def test_a_directory_in_place_of_the_file_is_named(tmp_path: Path) -> None:
     (tmp_path / "x.db").mkdir()
     with pytest.raises(ConfigError, match="is a directory"):
         SqliteStore.open_reader(str(tmp_path / "x.db"))
+
+
+def test_a_reader_kept_open_sees_the_ledger_once_a_writer_migrates_the_file(tmp_path: Path) -> None:
+    """``watch`` opened on a schema-2 file, then ``resume`` migrates it and hands off: the open
+    reader counts the jumps instead of reporting none for the whole live run."""
+    path = tmp_path / "v2.db"
+    store = OPENER.open(str(path))
+    commit(store, pipelines=[pipeline("p1", state="failed")])
+    store.close()
+    _downgrade_to_v2(path)
+    reader = OPENER.open(str(path), read_only=True)
+    try:
+        assert not reader.has_ledger and reader.count_handoffs() == 0
+        writer = OPENER.open(str(path))
+        try:
+            jump = HandoffRecord(
+                pipeline_id="p1", run_id="r1", from_seq=1, from_task="ask", to_seq=3, to_task="report",
+                entry_seq=5, entry_artifact_id="p1:5", entry_reused=False, reason="r", ts=1.0,
+            )  # fmt: skip
+            commit(writer, handoffs=[jump])
+        finally:
+            writer.close()
+        assert reader.has_ledger and reader.count_handoffs() == 1
+        assert reader.stats()["handoffs_total"] == 1 and len(reader.handoffs("p1")) == 1
+    finally:
+        reader.close()
 
 
 def test_version_2_file_read_as_it_is_and_migrated_by_the_writer(tmp_path: Path) -> None:

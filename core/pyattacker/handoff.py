@@ -167,7 +167,7 @@ def check_control(data: Any, names: Sequence[str], path: str, errors: list[str])
         errors.append(f"{path}.edges: must be a non-empty mapping of source task -> [destinations]")
         return None
     resolved: dict[int, list[int]] = {}
-    spelled: dict[int, str] = {}
+    spelled: dict[int, Any] = {}
     for raw_source, raw_dests in edges.items():
         where = f"{path}.edges[{raw_source!r}]"
         source = _source_seq(raw_source, names, where, errors)
@@ -179,7 +179,7 @@ def check_control(data: Any, names: Sequence[str], path: str, errors: list[str])
                 f" {spelled[source]!r}; give each source once"
             )
             continue
-        spelled[source] = repr(raw_source)
+        spelled[source] = raw_source
         resolved[source] = _destinations(raw_dests, source, names, where, errors)
     if len(errors) > start:
         return None
@@ -210,7 +210,10 @@ def _source_seq(raw: Any, names: Sequence[str], where: str, errors: list[str]) -
         if len(seqs) > 1:
             errors.append(f"{where}: task name {raw!r} is repeated in the chain (seqs {seqs}); give the seq")
             return None
-        if raw.isdigit():
+        if raw.isascii() and raw.isdigit():  # not str.isdigit alone: "²" and "٣" are digits too
+            if len(raw.lstrip("0")) > len(str(n)):  # int() of thousands of digits raises
+                errors.append(f"{where}: seq {raw} is outside the chain's {n} tasks (0..{n - 1})")
+                return None
             raw = int(raw)
         elif raw == END:
             errors.append(f"{where}: 'end' is the reserved destination, not a source; name a task by its seq")

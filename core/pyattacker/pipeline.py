@@ -270,7 +270,9 @@ def pipeline(
     flat = _flatten(tasks)
     if not flat:
         raise PipelineBuildError(f"pipeline {name!r} has no tasks")
-    plan = resolve_control(control, [t.name for t in flat]) if isinstance(control, Mapping) else control
+    plan = control
+    if plan is not None and not isinstance(plan, ControlPlan):  # a list or a string is refused too
+        plan = resolve_control(plan, [t.name for t in flat])
     if plan is not None and plan.names != tuple(t.name for t in flat):
         raise PipelineBuildError(f"pipeline {name!r}: the control plan was resolved for another chain")
     return PipelineTemplate(name, flat, tags=tags, include_code=include_code, codecs=codecs, control=plan)

@@ -1179,9 +1179,8 @@ class Runner:
         plan = None
         if template.control is not None:
             self._control.check_ledger(spec)
-            plan = self._control.resume(
-                spec, row, resumable, "fresh_restart" if restart else "retry_succeeded"
-            )
+            why = "pipeline_row_missing" if row is None else "fresh_restart" if restart else "retry_succeeded"
+            plan = self._control.resume(spec, row, resumable, why)
             if plan is None:
                 return None
             start, value = plan.start, plan.value
@@ -1248,13 +1247,15 @@ class Runner:
         return start, value
 
     def _checkpoint_at(
-        self, spec: PipelineSpec, seq: int, task: str | None = None
+        self, spec: PipelineSpec, seq: int, task: str | None = None, writer: int | None = None
     ) -> tuple[Any, tuple[str, dict[str, Any]] | None]:
         """``(value, None)`` for the output of task ``seq``, or ``(None, (event kind, data))``
         saying why it cannot be used. ``task`` names the writer of an artifact past the chain's
-        slots (a handoff's entry)."""
+        slots (a handoff's entry) and ``writer`` is its seq: its return annotation gives the record
+        types to decode with, as for any output (else a handed-over Struct resumes as a dict)."""
         chain = spec.template.tasks
         task = task or chain[seq].name
+        writer = seq if writer is None else writer
         try:
             art = self.store.get_artifact(spec.key, seq)
         except CorruptRow as exc:  # a damaged artifact row: like bytes no codec can decode
@@ -1278,7 +1279,7 @@ class Runner:
                 {"seq": seq, "task": task, "reason": "summary_journal_or_null_backend"},
             )
         try:
-            types = self._returned_types(chain[seq]) if 0 <= seq < len(chain) else {}
+            types = self._returned_types(chain[writer]) if 0 <= writer < len(chain) else {}
             return self.codecs.decode(art.codec, art.type_name, art.payload, types), None
         except ArtifactCodecError as exc:
             return None, ("pipeline.checkpoint_unusable", {"seq": seq, "task": task, "error": str(exc)})
@@ -1310,23 +1311,30 @@ class Runner:
             data["error"] = error
         return "pipeline.checkpoint_missing", data
 
-    def _corrupt(self, spec: PipelineSpec, record: PipelineRecord) -> None:
+    def _corrupt(self, spec: PipelineSpec, record: PipelineRecord, ledger: str | None = None) -> None:
+        """Fail a pipeline whose stored cursor, or (``ledger``: what is wrong) whose current
+        ledger row, cannot be true: resuming from it would run tasks at a made-up position."""
         err = CorruptCheckpoint(
-            f"pipeline {spec.key!r}: stored cursor {record.cursor} is outside its"
+            f"pipeline {spec.key!r}: {ledger}"
+            if ledger is not None
+            else f"pipeline {spec.key!r}: stored cursor {record.cursor} is outside its"
             f" {len(spec.template.tasks)} tasks (0..{len(spec.template.tasks)})"
         )
         record.run_id = self.run_id or ""
         record.state = "failed"
         record.error_class, record.error_type, record.error_message = "fatal", "CorruptCheckpoint", str(err)
         record.finished_at = self.clock.wall()
-        self._event(
-            "pipeline.corrupt_cursor", "pipeline", pipeline_id=spec.key, data={"cursor": record.cursor}
-        )
+        if ledger is None:
+            self._event(
+                "pipeline.corrupt_cursor", "pipeline", pipeline_id=spec.key, data={"cursor": record.cursor}
+            )
+        else:
+            self._event("pipeline.corrupt_ledger", "pipeline", pipeline_id=spec.key, data={"error": ledger})
         self._event(
             "pipeline.failed",
             "pipeline",
             pipeline_id=spec.key,
-            data={"error": str(err), "phase": "corrupt_cursor"},
+            data={"error": str(err), "phase": "corrupt_cursor" if ledger is None else "corrupt_ledger"},
         )
         self._recorder_pending().pipelines.append(record)
         self.counters["pipelines_failed"] += 1

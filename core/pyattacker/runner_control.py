@@ -93,13 +93,24 @@ class RunnerControl:
         """Start of a pipeline with control flow (None: settled here, nothing to run).
 
         ``resumable``: the stored row may continue (not succeeded, not a fresh restart); ``why``
-        is the reason recorded if the traversal restarts from the seed."""
+        is the reason recorded if the traversal restarts from the seed.
+
+        The ledger is read even without a row: a row deleted by hand leaves its jumps behind, and
+        without a restart row the next resume would honour one the new traversal never took."""
         r = self.runner
-        ledger: list[HandoffRecord] = r.store.handoffs(spec.key) if row is not None else []  # type: ignore[attr-defined]
+        ledger: list[HandoffRecord] = r.store.handoffs(spec.key)  # type: ignore[attr-defined]
         jump = _current(ledger)
         n = len(spec.template.tasks)
         out = Resumption(start=0, value=spec.seed)
         if resumable and row is not None:
+            if jump is not None and not self.declared(spec, jump):
+                r._corrupt(
+                    spec,
+                    row,
+                    f"its ledger row handoff_id={jump.handoff_id} ({jump.from_seq} -> {jump.to_seq})"
+                    " is no jump the pipeline declares; resume with --fresh-restart to run it from the seed",
+                )
+                return None
             if jump is not None and jump.to_seq is None:  # an END whose settle was never written
                 if r._repair(spec, row, jump.entry_seq, jump):
                     return None
@@ -117,6 +128,16 @@ class RunnerControl:
         out.handoff = jump if out.entry is not None else None
         out.ledger_rows = len(ledger)
         return out
+
+    @staticmethod
+    def declared(spec: PipelineSpec, jump: HandoffRecord) -> bool:
+        """Whether a stored jump is one of the chain's declared edges (None ``to_seq``: END). The
+        identity holds the edges, so only a row damaged by hand fails this; resuming at its
+        ``to_seq`` (past the chain, say) would run nothing and never finish the pipeline."""
+        control = spec.template.control
+        n = len(spec.template.tasks)
+        to = n if jump.to_seq is None else jump.to_seq
+        return control is not None and to in control.edges.get(jump.from_seq, ())
 
     def after_jump(self, spec: PipelineSpec, row: PipelineRecord, jump: HandoffRecord) -> Resumption:
         """After a committed jump to ``jump.to_seq``: the latest usable output at or after the
@@ -151,7 +172,9 @@ class RunnerControl:
         r = self.runner
         if jump.entry_seq == -1:
             return spec.seed, None
-        value, why = r._checkpoint_at(spec, jump.entry_seq, jump.from_task)
+        # a handed-over value was written by the source task; a reused input by its own task
+        writer = jump.entry_seq if jump.entry_seq < len(spec.template.tasks) else jump.from_seq
+        value, why = r._checkpoint_at(spec, jump.entry_seq, jump.from_task, writer)
         if why is not None:
             why[1].update(handoff_id=jump.handoff_id, via="handoff")
         return value, why

@@ -323,16 +323,25 @@ class SqliteStore:
         self._next_attempt_id = self._next_id("attempts", "attempt_id")
         self._next_event_id = self._next_id("events", "event_id")
         #: a reader of a file of schema 2 or older has no ledger (a writer migrates it first)
-        self.has_ledger = bool(
-            conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'handoffs'").fetchone()
-        )
-        self._next_handoff_id = self._next_id("handoffs", "handoff_id") if self.has_ledger else 1
+        self._has_ledger = self._ledger_table()
+        self._next_handoff_id = self._next_id("handoffs", "handoff_id") if self._has_ledger else 1
         #: pipeline id -> pk of committed key rows. Rows carry the pk itself (resolved here, not
         #: by a sub-select per row); bounded, since only pipelines in flight need to be here.
         self._known: dict[str, int] = {}
         self._states = StateLookup(self._query, LOOKUP_CHUNK)
         self._next_pk = self._next_id("pipeline_keys", "pk")
         self.wal_bound = None if read_only else WalBound(path + "-wal", BUSY_TIMEOUT_MS)
+
+    @property
+    def has_ledger(self) -> bool:
+        """Whether the file has the control ledger. A reader of an older file asks again until it
+        does: a writer may migrate the file while ``watch`` or ``serve`` keeps it open."""
+        if not self._has_ledger and self.read_only and self._conn is not None:
+            self._has_ledger = self._ledger_table()
+        return self._has_ledger
+
+    def _ledger_table(self) -> bool:
+        return bool(self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'handoffs'"))
 
     # -- opening ----------------------------------------------------------------------------
     @classmethod
