@@ -18,6 +18,7 @@ from tests._view_fixtures import serving
 from tests.runner_helpers import events, rows, seeds, vrunner
 
 from pyattacker.errors import FatalError, PipelineBuildError, StoreFeatureUnsupported
+from pyattacker.export import iter_kind
 from pyattacker.handoff import Handoff
 from pyattacker.pipeline import pipeline
 from pyattacker.store import open_store
@@ -255,6 +256,15 @@ def test_store_without_a_ledger_is_refused_before_anything_runs() -> None:
         assert r.run(pipeline("plain", fetch, judge).map(seeds(1))).succeeded == 1
 
 
+def test_the_cli_asks_before_the_run_begins_so_a_refused_run_writes_nothing() -> None:
+    store = _NoLedger()
+    with vrunner(store) as r:
+        r.check_control(pipeline("plain", fetch, judge))  # no control: always fine
+        with pytest.raises(StoreFeatureUnsupported, match=r"pipeline 'qa' declares control"):
+            r.check_control(QA)
+    assert store._inner.runs() == [] and rows(store._inner, "pipelines") == []
+
+
 # -- the declaration ------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("control", "message"),
@@ -373,6 +383,19 @@ def test_fresh_restart_keeps_history_and_exactly_one_final(where: Where) -> None
     assert finals == [{"report": {"judged": {"asked": 0}}}]  # the END's final flag was cleared
     assert [h.operation for h in _ledger(store, pid)] == ["forward", "restart"]
     assert [h.reason for h in _ledger(store, pid)][1] == "fresh_restart"
+
+
+def test_export_says_which_run_wrote_each_task_row(where: Where) -> None:
+    _reset(route=2)  # every task runs
+    with where.runner() as r:
+        first = r.run(QA.map(seeds(1))).run_id
+    _reset(route=0)  # this time ask jumps over judge
+    with where.runner(fresh_restart=True, retry_succeeded=True) as r:
+        second = r.run(QA.map(seeds(1))).run_id
+    (row,) = list(iter_kind(where.read(), "pipelines"))
+    writers = {t["name"]: t["run_id"] for t in row["tasks"]}
+    assert writers == {"fetch": second, "ask": second, "judge": first, "report": second}
+    assert [h["operation"] for h in row["handoffs"]] == ["forward"]  # no jump before: no restart row
 
 
 def test_an_end_committed_but_never_settled_is_settled_without_rerun(tmp_path: Path) -> None:

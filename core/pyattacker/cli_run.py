@@ -90,6 +90,7 @@ def _execute(
     *,
     total: int | None,
     progress: bool,
+    template: Any = None,
 ) -> tuple[RunReport, _HealthLog]:
     """Open the store, run every spec (with an optional progress bar), return the report."""
     from .runner import Runner
@@ -104,6 +105,8 @@ def _execute(
     except Exception as exc:
         raise StoreUnavailable(f"cannot open store {config.store}: {type(exc).__name__}: {exc}") from exc
     with runner:
+        if template is not None:  # before the run row: nothing is written for a refused run
+            runner.check_control(template)
 
         async def main() -> RunReport:
             if not progress:
@@ -405,7 +408,9 @@ def _run(flags: dict[str, Any], *, resume: bool) -> None:
 
         specs = shard_specs(specs, *shard)
         total = None  # the share of a shard is only known by walking the keys
-    report, health = _execute(built.config, built.pools, specs, total=total, progress=flags["progress"])
+    report, health = _execute(
+        built.config, built.pools, specs, total=total, progress=flags["progress"], template=built.template
+    )
     _finish(report, health, built.pools, str(built.config.store), flags["summary_format"], shard)
 
 

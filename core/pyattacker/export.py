@@ -124,6 +124,7 @@ def _nested_pipeline(p: PipelineRecord, children: _Children, codecs: Any) -> dic
         {
             "name": t.name,
             "seq": t.seq,
+            "run_id": t.run_id,  # a row an earlier run left (a restart that skipped the slot) says so
             "state": t.state,
             "attempts_used": t.attempts_used,
             "duration_ms": t.duration_ms,

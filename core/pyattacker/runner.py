@@ -63,7 +63,7 @@ from .model import (
     RunRecord,
     TaskRecord,
 )
-from .pipeline import PipelineSpec
+from .pipeline import PipelineSpec, PipelineTemplate
 from .recorder import Recorder
 from .report import RunReport
 from .runner_control import RunnerControl
@@ -300,6 +300,12 @@ class Runner:
             route = (pool, _first_try(pool, pool.first_try(alg)))
             self._lease_routes[ctx.task] = route
         return route
+
+    def check_control(self, template: PipelineTemplate) -> None:
+        """Refuse, before a run starts, a template with handoffs on a store without a ledger
+        (``StoreFeatureUnsupported``); a template without ``control`` always passes."""
+        if template.control is not None:
+            self._control.check_ledger(template)
 
     def pool(self, name: str) -> Any:
         try:

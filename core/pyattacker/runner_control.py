@@ -20,6 +20,7 @@ from .digest import digest_bytes
 from .errors import ArtifactCodecError, CorruptRow, FatalError, StoreFeatureUnsupported
 from .handoff import Handoff
 from .model import ArtifactRecord, HandoffRecord, PipelineRecord
+from .pipeline import PipelineTemplate
 
 if TYPE_CHECKING:
     from .context import TaskContext
@@ -71,9 +72,12 @@ class RunnerControl:
         #: whether the store keeps a control ledger (asked once, by the first pipeline with control)
         self._ledger_ok: bool | None = None
 
-    def check_ledger(self, spec: PipelineSpec) -> None:
-        """A store without the ledger cannot run such a pipeline: refused before it starts."""
+    def check_ledger(self, spec: PipelineSpec | PipelineTemplate) -> None:
+        """A store without the ledger cannot run such a pipeline: refused before it starts
+        (the CLI asks with the config's template before the run begins, the runner again per
+        admitted pipeline for SDK callers)."""
         r = self.runner
+        template = spec if isinstance(spec, PipelineTemplate) else spec.template
         if self._ledger_ok is None:
             store = r.store
             self._ledger_ok = callable(getattr(store, "handoffs", None)) and bool(
@@ -81,7 +85,7 @@ class RunnerControl:
             )
         if not self._ledger_ok:
             raise StoreFeatureUnsupported(
-                f"pipeline {spec.template.name!r} declares control (handoffs), and store"
+                f"pipeline {template.name!r} declares control (handoffs), and store"
                 f" {getattr(r.store, 'location', r.store)!r} keeps no handoff ledger;"
                 " use a SQLite, JSONL or memory store"
             )
