@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests.cli_helpers import cli
 
 # Imported by the config's `use:`, it breaks the runner outside task code the way a framework
 # bug would: a BaseException escaping the checkpoint write kills the worker (WorkerCrashed).
@@ -46,17 +45,6 @@ def env(tmp_path: Path, _isolated_home: Path) -> dict[str, str]:
         PYATTACKER_ONLY_PLUGINS="pyattacker",
     )
     return out
-
-
-def cli(args: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pyattacker", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def _config(tmp_path: Path, body: str, name: str = "c.yaml") -> Path:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.cli_helpers import cli
 from tests.runner_helpers import count_succeeded
 
 AUDIT = """
@@ -68,19 +69,6 @@ def env(tmp_path: Path, _isolated_home: Path) -> dict[str, str]:
         PYATTACKER_ONLY_PLUGINS="pyattacker",
     )
     return out
-
-
-def cli(
-    args: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pyattacker", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def _config(tmp_path: Path, body: str, name: str = "c.yaml") -> Path:

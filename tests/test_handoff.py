@@ -8,13 +8,13 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 from tests._view_fixtures import serving
+from tests.cli_helpers import cli
 from tests.runner_helpers import events, rows, seeds, vrunner
 
 from pyattacker.errors import FatalError, PipelineBuildError, StoreFeatureUnsupported
@@ -435,9 +435,7 @@ def _example(tmp_path: Path, edges: Any = None) -> Path:
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     env["PYATTACKER_HOME"] = str(tmp_path / "home")
-    return subprocess.run(
-        [sys.executable, "-m", "pyattacker", *args], env=env, capture_output=True, text=True, timeout=120
-    )
+    return cli(list(args), env)
 
 
 def test_the_example_config_runs_and_the_views_show_the_jumps(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.cli_helpers import cli
 from tests.runner_helpers import count_succeeded
 
 from pyattacker.config import build, load_config
@@ -118,17 +119,6 @@ def env(tmp_path: Path, _isolated_home: Path) -> dict[str, str]:
     )
     out.pop("PYATACKER_SHARD", None)
     return out
-
-
-def cli(args: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pyattacker", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=150,
-    )
 
 
 def _config(tmp_path: Path, n: int, body: str = CONFIG, name: str = "c.yaml") -> Path:

@@ -1685,6 +1685,15 @@ class Runner:
         self.stop(reason)
         self._terminal(state, "interrupted", error=exc, phase=reason)
 
+    def _put(self, art: ArtifactRecord, task: str) -> ArtifactRecord:
+        """``art`` through the artifact backend. A failure there is the backend's, not the
+        task's (see ``_backend_failed``): ``ArtifactBackendUnavailable``, naming both."""
+        assert self._backend is not None
+        try:
+            return self._backend.put(art)
+        except Exception as exc:
+            raise self._backend_error(exc, task, art.pipeline_id) from exc
+
     def _backend_error(self, exc: Exception, task: str, key: str) -> ArtifactBackendUnavailable:
         """What ``backend.put`` raised, as the backend's failure named for the user."""
         name = getattr(self._backend, "name", type(self._backend).__name__)
@@ -1790,10 +1799,7 @@ class Runner:
             is_final=last,
         )
         if full and self._backend is not None:
-            try:
-                art = self._backend.put(art)
-            except Exception as exc:  # the backend's failure, not the task's (see _backend_failed)
-                raise self._backend_error(exc, spec.name, key) from exc
+            art = self._put(art, spec.name)
         # the seed's bytes go out before anything is recorded: a backend failure leaves no row
         seed = self._seed_artifact(state, full) if state.write_seed else None
         duration = self._record_attempt(state, ctx, t0, wall0, "succeeded", None, _OK_DECISION)

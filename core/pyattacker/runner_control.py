@@ -278,10 +278,7 @@ class RunnerControl:
                 payload=data if full else None,
             )
             if full and r._backend is not None:
-                try:
-                    entry_art = r._backend.put(entry_art)
-                except Exception as exc:
-                    raise r._backend_error(exc, task.name, key) from exc
+                entry_art = r._put(entry_art, task.name)
         seed = r._seed_artifact(state, full) if state.write_seed else None
         # nothing below raises: the rows go out together or not at all
         batch = r._recorder.pending
