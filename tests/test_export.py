@@ -17,9 +17,12 @@ import pytest
 from _view_fixtures import XSS, build_store
 from pyattacker import export as export_mod
 from pyattacker.errors import ConfigError
-from pyattacker.export import ROW_KINDS, export_stores, guard_cell, infer_format
+from pyattacker.export import ROW_KINDS, export_stores, guard_cell, infer_format, iter_kind
+from pyattacker.pipeline import pipeline
+from pyattacker.runner import Runner
 from pyattacker.stats import store_stats
 from pyattacker.store import open_store
+from pyattacker.task import task
 
 EXPECTED = {"pipelines": 20, "tasks": 40, "results": 20, "metrics": 42, "points": 60}
 
@@ -225,7 +228,7 @@ def test_sqlite_rows_by_pipeline_groups_in_seq_order(store: str) -> None:
         metrics = s.metrics_by_pipeline(run_id, pipelines)  # type: ignore[attr-defined]
         for pid in pipelines:
             assert metrics.get(pid, []) == s.metrics(run_id=run_id, pipeline_id=pid)
-        with pytest.raises(ValueError, match="tasks, artifacts or handoffs"):
+        with pytest.raises(ValueError, match="tasks, artifacts, handoffs or attempts"):
             s.rows_by_pipeline("events", pipelines)  # type: ignore[attr-defined]
         finals = s.final_artifacts(wanted)  # type: ignore[attr-defined]
         for pid in (pipelines[0], pipelines[3]):
@@ -513,3 +516,36 @@ def test_a_recorded_backend_that_cannot_be_built_is_one_warning_and_absent_paylo
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1, proc.stderr
     assert db in warnings[0] and "s3" in warnings[0]
+
+
+@task(resource="llm", retry={"max_attempts": 3, "base": 0.0, "on": ["RuntimeError"]})
+async def _leasing(row: Any, ctx: Any) -> Any:
+    async with ctx.acquire():
+        if row["i"] == 1 and ctx.attempt == 1:
+            raise RuntimeError("first try fails")
+        return row
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory", "jsonl"])
+def test_task_rows_say_which_lease_their_last_attempt_used(kind: str, tmp_path: Path) -> None:
+    """The CLI reference's `tasks` row: state, duration, error, and which lease was used."""
+    from pyattacker.pool import Pool, Resource
+    from pyattacker_plugins.store_memory import MemoryStore
+
+    store: Any = MemoryStore() if kind == "memory" else str(tmp_path / "l.db")
+    if kind == "jsonl":
+        store = f"jsonl:{tmp_path / 'l'}"
+    pools = [
+        Pool("llm", [Resource.create("llm", id="api-1", capacity=1), Resource.create("llm", id="api-2")])
+    ]
+    with Runner(store=store, pools=pools, handle_signals=False) as runner:
+        assert runner.run(pipeline("leased", _leasing).map([{"i": 0}, {"i": 1}])).succeeded == 2
+    reader = store if kind == "memory" else open_store(store, read_only=True)
+    rows = list(iter_kind(reader, "tasks"))
+    assert len(rows) == 2
+    for row in rows:
+        (lease,) = row["leases"]  # one lease per attempt; the retried task shows its last one
+        assert lease["pool"] == "llm" and lease["resource_id"] in ("api-1", "api-2")
+        assert set(lease) == {"pool", "resource_id", "held_ms", "waited_ms"}
+    attempts = {a["task_run_id"]: a for a in iter_kind(reader, "attempts")}  # the last per task
+    assert {r["task_run_id"]: r["leases"] for r in rows} == {k: a["leases"] for k, a in attempts.items()}

@@ -222,6 +222,28 @@ class _Children:
         return next((a for a in self.rows("artifacts", p) if a.is_final), None)
 
 
+def _tasks_with_leases(store: Store, page: list[Any]) -> Iterator[dict[str, Any]]:
+    """Task rows, each with ``leases``: which resources its last attempt leased (the attempt
+    that left the task in its state). The attempts of a page of tasks' pipelines are read in one
+    statement with the store's optional ``rows_by_pipeline``, else per pipeline."""
+    if not page:
+        return
+    ids = list(dict.fromkeys(t.pipeline_id for t in page))
+    batched = getattr(store, "rows_by_pipeline", None)
+    if batched is not None:
+        attempts: dict[str, list[Any]] = batched("attempts", ids)
+    else:
+        attempts = {pid: list(iter_rows(store, "attempts", pipeline_id=pid)) for pid in ids}
+    last: dict[str, list[dict[str, Any]]] = {}
+    for rows in attempts.values():
+        for attempt in rows:  # oldest first: the last one wins
+            last[attempt.task_run_id] = attempt.leases
+    for task in page:
+        row = to_plain(task)
+        row["leases"] = last.get(task.task_run_id, [])
+        yield row
+
+
 def _pipelines_with_children(
     store: Store, kind: str, run_id: str | None, codecs: Any, keep: Callable[[str], bool] | None
 ) -> Iterator[dict[str, Any]]:
@@ -292,7 +314,15 @@ def iter_kind(
     """
     if kind in ("pipelines", "results"):
         yield from _pipelines_with_children(store, kind, run_id, codecs, keep)
-    elif kind in ("tasks", "attempts", "events"):
+    elif kind == "tasks":
+        page: list[Any] = []
+        for task in iter_rows(store, "tasks", run_id=run_id):
+            page.append(task)
+            if len(page) >= CHILD_BATCH:
+                yield from _tasks_with_leases(store, page)
+                page = []
+        yield from _tasks_with_leases(store, page)
+    elif kind in ("attempts", "events"):
         for row in iter_rows(store, kind, run_id=run_id):
             yield to_plain(row)
     elif kind == "artifacts":

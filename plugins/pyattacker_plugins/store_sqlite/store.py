@@ -178,9 +178,14 @@ def _clustered_page_sql(codec: RowCodec[Any], filters: tuple[str, ...], keyset: 
     )
 
 
-_CHILD_CODECS: dict[str, RowCodec[Any]] = {"tasks": TASKS, "artifacts": ARTIFACTS, "handoffs": HANDOFFS}
+_CHILD_CODECS: dict[str, RowCodec[Any]] = {
+    "tasks": TASKS,
+    "artifacts": ARTIFACTS,
+    "handoffs": HANDOFFS,
+    "attempts": ATTEMPTS,
+}
 #: the order of each child kind within one pipeline
-_CHILD_ORDER = {"tasks": "seq", "artifacts": "seq", "handoffs": "handoff_id"}
+_CHILD_ORDER = {"tasks": "seq", "artifacts": "seq", "handoffs": "handoff_id", "attempts": "attempt_id"}
 
 
 @lru_cache(maxsize=64)
@@ -570,12 +575,16 @@ class SqliteStore:
 
     @_names_store
     def rows_by_pipeline(self, kind: str, ids: Sequence[str]) -> dict[str, list[Any]]:
-        """``{pipeline_id: rows}`` of ``kind`` (``tasks`` or ``artifacts``) for ``ids``, each list in
-        seq order: ``page(kind, pipeline_id=id)`` for many ids, one statement per ``LOOKUP_CHUNK``
-        ids (optional method: ``export`` reads the children of a batch of pipelines with it)."""
+        """``{pipeline_id: rows}`` of ``kind`` (``tasks``, ``artifacts``, ``handoffs`` or
+        ``attempts``) for ``ids``, each list in seq order (handoff, attempt id): ``page(kind,
+        pipeline_id=id)`` for many ids, one statement per ``LOOKUP_CHUNK`` ids (optional method:
+        ``export`` reads the children of a batch of pipelines, and the leases of a page of
+        tasks, with it)."""
         codec = _CHILD_CODECS.get(kind)
         if codec is None:
-            raise ValueError(f"rows_by_pipeline: kind must be tasks, artifacts or handoffs, got {kind!r}")
+            raise ValueError(
+                f"rows_by_pipeline: kind must be tasks, artifacts, handoffs or attempts, got {kind!r}"
+            )
         if kind == "handoffs" and not self.has_ledger:
             return {}
         return self._grouped(lambda n: _children_sql(kind, n), codec, ids, ())
