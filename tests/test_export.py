@@ -228,7 +228,7 @@ def test_sqlite_rows_by_pipeline_groups_in_seq_order(store: str) -> None:
         metrics = s.metrics_by_pipeline(run_id, pipelines)  # type: ignore[attr-defined]
         for pid in pipelines:
             assert metrics.get(pid, []) == s.metrics(run_id=run_id, pipeline_id=pid)
-        with pytest.raises(ValueError, match="tasks, artifacts, handoffs or attempts"):
+        with pytest.raises(ValueError, match="tasks, artifacts or handoffs"):
             s.rows_by_pipeline("events", pipelines)  # type: ignore[attr-defined]
         finals = s.final_artifacts(wanted)  # type: ignore[attr-defined]
         for pid in (pipelines[0], pipelines[3]):
@@ -549,3 +549,20 @@ def test_task_rows_say_which_lease_their_last_attempt_used(kind: str, tmp_path: 
         assert set(lease) == {"pool", "resource_id", "held_ms", "waited_ms"}
     attempts = {a["task_run_id"]: a for a in iter_kind(reader, "attempts")}  # the last per task
     assert {r["task_run_id"]: r["leases"] for r in rows} == {k: a["leases"] for k, a in attempts.items()}
+
+
+def test_a_damaged_lease_column_is_named(tmp_path: Path) -> None:
+    import sqlite3
+
+    from pyattacker.errors import CorruptRow
+    from pyattacker.pool import Pool, Resource
+
+    path = str(tmp_path / "d.db")
+    with Runner(store=path, pools=[Pool("llm", [Resource.create("llm", id="a")])], handle_signals=False) as r:
+        assert r.run(pipeline("leased", _leasing).map([{"i": 0}])).succeeded == 1
+    con = sqlite3.connect(path)
+    con.execute("UPDATE attempts SET leases_json = '{not json'")
+    con.commit()
+    con.close()
+    with pytest.raises(CorruptRow, match=r"table attempts, task_run_id=.*column leases_json"):
+        list(iter_kind(open_store(path, read_only=True), "tasks"))

@@ -224,20 +224,19 @@ class _Children:
 
 def _tasks_with_leases(store: Store, page: list[Any]) -> Iterator[dict[str, Any]]:
     """Task rows, each with ``leases``: which resources its last attempt leased (the attempt
-    that left the task in its state). The attempts of a page of tasks' pipelines are read in one
-    statement with the store's optional ``rows_by_pipeline``, else per pipeline."""
+    that left the task in its state). Read for a page of tasks at once with the store's optional
+    ``task_leases``, else from each pipeline's attempts."""
     if not page:
         return
     ids = list(dict.fromkeys(t.pipeline_id for t in page))
-    batched = getattr(store, "rows_by_pipeline", None)
-    if batched is not None:
-        attempts: dict[str, list[Any]] = batched("attempts", ids)
-    else:
-        attempts = {pid: list(iter_rows(store, "attempts", pipeline_id=pid)) for pid in ids}
+    narrow = getattr(store, "task_leases", None)
     last: dict[str, list[dict[str, Any]]] = {}
-    for rows in attempts.values():
-        for attempt in rows:  # oldest first: the last one wins
-            last[attempt.task_run_id] = attempt.leases
+    if narrow is not None:
+        last = narrow(ids)
+    else:
+        for pid in ids:
+            for attempt in iter_rows(store, "attempts", pipeline_id=pid):  # the last one wins
+                last[attempt.task_run_id] = attempt.leases
     for task in page:
         row = to_plain(task)
         row["leases"] = last.get(task.task_run_id, [])

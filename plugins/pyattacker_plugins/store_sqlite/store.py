@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
 from typing import Any, TypeVar
 
+import msgspec
+
 from pyattacker.errors import ConfigError, CorruptRow, StoreUnavailable
 from pyattacker.model import (
     ArtifactRecord,
@@ -178,14 +180,9 @@ def _clustered_page_sql(codec: RowCodec[Any], filters: tuple[str, ...], keyset: 
     )
 
 
-_CHILD_CODECS: dict[str, RowCodec[Any]] = {
-    "tasks": TASKS,
-    "artifacts": ARTIFACTS,
-    "handoffs": HANDOFFS,
-    "attempts": ATTEMPTS,
-}
+_CHILD_CODECS: dict[str, RowCodec[Any]] = {"tasks": TASKS, "artifacts": ARTIFACTS, "handoffs": HANDOFFS}
 #: the order of each child kind within one pipeline
-_CHILD_ORDER = {"tasks": "seq", "artifacts": "seq", "handoffs": "handoff_id", "attempts": "attempt_id"}
+_CHILD_ORDER = {"tasks": "seq", "artifacts": "seq", "handoffs": "handoff_id"}
 
 
 @lru_cache(maxsize=64)
@@ -199,6 +196,20 @@ def _children_sql(kind: str, n: int) -> str:
         f'SELECT {cols} FROM pipeline_keys AS k JOIN "{kind}" AS t ON t.pk = k.pk'
         f' WHERE k."pipeline_id" IN ({marks}) ORDER BY k."pipeline_id", t."{_CHILD_ORDER[kind]}"'
     )
+
+
+@lru_cache(maxsize=64)
+def _leases_sql(n: int) -> str:
+    """Each attempt's task and leases for n pipeline ids, oldest first (the last one per task is
+    what it leased in the end): two columns, where a whole attempt row carries fifteen."""
+    marks = ", ".join("?" for _ in range(n))
+    return (
+        'SELECT t."task_run_id", t."leases_json" FROM pipeline_keys AS k JOIN attempts AS t ON t.pk = k.pk'
+        f' WHERE k."pipeline_id" IN ({marks}) ORDER BY t."attempt_id"'
+    )
+
+
+_LEASES = msgspec.json.Decoder(list[dict[str, Any]])
 
 
 @lru_cache(maxsize=64)
@@ -575,16 +586,13 @@ class SqliteStore:
 
     @_names_store
     def rows_by_pipeline(self, kind: str, ids: Sequence[str]) -> dict[str, list[Any]]:
-        """``{pipeline_id: rows}`` of ``kind`` (``tasks``, ``artifacts``, ``handoffs`` or
-        ``attempts``) for ``ids``, each list in seq order (handoff, attempt id): ``page(kind,
-        pipeline_id=id)`` for many ids, one statement per ``LOOKUP_CHUNK`` ids (optional method:
-        ``export`` reads the children of a batch of pipelines, and the leases of a page of
-        tasks, with it)."""
+        """``{pipeline_id: rows}`` of ``kind`` (``tasks``, ``artifacts`` or ``handoffs``) for
+        ``ids``, each list in seq (handoff id) order: ``page(kind, pipeline_id=id)`` for many ids,
+        one statement per ``LOOKUP_CHUNK`` ids (optional method: ``export`` reads the children of
+        a batch of pipelines with it)."""
         codec = _CHILD_CODECS.get(kind)
         if codec is None:
-            raise ValueError(
-                f"rows_by_pipeline: kind must be tasks, artifacts, handoffs or attempts, got {kind!r}"
-            )
+            raise ValueError(f"rows_by_pipeline: kind must be tasks, artifacts or handoffs, got {kind!r}")
         if kind == "handoffs" and not self.has_ledger:
             return {}
         return self._grouped(lambda n: _children_sql(kind, n), codec, ids, ())
@@ -596,6 +604,26 @@ class SqliteStore:
         artifacts (optional method; a pipeline's seed and intermediate outputs can be most of
         its rows)."""
         return {pid: rows[0] for pid, rows in self._grouped(_finals_sql, ARTIFACTS, ids, ()).items()}
+
+    def task_leases(self, ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """``{task_run_id: leases}`` of the last attempt of each task of the pipelines ``ids``
+        (optional method: ``export --rows tasks`` says which lease each task used)."""
+        last: dict[str, str | None] = {}
+        unique = list(dict.fromkeys(ids))
+        for start in range(0, len(unique), LOOKUP_CHUNK):
+            chunk = unique[start : start + LOOKUP_CHUNK]
+            last.update(self._query(_leases_sql(len(chunk)), chunk))
+        out: dict[str, list[dict[str, Any]]] = {}
+        for task_run_id, text in last.items():
+            try:
+                out[task_run_id] = [] if text is None else _LEASES.decode(text)
+            except msgspec.DecodeError as exc:
+                raise CorruptRow(
+                    f"table attempts, task_run_id={task_run_id!r}: column leases_json is not a list of"
+                    f" lease objects ({exc})",
+                    self.path,
+                ) from None
+        return out
 
     @_names_store
     def metrics_by_pipeline(self, run_id: str, ids: Sequence[str]) -> dict[str, list[MetricRecord]]:
