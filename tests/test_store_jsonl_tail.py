@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pyattacker.model import Batch, HandoffRecord
+from pyattacker.model import ArtifactRecord, Batch, HandoffRecord
 from pyattacker_plugins.store_jsonl import journal as journal_mod
 from pyattacker_plugins.store_jsonl.store import JOURNAL, JsonlStore
 
@@ -114,3 +114,55 @@ def test_a_failed_read_mid_catch_up_applies_no_batch_twice(
     finally:
         reader.close()
     assert _fresh(path)[1] == 4
+
+
+def _art(pid: str, seq: int, final: bool, payload: bytes | None = b'"x"') -> ArtifactRecord:
+    return ArtifactRecord(
+        artifact_id=f"{pid}:{seq}",
+        pipeline_id=pid,
+        task_name="t",
+        seq=seq,
+        type_name="str",
+        codec="json",
+        digest="d",
+        size=3,
+        created_at=1.0,
+        payload=payload,
+        is_final=final,
+    )
+
+
+def _finals(store: JsonlStore) -> set[str]:
+    """Ids marked final, by ``page`` and by ``get_artifact`` alike (a payload line keeps its old flag)."""
+    rows = store.page("artifacts", limit=100)
+    got = {a.artifact_id for a in rows if a.is_final}
+    fetched = (store.get_artifact(a.pipeline_id, a.seq) for a in rows)
+    assert got == {a.artifact_id for a in fetched if a is not None and a.is_final}
+    return got
+
+
+def test_unfinal_lines_and_final_flips_read_alike_by_writer_reader_and_fresh_open(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    writer = JsonlStore.open_writer(str(path))
+    reader = JsonlStore.open_reader(str(path))
+    steps: list[tuple[list[str], list[ArtifactRecord], set[str]]] = [
+        ([], [_art("p", 1, False), _art("p", 4, True), _art("q", 1, True)], {"p:4", "q:1"}),
+        (["p"], [_art("p", 5, True)], {"p:5", "q:1"}),  # an END: one final per pipeline
+        ([], [_art("p", 5, False), _art("p", 4, True, None)], {"p:4", "q:1"}),  # flips both ways
+        (["p"], [_art("p", 4, True)], {"p:4", "q:1"}),  # cleared and marked again in one batch
+        (["p", "q"], [_art("p", 1, True)], {"p:1"}),
+    ]
+    for cleared, artifacts, want in steps:
+        batch = Batch()
+        batch.finals_cleared.extend(cleared)
+        batch.artifacts.extend(artifacts)
+        batch.handoffs.append(_jump("p", "step"))
+        writer.commit(batch)
+        assert _finals(writer) == _finals(reader) == want
+    writer.close()
+    fresh = JsonlStore.open_reader(str(path))
+    assert _finals(fresh) == {"p:1"}
+    fresh.close()
+    _commit_jumps(path, "after reopen")
+    assert [h for h, _ in _fresh(path)[0]] == [1, 2, 3, 4, 5, 6]  # ids continue across a reopen
+    reader.close()
