@@ -34,6 +34,7 @@ __all__ = [
     "TAGS",
     "Entry",
     "FinalsCleared",
+    "ScanResult",
     "decode_payload",
     "encode_commit",
     "encode_line",
@@ -175,8 +176,11 @@ class ScanResult(msgspec.Struct):
 def scan(fd: int, start: int, first_line: int, commits: int, name: str, apply: Any) -> ScanResult:
     """Apply every committed batch from byte ``start``; return where the committed region ends.
 
-    ``apply(entries)`` is called once per committed batch. ``first_line`` and ``commits`` are the
-    counts already consumed (for line numbers and the commit sequence check).
+    ``apply(entries, at)`` is called once per committed batch, ``at`` the ``ScanResult`` just
+    after it: a scan that raises part-way (a failed read, a tail truncated under a reader) has
+    then recorded how far it got, so the next scan never applies a batch twice. ``first_line``
+    and ``commits`` are the counts already consumed (for line numbers and the commit sequence
+    check).
     """
     pending: list[Entry] = []
     bad: tuple[int, str] | None = None
@@ -193,11 +197,11 @@ def scan(fd: int, start: int, first_line: int, commits: int, name: str, apply: A
                 )
             if count is None or count != len(pending):
                 raise ConfigError(f"store {name}: line {line_no} is a corrupt commit marker")
-            apply(pending)
-            pending = []
             commits += 1
             end = offset + len(line) + 1
             committed_lines = line_no
+            apply(pending, ScanResult(end, committed_lines, commits))
+            pending = []
             continue
         if bad is not None:
             continue

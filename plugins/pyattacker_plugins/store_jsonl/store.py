@@ -32,7 +32,15 @@ from pyattacker.store import PAGE_KINDS
 from pyattacker.writer_lock import WriterLock
 
 from .index import Index, copy
-from .journal import Entry, FinalsCleared, decode_payload, encode_commit, encode_line, scan
+from .journal import (
+    Entry,
+    FinalsCleared,
+    ScanResult,
+    decode_payload,
+    encode_commit,
+    encode_line,
+    scan,
+)
 
 __all__ = ["FORMAT_VERSION", "JOURNAL", "LOCK", "MARKER", "JsonlStore", "is_store_dir"]
 
@@ -189,13 +197,27 @@ class JsonlStore:
 
     # -- replay -------------------------------------------------------------------------------------
     def _catch_up(self) -> None:
-        """Apply committed batches appended since the last look (readers: a live writer's)."""
-        assert self._fd is not None
-        result = scan(self._fd, self._end, self._lines, self._commits, self.journal, self._apply_replayed)
-        self._end, self._lines, self._commits = result.committed_end, result.lines, result.commits
+        """Apply committed batches appended since the last look (readers: a live writer's).
 
-    def _apply_replayed(self, entries: list[Entry]) -> None:
+        A reader that finds corruption scans once more from the last batch it applied: a writer
+        opening meanwhile may have truncated a crashed writer's torn tail under the scan and
+        appended over it, which reads as garbage once; real corruption is found again."""
+        assert self._fd is not None
+        try:
+            self._scan()
+        except ConfigError:
+            if not self.read_only:
+                raise
+            self._scan()
+
+    def _scan(self) -> None:
+        assert self._fd is not None
+        scan(self._fd, self._end, self._lines, self._commits, self.journal, self._apply_replayed)
+
+    def _apply_replayed(self, entries: list[Entry], at: ScanResult) -> None:
+        """One committed batch, and the position after it (kept even if the scan fails later)."""
         self._index.apply(entries)
+        self._end, self._lines, self._commits = at.committed_end, at.lines, at.commits
 
     def _refresh(self) -> None:
         """Readers: pick up new commits (the journal may appear after the marker)."""
