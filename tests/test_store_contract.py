@@ -145,6 +145,29 @@ def test_control_ledger(store: Store) -> None:
         assert (count(), count("r1"), count("r2"), count("r9")) == (3, 2, 1, 0)
 
 
+def test_final_artifacts_match_the_first_marked_in_page_order(store: Store) -> None:
+    """The optional ``final_artifacts`` (what ``export --rows results`` reads) agrees with paging
+    a pipeline's artifacts, payload included, across unmarking and re-marking."""
+    finals = getattr(store, "final_artifacts", None)
+    if finals is None:
+        pytest.skip("this store has no final_artifacts (export picks from every artifact)")
+    commit(
+        store, pipelines=[pipeline("p1"), pipeline("p2")], artifacts=[artifact("p1", 0, b"a", is_final=True)]
+    )
+    commit(
+        store,
+        artifacts=[artifact("p1", 5, b"b", is_final=True), artifact("p2", 1, b"c")],
+        finals_cleared=["p1"],
+    )
+    commit(store, artifacts=[artifact("p2", 1, b"d", is_final=True), artifact("p2", 2, b"e", is_final=True)])
+    got = finals(["p1", "p2", "nope"])
+    for pid in ("p1", "p2"):
+        expected = next(a for a in iter_rows(store, "artifacts", pipeline_id=pid) if a.is_final)
+        assert got[pid] == expected
+    assert (got["p1"].seq, got["p1"].payload, got["p2"].seq, got["p2"].payload) == (5, b"b", 1, b"d")
+    assert "nope" not in got
+
+
 def test_upsert_keeps_created_at_and_replaces_the_rest(store: Store) -> None:
     commit(store, pipelines=[pipeline("p1", created_at=10.0, state="running")])
     commit(store, pipelines=[pipeline("p1", created_at=99.0, state="succeeded", cursor=3)])

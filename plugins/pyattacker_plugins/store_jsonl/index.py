@@ -104,6 +104,8 @@ class Index:
         #: pipeline id -> its control ledger (handoff ids count across pipelines)
         self.ledgers: dict[str, list[HandoffRecord]] = {}
         self.handoffs_total = 0
+        #: run id -> its ``forward`` ledger rows (what a live view's refresh counts)
+        self.jumps_by_run: dict[str, int] = {}
         #: pipeline id -> ids of its artifacts marked final (what an ``unfinal`` line unmarks)
         self.finals: dict[str, set[str]] = {}
         # page order plus the row's id last (the id is the dict key the row is stored under)
@@ -188,6 +190,8 @@ class Index:
         self.handoffs_total += 1
         row.handoff_id = self.handoffs_total
         self.ledgers.setdefault(row.pipeline_id, []).append(row)
+        if row.operation == "forward":
+            self.jumps_by_run[row.run_id] = self.jumps_by_run.get(row.run_id, 0) + 1
 
     def _unfinal(self, e: Entry) -> None:
         for artifact_id in self.finals.pop(e.record.pipeline_id, ()):

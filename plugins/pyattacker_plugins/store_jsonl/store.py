@@ -379,12 +379,22 @@ class JsonlStore:
         """Handoffs committed by ``run_id`` (restarts of a traversal are not counted)."""
         with self._mutex:
             self._refresh()
-            return sum(
-                1
-                for ledger in self._index.ledgers.values()
-                for h in ledger
-                if h.operation == "forward" and (run_id is None or h.run_id == run_id)
-            )
+            counts = self._index.jumps_by_run
+            return sum(counts.values()) if run_id is None else counts.get(run_id, 0)
+
+    def final_artifacts(self, ids: Sequence[str]) -> dict[str, ArtifactRecord]:
+        """``{pipeline_id: final artifact}`` for those of ``ids`` that have one (the first marked
+        final in seq order), payload read back: ``export --rows results`` reads only these
+        instead of decoding every artifact of every pipeline (optional method)."""
+        with self._mutex:
+            self._refresh()
+            index = self._index
+            out: dict[str, ArtifactRecord] = {}
+            for pid in ids:
+                marked = [index.artifacts[a] for a in index.finals.get(pid, ()) if a in index.artifacts]
+                if marked:
+                    out[pid] = self._hydrated(min(marked, key=lambda a: a.seq))
+            return out
 
     def get_run(self, run_id: str) -> RunRecord | None:
         with self._mutex:
