@@ -18,10 +18,11 @@ from tests.test_handoff import CALLS, QA, _reset
 
 from pyattacker.errors import FatalError, PipelineBuildError
 from pyattacker.handoff import Handoff, check_control
-from pyattacker.model import ArtifactRecord, Batch
+from pyattacker.model import Batch
 from pyattacker.pipeline import pipeline
 from pyattacker.task import task
 from pyattacker_plugins.store_memory import MemoryStore
+from store_contract import artifact
 
 NAMES = ["fetch", "lookup", "ask", "judge", "report"]
 
@@ -153,37 +154,25 @@ class _NoScan(dict):  # type: ignore[type-arg]
         raise AssertionError("finals_cleared walked every stored artifact")
 
 
-def _art(pid: str, seq: int, final: bool) -> ArtifactRecord:
-    return ArtifactRecord(
-        artifact_id=f"{pid}:{seq}",
-        pipeline_id=pid,
-        task_name="t",
-        seq=seq,
-        type_name="dict",
-        codec="json",
-        digest="d",
-        size=2,
-        created_at=0.0,
-        payload=b"{}",
-        is_final=final,
-    )
-
-
 def test_memory_store_clears_one_pipelines_finals_without_walking_every_artifact() -> None:
     store = MemoryStore()
     store._artifacts = _NoScan()
     first = Batch()
-    first.artifacts += [_art("p", 0, False), _art("p", 1, True), _art("q", 1, True)]
+    first.artifacts += [
+        artifact("p", 0, is_final=False),
+        artifact("p", 1, is_final=True),
+        artifact("q", 1, is_final=True),
+    ]
     store.commit(first)
     again = Batch()  # the END of a later traversal of p: its entry is now the only final
     again.finals_cleared.append("p")
-    again.artifacts.append(_art("p", 5, True))
+    again.artifacts.append(artifact("p", 5, is_final=True))
     store.commit(again)
     finals = {k for k, a in dict.items(store._artifacts) if a.is_final}
     assert finals == {"p:5", "q:1"}
     third = Batch()  # a row written again without the flag is no longer final
     third.finals_cleared.append("q")
-    third.artifacts.append(_art("q", 1, False))
+    third.artifacts.append(artifact("q", 1, is_final=False))
     store.commit(third)
     assert {k for k, a in dict.items(store._artifacts) if a.is_final} == {"p:5"}
 

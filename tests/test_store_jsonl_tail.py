@@ -13,6 +13,7 @@ import pytest
 from pyattacker.model import ArtifactRecord, Batch, HandoffRecord
 from pyattacker_plugins.store_jsonl import journal as journal_mod
 from pyattacker_plugins.store_jsonl.store import JOURNAL, JsonlStore
+from store_contract import artifact
 
 
 def _jump(pid: str, reason: str) -> HandoffRecord:
@@ -116,22 +117,6 @@ def test_a_failed_read_mid_catch_up_applies_no_batch_twice(
     assert _fresh(path)[1] == 4
 
 
-def _art(pid: str, seq: int, final: bool, payload: bytes | None = b'"x"') -> ArtifactRecord:
-    return ArtifactRecord(
-        artifact_id=f"{pid}:{seq}",
-        pipeline_id=pid,
-        task_name="t",
-        seq=seq,
-        type_name="str",
-        codec="json",
-        digest="d",
-        size=3,
-        created_at=1.0,
-        payload=payload,
-        is_final=final,
-    )
-
-
 def _finals(store: JsonlStore) -> set[str]:
     """Ids marked final, by ``page`` and by ``get_artifact`` alike (a payload line keeps its old flag)."""
     rows = store.page("artifacts", limit=100)
@@ -146,11 +131,23 @@ def test_unfinal_lines_and_final_flips_read_alike_by_writer_reader_and_fresh_ope
     writer = JsonlStore.open_writer(str(path))
     reader = JsonlStore.open_reader(str(path))
     steps: list[tuple[list[str], list[ArtifactRecord], set[str]]] = [
-        ([], [_art("p", 1, False), _art("p", 4, True), _art("q", 1, True)], {"p:4", "q:1"}),
-        (["p"], [_art("p", 5, True)], {"p:5", "q:1"}),  # an END: one final per pipeline
-        ([], [_art("p", 5, False), _art("p", 4, True, None)], {"p:4", "q:1"}),  # flips both ways
-        (["p"], [_art("p", 4, True)], {"p:4", "q:1"}),  # cleared and marked again in one batch
-        (["p", "q"], [_art("p", 1, True)], {"p:1"}),
+        (
+            [],
+            [
+                artifact("p", 1, is_final=False),
+                artifact("p", 4, is_final=True),
+                artifact("q", 1, is_final=True),
+            ],
+            {"p:4", "q:1"},
+        ),
+        (["p"], [artifact("p", 5, is_final=True)], {"p:5", "q:1"}),  # an END: one final per pipeline
+        (
+            [],
+            [artifact("p", 5, is_final=False), artifact("p", 4, None, is_final=True)],
+            {"p:4", "q:1"},
+        ),  # flips both ways
+        (["p"], [artifact("p", 4, is_final=True)], {"p:4", "q:1"}),  # cleared and marked again in one batch
+        (["p", "q"], [artifact("p", 1, is_final=True)], {"p:1"}),
     ]
     for cleared, artifacts, want in steps:
         batch = Batch()
