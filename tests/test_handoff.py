@@ -533,3 +533,16 @@ def test_a_torn_finish_after_a_jump_is_settled_without_rerun(tmp_path: Path) -> 
         assert len(events(store, "pipeline.terminal_repaired")) == 1
     finally:
         store.close()
+
+
+def test_the_example_in_two_shards_counts_every_jump_once(tmp_path: Path) -> None:
+    config = _example(tmp_path)
+    ran = _cli(tmp_path, "run", "-c", str(config), "--shards", "2")
+    assert ran.returncode == 0, ran.stderr
+    shards = sorted(str(p) for p in (tmp_path / "runs").glob("handoffs.shard*of2.db"))
+    assert len(shards) == 2
+    merged = _cli(tmp_path, "report", *shards)
+    assert "task lookup: handed_off=4 succeeded=6" in merged.stdout and "handoffs=4" in merged.stdout
+    again = _cli(tmp_path, "run", "-c", str(config), "--shards", "2")  # everything done: no jump again
+    assert again.returncode == 0, again.stderr
+    assert "handoffs=4" in _cli(tmp_path, "report", *shards, "--run-id", "all").stdout
