@@ -1781,7 +1781,8 @@ class Runner:
         spec = ctx.task
         seq = state.seq
         key = state.spec.key
-        codec, type_name, data = self.codecs.encode(value)
+        codecs = self._codecs if self._codecs is not None else self.codecs  # (no property call)
+        codec, type_name, data = codecs.encode(value)
         now = self._wall()
         last = seq + 1 == state.n
         full = self.config.journal == "full"
@@ -1834,7 +1835,7 @@ class Runner:
             if state.spec.template.control is not None:  # one final artifact, whatever came before
                 batch.finals_cleared.append(key)
         if last or not state.row_written:
-            batch.pipelines.append(msgspec_copy(record))
+            batch.pipelines.append(msgspec.structs.replace(record))  # a snapshot, as msgspec_copy
             state.row_written = True
         else:  # the row is stored already: advance its cursor without rewriting it
             batch.progress.append(
