@@ -54,6 +54,7 @@ from .errors import (
 from .event_loop import loop_factory, resolve_event_loop
 from .handoff import Handoff
 from .model import (
+    OK_DECISION,
     ArtifactRecord,
     AttemptRecord,
     Batch,
@@ -74,8 +75,6 @@ __all__ = ["RunConfig", "RunReport", "Runner"]
 
 log = logging.getLogger("pyattacker")
 _LOOKUP_CHUNK = 512
-#: the decision recorded with every successful attempt (shared: never mutated)
-_OK_DECISION: dict[str, Any] = {"retry": False, "reason": "ok", "delay_s": 0.0}
 _MAX_ERROR = 2000
 #: the filter of ``ctx.acquire()`` without arguments: none
 _NO_SELECTOR: Mapping[str, Any] = MappingProxyType({})
@@ -1803,7 +1802,7 @@ class Runner:
             art = self._put(art, spec.name)
         # the seed's bytes go out before anything is recorded: a backend failure leaves no row
         seed = self._seed_artifact(state, full) if state.write_seed else None
-        duration = self._record_attempt(state, ctx, t0, wall0, "succeeded", None, _OK_DECISION)
+        duration = self._record_attempt(state, ctx, t0, wall0, "succeeded", None, OK_DECISION)
         # rows go straight into the batch the next group commit writes (no copy, no merge)
         batch = self._recorder.pending
         if seed is not None:
