@@ -44,6 +44,19 @@ def test_no_write_behind_commits_each_fact_before_returning() -> None:
     assert store.commits == 2 and len(store.page("events")) == 1
 
 
+def test_no_write_behind_commits_an_attempt_while_a_group_commit_is_scheduled() -> None:
+    store = MemoryStore()
+    rec = Recorder(store, write_behind=False)
+
+    async def main() -> None:
+        ticket = rec.commit_ticket()  # a group commit is scheduled, not yet run
+        rec.attempt(_attempt())
+        assert store.commits == 1 and len(store.page("attempts")) == 1  # not left to the commit
+        await ticket
+
+    asyncio.run(main())
+
+
 def test_checkpoints_in_one_loop_turn_share_one_commit() -> None:
     store = MemoryStore()
     rec = Recorder(store)

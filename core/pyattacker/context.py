@@ -238,7 +238,9 @@ class TaskContext:
         per-task route) or ``(pool, algorithm, timeout, where, selector)``.
         """
         if args is _NO_ARGS:
-            first_try = self._runner.lease_route(self)[1]
+            runner = self._runner
+            # the route is resolved once per task: looked up here without a call per lease
+            first_try = (runner._lease_routes.get(self.task) or runner.lease_route(self))[1]
             lease = None if first_try is None else first_try(self)
         else:
             pool, alg = self._target(args[0], args[1])

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 __all__ = [
+    "OK_DECISION",
     "PIPELINE_STATES",
     "STATE_RANK",
     "TERMINAL_STATES",
@@ -100,6 +101,11 @@ class TaskRecord(msgspec.Struct, kw_only=True, gc=False):
     error_type: str | None = None
     error_message: str | None = None
     resource: str | None = None
+
+
+#: the ``decision`` of every successful attempt, one shared dict (never mutated): the SQLite
+#: store writes its JSON text encoded once instead of once per attempt row
+OK_DECISION: dict[str, Any] = {"retry": False, "reason": "ok", "delay_s": 0.0}
 
 
 class AttemptRecord(msgspec.Struct, kw_only=True, gc=False):

@@ -57,6 +57,8 @@ class Recorder:
     # -- history (write-behind) -----------------------------------------------------------
     def attempt(self, row: AttemptRecord) -> None:
         self._pending.attempts.append(row)
+        if self._scheduled and self.write_behind:
+            return  # a flush is on its way and takes this row too (one call less per attempt)
         self._maybe_flush()
 
     def event(self, row: EventRecord) -> None:
@@ -118,7 +120,8 @@ class Recorder:
         fut = self._waiters
         if fut is None:
             fut = self._waiters = asyncio.get_running_loop().create_future()
-        self._schedule()
+        if not self._scheduled:  # once per group commit, not per checkpoint
+            self._schedule()
         return fut
 
     def flush(self) -> None:

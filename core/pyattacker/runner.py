@@ -54,6 +54,7 @@ from .errors import (
 from .event_loop import loop_factory, resolve_event_loop
 from .handoff import Handoff
 from .model import (
+    OK_DECISION,
     ArtifactRecord,
     AttemptRecord,
     Batch,
@@ -74,8 +75,6 @@ __all__ = ["RunConfig", "RunReport", "Runner"]
 
 log = logging.getLogger("pyattacker")
 _LOOKUP_CHUNK = 512
-#: the decision recorded with every successful attempt (shared: never mutated)
-_OK_DECISION: dict[str, Any] = {"retry": False, "reason": "ok", "delay_s": 0.0}
 _MAX_ERROR = 2000
 #: the filter of ``ctx.acquire()`` without arguments: none
 _NO_SELECTOR: Mapping[str, Any] = MappingProxyType({})
@@ -1781,7 +1780,8 @@ class Runner:
         spec = ctx.task
         seq = state.seq
         key = state.spec.key
-        codec, type_name, data = self.codecs.encode(value)
+        codecs = self._codecs if self._codecs is not None else self.codecs  # (no property call)
+        codec, type_name, data = codecs.encode(value)
         now = self._wall()
         last = seq + 1 == state.n
         full = self.config.journal == "full"
@@ -1802,7 +1802,7 @@ class Runner:
             art = self._put(art, spec.name)
         # the seed's bytes go out before anything is recorded: a backend failure leaves no row
         seed = self._seed_artifact(state, full) if state.write_seed else None
-        duration = self._record_attempt(state, ctx, t0, wall0, "succeeded", None, _OK_DECISION)
+        duration = self._record_attempt(state, ctx, t0, wall0, "succeeded", None, OK_DECISION)
         # rows go straight into the batch the next group commit writes (no copy, no merge)
         batch = self._recorder.pending
         if seed is not None:
@@ -1834,7 +1834,7 @@ class Runner:
             if state.spec.template.control is not None:  # one final artifact, whatever came before
                 batch.finals_cleared.append(key)
         if last or not state.row_written:
-            batch.pipelines.append(msgspec_copy(record))
+            batch.pipelines.append(msgspec.structs.replace(record))  # a snapshot, as msgspec_copy
             state.row_written = True
         else:  # the row is stored already: advance its cursor without rewriting it
             batch.progress.append(

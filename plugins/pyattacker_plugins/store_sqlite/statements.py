@@ -100,8 +100,9 @@ def _per_row(name: str, expressions: list[str], label: str) -> RowsFunction:
 class Statement:
     """One INSERT/UPSERT of ``codec`` rows, optionally preceded by the row's ``pk``.
 
-    ``run(conn, records, pk_of)`` writes records; ``pk_of`` (clustered tables) maps a pipeline
-    id to its ``pk``, which may be None for rows that belong to no pipeline.
+    ``run(conn, records, pk_of)`` writes records; ``pk_of`` (clustered tables) maps every
+    non-empty pipeline id to its ``pk``; rows that belong to no pipeline (an empty or None id)
+    are written with a NULL ``pk``.
     """
 
     __slots__ = ("_cache", "_codec", "_keys", "_nullable", "_render", "clustered", "full_sql")
@@ -113,8 +114,8 @@ class Statement:
         width = len(codec.columns) + clustered
         self.full_sql = render(("?",) * width)
         tests = [f"r.{f} is None" for f in codec.nullable_fields]
-        if clustered:
-            tests.insert(0, f"{_PK} is None")
+        if clustered:  # (``pk_of`` maps every non-empty id: no lookup per row for the pattern)
+            tests.insert(0, "not r.pipeline_id")
         #: parameter positions that may be None, in the order of the pattern key
         self._nullable = ((0,) if clustered else ()) + tuple(i + clustered for i in codec.nullable)
         self._keys = _per_row("keys", tests, f"{codec.table} null patterns")
