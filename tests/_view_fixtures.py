@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import signal
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pyattacker.errors import RetryableError
+from pyattacker.handoff import Handoff
 from pyattacker.model import Batch, EventRecord
 from pyattacker.pipeline import pipeline
 from pyattacker.pool import Pool, Resource
@@ -65,6 +67,104 @@ def build_store(
                 ({"i": i} for i in range(start, start + n)), key_of=lambda s: f"k{s['i']}"
             )
         )
+    return str(path)
+
+
+# -- a store whose pipelines jump (docs/handoffs.md) --------------------------------------------
+#: where each seed's ``lookup`` or ``judge`` sends it in the current run (build_handoff_store sets it)
+ROUTES: dict[int, str] = {}
+
+
+@task("load")
+def h_load(seed: dict[str, int]) -> dict[str, Any]:
+    return {"i": seed["i"]}
+
+
+@task("lookup")
+def h_lookup(q: dict[str, Any]) -> Any:
+    route = ROUTES.get(q["i"])
+    if route == "report":
+        return Handoff.to("report", {**q, "answer": "cached"}, reason="cache hit")
+    if route == "end":
+        return Handoff.end({**q, "answer": None}, reason="out of scope")
+    return q
+
+
+@task("ask")
+def h_ask(q: dict[str, Any]) -> dict[str, Any]:
+    return {**q, "answer": f"answer {q['i']}"}
+
+
+@task("judge")
+def h_judge(a: dict[str, Any]) -> Any:
+    if ROUTES.get(a["i"]) == "judge_end":
+        return Handoff.end({**a, "score": 1.0}, reason="good enough")
+    return {**a, "score": 0.5}
+
+
+@task("report")
+def h_report(a: dict[str, Any]) -> dict[str, Any]:
+    return dict(a)
+
+
+@task(XSS)
+def h_xss(q: dict[str, Any]) -> Any:
+    return Handoff.to("report", reason=XSS)
+
+
+def _hop(i: int, n: int) -> Any:
+    """Task ``s<i>`` of an ``n``-task chain: the even ones jump two ahead, the last but one ends."""
+
+    def step(x: Any) -> Any:
+        if i % 2 == 0 and i + 2 < n:
+            return Handoff.to(f"s{i + 2}", reason=f"s{i + 1} not needed")
+        if i == n - 2:
+            return Handoff.end(reason="far enough")
+        return x
+
+    return task(f"s{i}")(step)
+
+
+QA_EDGES = {"edges": {"lookup": ["report", "end"], "judge": ["end"]}}
+QA = pipeline("qa", h_load, h_lookup, h_ask, h_judge, h_report, control=QA_EDGES)
+HOPS = pipeline(
+    "hops",
+    *(_hop(i, 12) for i in range(12)),
+    control={"edges": {**{f"s{i}": [f"s{i + 2}"] for i in range(0, 10, 2)}, "s10": ["end"]}},
+)
+MARKUP = pipeline("markup", h_load, h_xss, h_report, control={"edges": {XSS: ["report"]}})
+
+
+def _qa(*seeds: int) -> Any:
+    return QA.map(({"i": i} for i in seeds), key_of=lambda s: f"k{s['i']}")
+
+
+def build_handoff_store(path: str | os.PathLike[str]) -> str:
+    """Two runs of pipelines that jump, each row of their ledgers written by the real runner.
+
+    The first run: ``k4`` jumps ``lookup -> report``; ``hops`` jumps six times (``s0 -> s2``,
+    ..., ``s8 -> s10``, ``s10 -> end``). The second (the latest; ``--fresh-restart
+    --retry-succeeded``): ``k0`` jumps ``lookup -> report``, ``k1`` ``lookup -> end``, ``k2``
+    runs every task, ``k3`` ends at ``judge``; ``k4`` and ``hops`` restart from the seed and
+    jump again (``k4`` to END); ``kx`` jumps from a task named ``XSS`` with reason ``XSS``. The
+    latest run commits 11 jumps."""
+    with Runner(store=str(path)) as runner:
+        ROUTES.clear()
+        ROUTES.update({4: "report"})
+        first = runner.run(itertools.chain(_qa(4), HOPS.map([{"i": 0}], key_of=lambda s: "hops")))
+        assert first.counters["handoffs"] == 7, first.counters
+    with Runner(store=str(path), fresh_restart=True, retry_succeeded=True) as runner:
+        ROUTES.clear()
+        ROUTES.update({0: "report", 1: "end", 3: "judge_end", 4: "end"})
+        second = runner.run(
+            itertools.chain(
+                _qa(0, 1, 2, 3, 4),
+                HOPS.map([{"i": 0}], key_of=lambda s: "hops"),
+                MARKUP.map([{"i": 9}], key_of=lambda s: "kx"),
+            )
+        )
+        assert second.succeeded == 7 and second.counters["handoffs"] == 11, second
+    ROUTES.clear()
     return str(path)
 
 
@@ -125,3 +225,6 @@ def serving(
             except subprocess.TimeoutExpired:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
+        for pipe in (proc.stdout, proc.stderr):  # no ResourceWarning for the pipes left open
+            if pipe is not None:
+                pipe.close()

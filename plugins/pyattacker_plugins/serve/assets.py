@@ -3,6 +3,8 @@
 The HTML holds no stored text at all; the script fetches the JSON endpoints and builds every
 node with ``createElement``/``textContent`` (never ``innerHTML``), so an error message that
 contains markup is shown as the characters it is. Charts are inline SVG built the same way.
+Hover text (a handoff's reason) goes through ``setAttribute("title", ...)``, which never parses
+markup; nothing sets an inline style, so the server's CSP (``style-src 'self'``) holds.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ INDEX_HTML = """<!doctype html>
 </section>
 <h2>Run metrics</h2><section id="metrics" class="cards"></section>
 <h2>Errors</h2><table id="errors"></table>
+<h2>Tasks</h2><table id="tasks"></table>
 <h2>Pipelines (first 50)</h2><table id="pipelines"></table>
 <h2>Recent events</h2><table id="events"></table>
 </body>
@@ -55,6 +58,12 @@ table { border-collapse: collapse; width: 100%; background: #fff; font-size: .85
 th, td { border-bottom: 1px solid #eee; padding: .2rem .4rem; text-align: left; vertical-align: top; }
 td { max-width: 40rem; overflow-wrap: anywhere; }
 .failed { color: #b00; } .succeeded { color: #070; } .running { color: #06c; }
+.handed_off { color: #80c; }
+.states span + span { margin-left: .6rem; }
+.route .hop { white-space: nowrap; }
+.route .hop[title] { cursor: help; text-decoration: underline dotted #aaa; }
+.route .restart { color: #b60; font-style: italic; }
+.route .more, .route .sep { color: #888; }
 svg text { font-size: 10px; fill: #555; }
 .age { color: #666; }
 """
@@ -71,6 +80,11 @@ APP_JS = r"""
   // less often than the page refreshes (the server's stats_age_s)
   const STALE_S = 2;
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"];
+  // the states app.css colours; other text read from the store never becomes a class name
+  const STATES = ["pending", "running", "succeeded", "failed", "interrupted", "canceled", "handed_off"];
+  // a pipeline's route shows its newest ledger rows; the older ones are counted (and listed on
+  // hover, up to HIDDEN_LINES of them)
+  const MAX_HOPS = 4, HIDDEN_LINES = 20;
 
   function el(tag, text, cls) {
     const node = document.createElement(tag);
@@ -83,6 +97,8 @@ APP_JS = r"""
     for (const k in attrs) node.setAttribute(k, String(attrs[k]));
     return node;
   }
+  function stateClass(v) { return STATES.indexOf(v) >= 0 ? v : null; }
+  function titled(node, text) { node.setAttribute("title", text); return node; }
   function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
   function short(v, n) {
     const s = typeof v === "string" ? v : JSON.stringify(v);
@@ -119,11 +135,68 @@ APP_JS = r"""
       const tr = el("tr");
       columns.forEach(function (c) {
         const v = c[1](row);
-        tr.appendChild(el("td", v === null || v === undefined ? "" : v, c[0] === "state" ? String(v) : null));
+        const td = el("td", null, c[0] === "state" ? stateClass(v) : null);
+        if (v instanceof Node) td.appendChild(v);  // built with el(): text nodes only
+        else td.textContent = v === null || v === undefined ? "" : String(v);
+        tr.appendChild(td);
       });
       node.appendChild(tr);
     });
   }
+  // task states per task name, as `watch` and `report` print them: handed_off=4 succeeded=6
+  function stateCounts(states) {
+    const box = el("span", null, "states");
+    Object.keys(states || {}).forEach(function (s) {
+      box.appendChild(el("span", s + "=" + states[s], stateClass(s)));
+    });
+    return box;
+  }
+  // the control ledger of a pipeline (docs/handoffs.md): each row a hop, `judge -> report`,
+  // `judge -> end` (to_seq null), or `restart` (the traversal began again from the seed)
+  function taskName(name, seq) {
+    if (name) return short(String(name), 40);
+    return seq === null || seq === undefined ? "?" : "#" + seq;
+  }
+  function hopText(h) {
+    if (h.operation === "restart") return "restart";
+    const to = h.to_seq === null || h.to_seq === undefined ? "end" : taskName(h.to_task, h.to_seq);
+    return taskName(h.from_task, h.from_seq) + " \u2192 " + to;
+  }
+  function hopTitle(h) {
+    const lines = [];
+    if (h.operation === "restart") {
+      lines.push("restart from the seed" + (h.to_task ? " at " + h.to_task : ""));
+    } else {
+      const to = h.to_seq === null || h.to_seq === undefined ? "end"
+        : (h.to_task || "") + " (seq " + h.to_seq + ")";
+      const from = (h.from_task || "") + " (seq " + h.from_seq + ")";
+      lines.push((h.operation || "forward") + ": " + from + " \u2192 " + to);
+    }
+    if (h.reason) lines.push("reason: " + h.reason);
+    if (h.run_id) lines.push("run: " + h.run_id);
+    if (typeof h.ts === "number" && isFinite(h.ts)) lines.push("at: " + new Date(h.ts * 1000).toISOString());
+    if (h.operation !== "restart" && h.entry_artifact_id) {
+      lines.push("entry: " + h.entry_artifact_id + (h.entry_reused ? " (the input it received)" : ""));
+    }
+    return lines.join("\n");
+  }
+  function route(ledger) {
+    if (!Array.isArray(ledger) || !ledger.length) return null;
+    const box = el("span", null, "route");
+    const hidden = ledger.slice(0, Math.max(0, ledger.length - MAX_HOPS));
+    if (hidden.length) {
+      const listed = hidden.slice(-HIDDEN_LINES).map(hopText);
+      if (hidden.length > HIDDEN_LINES) listed.unshift("\u2026 " + (hidden.length - HIDDEN_LINES) + " more");
+      box.appendChild(titled(el("span", "+" + hidden.length + " earlier", "more"), listed.join("\n")));
+    }
+    ledger.slice(-MAX_HOPS).forEach(function (h) {
+      if (box.firstChild) box.appendChild(el("span", " \u00b7 ", "sep"));
+      const cls = "hop " + (h.operation === "restart" ? "restart" : "forward");
+      box.appendChild(titled(el("span", hopText(h), cls), hopTitle(h)));
+    });
+    return box;
+  }
+  function hasLedger(p) { return Array.isArray(p.handoffs) && p.handoffs.length > 0; }
   function frame(w, h) {
     return svg("svg", { width: w, height: h, viewBox: "0 0 " + w + " " + h, role: "img" });
   }
@@ -215,6 +288,8 @@ APP_JS = r"""
       card(cards, "pipelines", st.pipelines.total);
       Object.keys(st.pipelines.by_state).forEach(function (k) { card(cards, k, st.pipelines.by_state[k]); });
       card(cards, "attempts", st.attempts_total);
+      // like `watch` and `report`: the count appears once the run has committed a jump
+      if (Number(st.handoffs_total) > 0) card(cards, "handoffs", st.handoffs_total);
       card(cards, "events", st.events_total);
       card(cards, "in flight", st.in_flight);
       card(cards, "parked", st.parked);
@@ -248,12 +323,22 @@ APP_JS = r"""
       table(document.getElementById("errors"), [["pipeline", function (e) { return e.key; }],
         ["task", function (e) { return e.failed_task; }], ["type", function (e) { return e.error_type; }],
         ["message", function (e) { return short(e.error_message, 300); }]], errs.rows);
+      const byName = (st.tasks && st.tasks.by_name) || {};
+      table(document.getElementById("tasks"), [["task", function (t) { return t.name; }],
+        ["states", function (t) { return stateCounts(t.states); }]],
+        Object.keys(byName).map(function (k) { return { name: k, states: byName[k] }; }));
       const pl = await get("/pipelines", { limit: 50 });
-      table(document.getElementById("pipelines"), [["pipeline", function (p) { return p.key; }],
+      const columns = [["pipeline", function (p) { return p.key; }],
         ["name", function (p) { return p.name; }], ["state", function (p) { return p.state; }],
         ["tasks", function (p) { return p.n_tasks_done + "/" + p.n_tasks_total; }],
         ["attempts", function (p) { return p.attempts_total; }],
-        ["metrics", function (p) { return short(p.reported_metrics, 120); }]], pl.rows);
+        ["metrics", function (p) { return short(p.reported_metrics, 120); }]];
+      // the route column appears once a pipeline shown has a ledger row (a store of schema 2,
+      // or a run without jumps, has none)
+      if (pl.rows.some(hasLedger)) {
+        columns.splice(3, 0, ["route", function (p) { return route(p.handoffs); }]);
+      }
+      table(document.getElementById("pipelines"), columns, pl.rows);
       const input = document.getElementById("curve-pipeline");
       if (!input.value && pl.rows.length) input.value = pl.rows[0].pipeline_id;
       await curves();
