@@ -22,6 +22,7 @@ from pyattacker.model import (
     MetricPoint,
     MetricRecord,
     PipelineRecord,
+    PipelineReset,
     ResourceRecord,
     RunRecord,
     TaskRecord,
@@ -37,6 +38,9 @@ def _copy(row: Any) -> Any:
 
 class MemoryStore:
     """All rows in memory; nothing survives the process."""
+
+    #: applies ``Batch.resets`` (pipelines with control flow may run here)
+    applies_resets = True
 
     def __init__(self, location: str = ":memory:") -> None:
         self.location = location
@@ -88,6 +92,8 @@ class MemoryStore:
             if current is not None:
                 current.cursor = step.cursor
                 current.attempts_total = step.attempts_total
+        for reset in batch.resets:  # before the tasks and artifacts: the new ones stay
+            self._reset(reset)
         for t in tasks:
             self._tasks[t.task_run_id] = t
         for pid in batch.finals_cleared:
@@ -118,6 +124,16 @@ class MemoryStore:
         for r in resources:
             self._resources[(r.run_id, r.pool, r.resource_id)] = r
         self.commits += 1
+
+    def _reset(self, reset: PipelineReset) -> None:
+        """Drop the task rows and chain outputs of a pipeline starting again from its seed."""
+        pid = reset.pipeline_id
+        finals = self._finals.get(pid)
+        for seq in range(reset.slots):
+            slot = f"{pid}:{seq}"
+            self._tasks.pop(slot, None)
+            if self._artifacts.pop(slot, None) is not None and finals is not None:
+                finals.discard(slot)
 
     def interrupt_running(self, run_id: str, now: float) -> int:
         changed = 0
