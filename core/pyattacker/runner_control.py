@@ -93,6 +93,9 @@ class RunnerControl:
         #: what the store lacks to run a pipeline with control ("" if nothing; asked once, by
         #: the first pipeline with control)
         self._missing: str | None = None
+        #: pipeline id -> (restart reason or None, discarded cursor) of a reset that waits for
+        #: the pipeline's admission (one never admitted, the run stopping, keeps its rows)
+        self._resets: dict[str, tuple[str | None, int]] = {}
 
     def check_ledger(self, spec: PipelineSpec | PipelineTemplate) -> None:
         """A store without the ledger, or one that does not apply ``Batch.resets``, cannot run
@@ -208,10 +211,17 @@ class RunnerControl:
         return value, why
 
     def opened(self, state: _Pipeline, plan: Resumption, discarded: int) -> None:
-        """The admitted pipeline takes the plan's entry and ledger count (and its reset)."""
+        """The pipeline takes the plan's entry and ledger count; its reset waits for ``admitted``."""
         state.entry, state.ledger_rows = plan.entry, plan.ledger_rows
         if plan.reset:
-            self.mark_reset(state, plan.restart, discarded)
+            self._resets[state.spec.key] = (plan.restart, discarded)
+
+    def admitted(self, state: _Pipeline) -> None:
+        """The pipeline got its place in the run: its reset (if any) goes into the next commit,
+        before any of its tasks can run."""
+        pending = self._resets.pop(state.spec.key, None)
+        if pending is not None:
+            self.mark_reset(state, *pending)
 
     def mark_reset(self, state: _Pipeline, restart: str | None, cursor: int) -> None:
         """Start again from the seed over an earlier traversal, in one commit with the pipeline
