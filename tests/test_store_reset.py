@@ -188,3 +188,27 @@ def test_resets_of_several_pipelines_in_one_batch(store: Store) -> None:
     assert _tasks(store, "p1") == []
     assert _tasks(store, "p2") == [(0, "r2"), (2, "r1"), (3, "r1")]  # only slots 0 and 1 went
     assert [a[0] for a in _artifacts(store, "p2")] == [-1, 2, 3, 4, 5]
+
+
+def test_a_jsonl_reader_that_does_not_know_a_line_kind_refuses_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``reset`` line read by a pyattacker that predates it (simulated: the kind unknown to the
+    decoder) is refused like corruption, never skipped: skipping it would show the rows the
+    reset removed. The message names the kind and says a newer pyattacker may have written it."""
+    from pyattacker.errors import ConfigError
+    from pyattacker_plugins.store_jsonl import journal
+    from pyattacker_plugins.store_jsonl.store import JsonlStore
+
+    writer = JsonlStore.open_writer(str(tmp_path / "j"))
+    _traversal(writer, "p1")
+    commit(writer, resets=[PipelineReset(pipeline_id="p1", slots=SLOTS)])
+    writer.close()
+    lines = (tmp_path / "j" / "journal.jsonl").read_bytes().splitlines()
+    reset_line = next(i for i, line in enumerate(lines) if line.startswith(b'["reset",'))
+    monkeypatch.delitem(journal._DECODERS, b"reset")
+    with pytest.raises(ConfigError) as info:
+        JsonlStore.open_reader(str(tmp_path / "j"))
+    assert f"line {reset_line + 1} is corrupt (unknown line kind 'reset': a newer pyattacker" in str(
+        info.value
+    )
