@@ -24,6 +24,7 @@ __all__ = [
     "MetricRecord",
     "PipelineProgress",
     "PipelineRecord",
+    "PipelineReset",
     "ResourceRecord",
     "RunRecord",
     "TaskRecord",
@@ -244,6 +245,21 @@ class PipelineProgress(msgspec.Struct, kw_only=True, gc=False):
     attempts_total: int
 
 
+class PipelineReset(msgspec.Struct, kw_only=True, gc=False):
+    """A pipeline with control flow starting again from its seed: its current rows go.
+
+    A traversal of such a chain writes only the slots it visits, so rows an earlier traversal
+    left in a slot the new one skips would be counted as if this one ran them. The store
+    deletes the pipeline's task rows and its artifacts at ``seq`` ``0 .. slots - 1`` (the
+    chain's outputs, ids ``pipeline_id:seq``); the seed (``seq -1``) and the handed-over entries
+    (``seq >= slots``, named by ledger rows) stay, as do attempts, events and the ledger.
+    """
+
+    pipeline_id: str
+    #: the chain's length (``len(template.tasks)``)
+    slots: int
+
+
 class Batch:
     """Rows that a store must apply in one transaction (all or nothing).
 
@@ -253,8 +269,9 @@ class Batch:
     attempts, events, metric points (a point whose ``op_id`` exists is ignored), handoffs
     (``handoff_id`` assigned like ``attempt_id``). ``finals_cleared``: pipeline ids whose stored
     artifacts lose their final flag before this batch's artifacts are written (a pipeline with
-    control flow keeps exactly one final artifact). A checkpoint is a batch; so is a flush of
-    buffered history.
+    control flow keeps exactly one final artifact). ``resets``: applied before this batch's
+    tasks and artifacts (the new traversal's rows in the same batch stay); an unknown pipeline
+    id is ignored. A checkpoint is a batch; so is a flush of buffered history.
     """
 
     __slots__ = (
@@ -267,6 +284,7 @@ class Batch:
         "metrics",
         "pipelines",
         "progress",
+        "resets",
         "resources",
         "runs",
         "tasks",
@@ -286,6 +304,8 @@ class Batch:
         self.resources: list[ResourceRecord] = []
         self.handoffs: list[HandoffRecord] = []
         self.finals_cleared: list[str] = []
+        #: pipelines with control flow that start again from the seed (see ``PipelineReset``)
+        self.resets: list[PipelineReset] = []
 
     def __len__(self) -> int:
         return (
@@ -301,6 +321,7 @@ class Batch:
             + len(self.resources)
             + len(self.handoffs)
             + len(self.finals_cleared)
+            + len(self.resets)
         )
 
     def extend(self, other: Batch) -> None:

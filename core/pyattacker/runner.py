@@ -1080,6 +1080,8 @@ class Runner:
                     self._admitted += 1
                     self.counters["pipelines_admitted"] += 1
                     self._active[spec.key] = spec
+                    if spec.template.control is not None:  # a restart from the seed: its reset
+                        self._control.admitted(state)
                     self._staff(queue)
                     try:
                         await queue.put(state)

@@ -8,6 +8,10 @@ attempt, the entry artifact when the task handed over a value, the ledger row, a
 row with its cursor at the destination (``succeeded`` for END). The ledger row, not the event,
 is what a resume reads: the newest ``forward`` row of the current traversal is the jump to
 honour; a ``restart`` row says the traversal began again from the seed.
+
+A traversal writes only the slots it visits, so every start from the seed of a pipeline that
+has rows resets it (``Batch.resets``) in the commit of its pipeline row at cursor 0: a slot the
+new traversal skips never shows a row an earlier one wrote.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import msgspec
 from .digest import digest_bytes
 from .errors import ArtifactCodecError, CorruptRow, FatalError, StoreFeatureUnsupported
 from .handoff import Handoff
-from .model import ArtifactRecord, HandoffRecord, PipelineRecord
+from .model import ArtifactRecord, HandoffRecord, PipelineRecord, PipelineReset
 from .pipeline import PipelineTemplate
 
 if TYPE_CHECKING:
@@ -27,18 +31,20 @@ if TYPE_CHECKING:
     from .pipeline import PipelineSpec
     from .runner import Runner, _Pipeline
 
-__all__ = ["Resumption", "RunnerControl"]
+__all__ = ["Resumption", "RunnerControl", "store_lacks"]
 
 
 class Resumption(msgspec.Struct, kw_only=True):
     """Where a pipeline with control flow continues: ``start`` with ``value``; ``entry`` when
     ``start`` is a handoff's destination fed by its entry artifact; ``restart`` names why the
-    traversal begins again from the seed (a ledger row is written) or is None."""
+    traversal begins again from the seed (a ledger row is written) or is None; ``reset``: it
+    begins again from the seed over rows an earlier traversal wrote (they are deleted)."""
 
     start: int
     value: Any
     entry: tuple[int, str, int] | None = None
     restart: str | None = None
+    reset: bool = False
     handoff: HandoffRecord | None = None
     ledger_rows: int = 0
 
@@ -57,6 +63,21 @@ class Resumption(msgspec.Struct, kw_only=True):
         }
 
 
+def store_lacks(store: Any) -> str:
+    """What ``store`` lacks to run pipelines with control, as the end of a sentence ("" if
+    nothing): a ledger (``handoffs()``; ``has_ledger`` may say a file has none), and the
+    declaration ``applies_resets = True`` that it applies ``Batch.resets``."""
+    if not callable(getattr(store, "handoffs", None)) or not getattr(store, "has_ledger", True):
+        return "keeps no handoff ledger"
+    if getattr(store, "applies_resets", False) is not True:
+        return (
+            "keeps a handoff ledger but does not declare applies_resets = True (it must delete"
+            " the rows Batch.resets names, or a restart from the seed would keep counting tasks"
+            " the new traversal skipped)"
+        )
+    return ""
+
+
 def _current(ledger: list[HandoffRecord]) -> HandoffRecord | None:
     """The jump the current traversal last committed (None: none since the last restart)."""
     if ledger and ledger[-1].operation == "forward":
@@ -69,24 +90,26 @@ class RunnerControl:
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
-        #: whether the store keeps a control ledger (asked once, by the first pipeline with control)
-        self._ledger_ok: bool | None = None
+        #: what the store lacks to run a pipeline with control ("" if nothing; asked once, by
+        #: the first pipeline with control)
+        self._missing: str | None = None
+        #: pipeline id -> (restart reason or None, discarded cursor) of a reset that waits for
+        #: the pipeline's admission (one never admitted, the run stopping, keeps its rows)
+        self._resets: dict[str, tuple[str | None, int]] = {}
 
     def check_ledger(self, spec: PipelineSpec | PipelineTemplate) -> None:
-        """A store without the ledger cannot run such a pipeline: refused before it starts
-        (the CLI asks with the config's template before the run begins, the runner again per
-        admitted pipeline for SDK callers)."""
+        """A store without the ledger, or one that does not apply ``Batch.resets``, cannot run
+        such a pipeline: refused before it starts (the CLI asks with the config's template
+        before the run begins, the runner again per admitted pipeline for SDK callers). A store
+        that ignored the resets would keep showing the rows a restart from the seed dropped."""
         r = self.runner
         template = spec if isinstance(spec, PipelineTemplate) else spec.template
-        if self._ledger_ok is None:
-            store = r.store
-            self._ledger_ok = callable(getattr(store, "handoffs", None)) and bool(
-                getattr(store, "has_ledger", True)
-            )
-        if not self._ledger_ok:
+        if self._missing is None:
+            self._missing = store_lacks(r.store)
+        if self._missing:
             raise StoreFeatureUnsupported(
                 f"pipeline {template.name!r} declares control (handoffs), and store"
-                f" {getattr(r.store, 'location', r.store)!r} keeps no handoff ledger;"
+                f" {getattr(r.store, 'location', r.store)!r} {self._missing};"
                 " use a SQLite, JSONL or memory store"
             )
 
@@ -129,6 +152,10 @@ class RunnerControl:
                     out.start, out.value = r._load_checkpoint(spec, row)
         if out.start == 0 and ledger and ledger[-1].operation != "restart":
             out.restart = why if not resumable else "checkpoint_unusable"
+        # every start from the seed over an earlier traversal, not only the first after a jump:
+        # the rows of a traversal that made no jump may be skipped by the next one. (A ledger
+        # without a row: the row was deleted by hand, the traversal's other rows were not.)
+        out.reset = out.start == 0 and (row is not None or bool(ledger))
         out.handoff = jump if out.entry is not None else None
         out.ledger_rows = len(ledger)
         return out
@@ -184,35 +211,48 @@ class RunnerControl:
         return value, why
 
     def opened(self, state: _Pipeline, plan: Resumption, discarded: int) -> None:
-        """The admitted pipeline takes the plan's entry and ledger count (and a restart row)."""
+        """The pipeline takes the plan's entry and ledger count; its reset waits for ``admitted``."""
         state.entry, state.ledger_rows = plan.entry, plan.ledger_rows
-        if plan.restart is not None:
-            self.mark_restart(state, plan.restart, discarded)
+        if plan.reset:
+            self._resets[state.spec.key] = (plan.restart, discarded)
 
-    def mark_restart(self, state: _Pipeline, reason: str, cursor: int) -> None:
-        """A ledger row saying the traversal began again from the seed, committed with the
-        pipeline row at cursor 0: older jumps no longer drive its recovery."""
+    def admitted(self, state: _Pipeline) -> None:
+        """The pipeline got its place in the run: its reset (if any) goes into the next commit,
+        before any of its tasks can run."""
+        pending = self._resets.pop(state.spec.key, None)
+        if pending is not None:
+            self.mark_reset(state, *pending)
+
+    def mark_reset(self, state: _Pipeline, restart: str | None, cursor: int) -> None:
+        """Start again from the seed over an earlier traversal, in one commit with the pipeline
+        row at cursor 0: that traversal's task rows and chain outputs go (``PipelineReset``),
+        the artifacts that stay (seed, handed-over entries) lose their final flag, and after a
+        jump (``restart``: why) a ledger row says older jumps no longer drive recovery."""
         r = self.runner
         key = state.spec.key
-        restart = HandoffRecord(
-            pipeline_id=key,
-            run_id=r.run_id or "",
-            from_seq=cursor,
-            from_task="",
-            to_seq=0,
-            to_task=state.tasks[0].name,
-            entry_seq=-1,
-            entry_artifact_id=f"{key}:-1",
-            entry_reused=True,
-            reason=reason,
-            ts=r.clock.wall(),
-            operation="restart",
-        )
         batch = r._recorder_pending()
-        batch.handoffs.append(restart)
+        batch.resets.append(PipelineReset(pipeline_id=key, slots=state.n))
+        batch.finals_cleared.append(key)
+        if restart is not None:
+            batch.handoffs.append(
+                HandoffRecord(
+                    pipeline_id=key,
+                    run_id=r.run_id or "",
+                    from_seq=cursor,
+                    from_task="",
+                    to_seq=0,
+                    to_task=state.tasks[0].name,
+                    entry_seq=-1,
+                    entry_artifact_id=f"{key}:-1",
+                    entry_reused=True,
+                    reason=restart,
+                    ts=r.clock.wall(),
+                    operation="restart",
+                )
+            )
+            state.ledger_rows += 1
         batch.pipelines.append(msgspec.structs.replace(state.record))
         state.row_written = True
-        state.ledger_rows += 1
 
     # -- the jump ---------------------------------------------------------------------------------
     def input_of(self, state: _Pipeline) -> tuple[int, str]:

@@ -49,7 +49,12 @@ PAGE_KINDS: dict[str, tuple[str, ...]] = {
 
 @runtime_checkable
 class Store(Protocol):
-    """What every store plugin provides. See docs/plugins.md for the full contract."""
+    """What every store plugin provides. See docs/plugins.md for the full contract.
+
+    Optional capabilities are probed, not declared here (a protocol member would make every
+    store need it): pipelines with control need ``handoffs(pipeline_id)`` and the class
+    attribute ``applies_resets = True`` (``commit`` applies ``Batch.resets``).
+    """
 
     #: the location it was opened from (for messages and reports)
     location: str

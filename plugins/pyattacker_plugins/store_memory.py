@@ -38,6 +38,9 @@ def _copy(row: Any) -> Any:
 class MemoryStore:
     """All rows in memory; nothing survives the process."""
 
+    #: applies ``Batch.resets`` (pipelines with control flow may run here)
+    applies_resets = True
+
     def __init__(self, location: str = ":memory:") -> None:
         self.location = location
         self.read_only = False
@@ -75,6 +78,7 @@ class MemoryStore:
         points = [_copy(p) for p in batch.metric_points]
         resources = [_copy(r) for r in batch.resources]
         progress = list(batch.progress)
+        resets = [(r.pipeline_id, range(r.slots)) for r in batch.resets]
         # nothing below can fail
         for run in runs:
             self._runs[run.run_id] = run
@@ -88,6 +92,8 @@ class MemoryStore:
             if current is not None:
                 current.cursor = step.cursor
                 current.attempts_total = step.attempts_total
+        for pid, slots in resets:  # before the tasks and artifacts: the new ones stay
+            self._reset(pid, slots)
         for t in tasks:
             self._tasks[t.task_run_id] = t
         for pid in batch.finals_cleared:
@@ -118,6 +124,16 @@ class MemoryStore:
         for r in resources:
             self._resources[(r.run_id, r.pool, r.resource_id)] = r
         self.commits += 1
+
+    def _reset(self, pid: str, slots: range) -> None:
+        """Drop the task rows and chain outputs of a pipeline starting again from its seed
+        (``Batch.resets``)."""
+        finals = self._finals.get(pid)
+        for seq in slots:
+            slot = f"{pid}:{seq}"
+            self._tasks.pop(slot, None)
+            if self._artifacts.pop(slot, None) is not None and finals is not None:
+                finals.discard(slot)
 
     def interrupt_running(self, run_id: str, now: float) -> int:
         changed = 0

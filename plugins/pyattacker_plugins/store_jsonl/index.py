@@ -21,6 +21,7 @@ from pyattacker.model import (
     MetricPoint,
     MetricRecord,
     PipelineRecord,
+    PipelineReset,
     ResourceRecord,
     RunRecord,
     TaskRecord,
@@ -127,6 +128,7 @@ class Index:
             "resource": self._resource,
             "handoff": self._handoff,
             "unfinal": self._unfinal,
+            "reset": self._reset,
         }
 
     # -- applying committed entries ----------------------------------------------------------
@@ -198,6 +200,24 @@ class Index:
             row = self.artifacts.get(artifact_id)
             if row is not None:
                 row.is_final = False
+
+    def _reset(self, e: Entry) -> None:
+        """A pipeline starting again from its seed: its task rows and chain outputs go."""
+        reset: PipelineReset = e.record
+        pid = reset.pipeline_id
+        finals = self.finals.get(pid)
+        removed = False
+        for seq in range(reset.slots):
+            slot = f"{pid}:{seq}"
+            removed = self.tasks.pop(slot, None) is not None or removed
+            if self.artifacts.pop(slot, None) is not None:
+                removed = True
+                self.artifact_lines.pop(slot, None)
+                if finals is not None:
+                    finals.discard(slot)
+        if removed:  # the page order drops the keys
+            self._order["tasks"].invalidate()
+            self._order["artifacts"].invalidate()
 
     def _metric(self, e: Entry) -> None:
         m: MetricRecord = e.record

@@ -1,6 +1,8 @@
 """The journal file format: one JSON array per line, batches closed by a commit marker.
 
-A record line is ``["<kind>", {record}]``; a batch ends with ``["commit", <n>, <lines>]``. Only
+A record line is ``["<kind>", {record}]``; a batch ends with ``["commit", <n>, <lines>]``. An
+unknown kind inside the committed region is refused like corruption, never skipped: skipping a
+``reset`` line, say, would show rows the writer deleted. Only
 lines followed by their commit marker count: a crash mid-append leaves lines without a marker
 (or a torn last line without its newline), and those are treated as never written. A line
 inside the committed region that does not parse is corruption and is reported by line number.
@@ -24,6 +26,7 @@ from pyattacker.model import (
     MetricRecord,
     PipelineProgress,
     PipelineRecord,
+    PipelineReset,
     ResourceRecord,
     RunRecord,
     TaskRecord,
@@ -72,6 +75,7 @@ class FinalsCleared(msgspec.Struct, kw_only=True, gc=False):
 #: line tag -> record type
 TAGS: dict[str, type[Any]] = {
     "unfinal": FinalsCleared,
+    "reset": PipelineReset,
     "handoff": HandoffRecord,
     "run": RunRecord,
     "pipeline": PipelineRecord,
@@ -126,6 +130,9 @@ def _decode_record(line: bytes, offset: int) -> Entry:
     end = line.find(b'"', 2)
     decoder = _DECODERS.get(line[2:end]) if line[:2] == b'["' and end > 2 else None
     if decoder is None:
+        if line[:2] == b'["' and end > 2 and line[2:end].isalpha():
+            kind = line[2:end].decode("ascii", "replace")
+            raise ValueError(f"unknown line kind {kind!r}: a newer pyattacker may have written it; upgrade")
         raise ValueError("unknown line kind")
     tag, record = decoder.decode(line)
     if isinstance(record, _ArtifactMeta):

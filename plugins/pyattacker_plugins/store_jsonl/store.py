@@ -55,6 +55,7 @@ _KINDS = (
     ("runs", "run"),
     ("pipelines", "pipeline"),
     ("progress", "progress"),
+    ("resets", "reset"),  # before the tasks and artifacts: the new traversal's rows stay
     ("tasks", "task"),
     ("finals_cleared", "unfinal"),  # before the artifacts: a new final artifact stays marked
     ("artifacts", "artifact"),
@@ -124,6 +125,9 @@ def _write_marker(path: str) -> None:
 
 class JsonlStore:
     """A pyattacker store in a directory of JSON Lines. Build it with ``open_writer``/``open_reader``."""
+
+    #: applies ``Batch.resets`` (a ``reset`` line; pipelines with control flow may run here)
+    applies_resets = True
 
     def __init__(self, path: str, *, read_only: bool, lock: WriterLock | None) -> None:
         self.location = path

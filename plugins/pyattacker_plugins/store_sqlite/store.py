@@ -132,6 +132,9 @@ _WRITES: tuple[tuple[str, Statement], ...] = (
 _KEYED = ("pipelines", "tasks", "artifacts", "attempts", "events", "handoffs")
 #: a pipeline's earlier final artifacts, unmarked before a new one is written (``Batch.finals_cleared``)
 _CLEAR_FINALS = "UPDATE artifacts SET is_final = 0 WHERE pk = ? AND is_final"
+#: ``Batch.resets``, before the batch's tasks and artifacts: a range of the clustered key each
+_RESET_TASKS = "DELETE FROM tasks WHERE pk = ? AND seq >= 0 AND seq < ?"
+_RESET_ARTIFACTS = "DELETE FROM artifacts WHERE pk = ? AND seq >= 0 AND seq < ?"
 
 _PAGE_CODECS: dict[str, RowCodec[Any]] = {
     "pipelines": PIPELINES,
@@ -320,6 +323,9 @@ def synchronous_mode(query: dict[str, str]) -> str:
 class SqliteStore:
     """A pyattacker store in one SQLite file. Build it with ``open_writer`` / ``open_reader``."""
 
+    #: applies ``Batch.resets`` (pipelines with control flow may run here)
+    applies_resets = True
+
     def __init__(
         self,
         path: str,
@@ -437,6 +443,8 @@ class SqliteStore:
                 pks, fresh = self._resolve_keys(conn, batch)
                 for attr, statement in _WRITES:
                     rows = getattr(batch, attr)
+                    if attr == "tasks" and batch.resets:
+                        self._reset(conn, batch, pks)
                     if attr == "artifacts" and batch.finals_cleared:
                         conn.executemany(_CLEAR_FINALS, [(pks[p],) for p in batch.finals_cleared if p in pks])
                     if rows:
@@ -477,6 +485,15 @@ class SqliteStore:
                 self._known.clear()
             self._known.update(pks)
 
+    @staticmethod
+    def _reset(conn: sqlite3.Connection, batch: Batch, pks: dict[str, int]) -> None:
+        """Delete the task rows and chain outputs of pipelines starting again from the seed
+        (``Batch.resets``; an id without a key row has none)."""
+        slots = [(pks[r.pipeline_id], r.slots) for r in batch.resets if r.pipeline_id in pks]
+        if slots:
+            conn.executemany(_RESET_TASKS, slots)
+            conn.executemany(_RESET_ARTIFACTS, slots)
+
     def _resolve_keys(self, conn: sqlite3.Connection, batch: Batch) -> tuple[dict[str, int], int]:
         """pk of every pipeline the batch touches; ids never seen get the next numbers.
 
@@ -498,6 +515,8 @@ class SqliteStore:
                         pks[pid] = pk
         absent = [p.pipeline_id for p in batch.progress if p.pipeline_id not in pks]
         absent += [p for p in batch.finals_cleared if p not in pks]
+        if batch.resets:
+            absent += [r.pipeline_id for r in batch.resets if r.pipeline_id not in pks]
         if absent:
             missing.extend(dict.fromkeys(p for p in absent if p not in known))
             pks.update({p: known[p] for p in absent if p in known})
