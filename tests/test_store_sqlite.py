@@ -401,8 +401,9 @@ def test_values_shared_by_a_group_are_bound_once_and_stored_as_given(
 ) -> None:
     """Rows of one NULL pattern that agree on a table's shared text columns (run id, state...)
     bind those once per statement (``write_shared_rows``); rows that differ there, or hold
-    equal values that are not texts (1 and 1.0 store differently), bind every value. Either
-    way each row is stored as given."""
+    equal values that are not texts (1 and 1.0 store differently), bind every value. A column
+    holding the very object of its alias source (a task's output artifact id, its slot's id)
+    reads the source's parameter. Either way each row is stored as given."""
     from pyattacker.model import OK_DECISION, Batch
     from pyattacker_plugins.store_sqlite import statements
 
@@ -410,7 +411,8 @@ def test_values_shared_by_a_group_are_bound_once_and_stored_as_given(
     real = statements.write_shared_rows
 
     def spy(conn: sqlite3.Connection, sql_for: object, values: tuple[object, ...], rows: list) -> None:
-        shared_calls.append(values)
+        if values:
+            shared_calls.append(values)
         real(conn, sql_for, values, rows)  # type: ignore[arg-type]
 
     monkeypatch.setattr(statements, "write_shared_rows", spy)
@@ -418,25 +420,32 @@ def test_values_shared_by_a_group_are_bound_once_and_stored_as_given(
     try:
         b = Batch()
         b.tasks += [task(f"a{i}", 0, state="succeeded", resource="apis") for i in range(70)]
+        for t in b.tasks[:40]:
+            t.output_artifact_id = t.task_run_id  # the same object: bound once
+        for t in b.tasks[40:]:
+            t.output_artifact_id = f"out-{t.pipeline_id}"
         b.attempts += [attempt(f"a{i}", decision=OK_DECISION) for i in range(3)]
         store.commit(b)
         ok = '{"retry":false,"reason":"ok","delay_s":0.0}'
-        assert shared_calls == [("r1", "succeeded", "apis"), ("r1", "succeeded", ok)]
+        # the tasks are two groups (with and without the alias), each sharing its values
+        assert shared_calls == [("r1", "succeeded", "apis")] * 2 + [("r1", "succeeded", ok)]
         b = Batch()
         b.attempts += [attempt("b", outcome="failed"), attempt("c")]  # outcomes differ
         b.tasks += [task("x", 0, run_id=1, state="s"), task("y", 0, run_id=1.0, state="s")]  # type: ignore[arg-type]
         store.commit(b)
-        assert len(shared_calls) == 2  # both groups bound every value
+        assert len(shared_calls) == 3  # both groups bound every value
         conn = sqlite3.connect(str(tmp_path / "s.db"))
         try:
             rows = conn.execute(
                 "SELECT pipeline_id, run_id, typeof(run_id), state, resource FROM tasks ORDER BY pk"
             ).fetchall()
+            outputs = conn.execute("SELECT task_run_id, output_artifact_id FROM tasks ORDER BY pk").fetchall()
             outcomes = conn.execute("SELECT pipeline_id, outcome, decision_json FROM attempts").fetchall()
         finally:
             conn.close()
         assert rows[:70] == [(f"a{i}", "r1", "text", "succeeded", "apis") for i in range(70)]
         assert [r[1] for r in rows[70:]] == ["1", "1.0"]  # (TEXT affinity: each as its own text)
+        assert outputs[:70] == [(f"a{i}:0", f"a{i}:0" if i < 40 else f"out-a{i}") for i in range(70)]
         assert sorted(o[:2] for o in outcomes) == [
             ("a0", "succeeded"), ("a1", "succeeded"), ("a2", "succeeded"), ("b", "failed"), ("c", "succeeded")
         ]  # fmt: skip

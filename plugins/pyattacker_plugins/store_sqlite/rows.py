@@ -90,6 +90,7 @@ class RowCodec(Generic[R]):
         blob_fields: tuple[str, ...] = (),
         key: tuple[str, ...] | None = None,
         shared: tuple[str, ...] = (),
+        aliases: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.table = table
         self.cls = cls
@@ -117,6 +118,12 @@ class RowCodec(Generic[R]):
         #: run id, a state): statements bind such a value once when a group of rows agrees on it
         self.shared: tuple[int, ...] = tuple(
             plain.index(f) if f in plain else len(plain) + json_fields.index(f) for f in shared
+        )
+        #: ``(column, source)`` positions of plain columns that usually hold the very object of
+        #: another column of the row (a task's output artifact id is its slot's id): a row where
+        #: it does binds the value once
+        self.aliases: tuple[tuple[int, int], ...] = tuple(
+            (plain.index(a), plain.index(b)) for a, b in aliases
         )
 
         self._decode_row: Callable[[tuple[Any, ...]], R] = self._compile_decoder()
@@ -303,6 +310,7 @@ PIPELINES = RowCodec(
     ),
     ("tags",),
     shared=("run_id", "name", "state", "spec_digest", "tags"),
+    aliases=(("key", "pipeline_id"),),
 )  # fmt: skip
 
 TASKS = RowCodec(
@@ -314,6 +322,7 @@ TASKS = RowCodec(
         "resource",
     ),
     shared=("run_id", "state", "resource"),
+    aliases=(("output_artifact_id", "task_run_id"),),
 )  # fmt: skip
 
 ATTEMPTS = RowCodec(

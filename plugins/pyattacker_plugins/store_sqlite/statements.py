@@ -118,9 +118,9 @@ Render = Callable[[tuple[str, ...]], str]
 RowsFunction = Callable[[Sequence[Any], Any], list[tuple[Any, ...]]]
 #: ``(records, keys, pk_of) -> one tuple per record``: one variant's parameters
 ParamsFunction = Callable[[Sequence[Any], list[tuple[Any, ...]], Any], list[tuple[Any, ...]]]
-#: a variant: its SQL (one-row text, or rows -> text when shared values are bound once), its
-#: parameters and the positions in a key of the shared values it binds
-Variant = tuple[Any, ParamsFunction, tuple[int, ...]]
+#: a variant: its SQL (rows -> statement text), its parameters and the positions in a key of
+#: the shared values it binds once
+Variant = tuple[Callable[[int], str], ParamsFunction, tuple[int, ...]]
 #: every compiled function takes the records and the ``pk`` lookup; tables without a pk ignore it
 _ARGS = "rows, pk_of"
 #: a clustered row's first parameter, its pipeline's ``pk``
@@ -144,13 +144,15 @@ class Statement:
     non-empty pipeline id to its ``pk``; rows that belong to no pipeline (an empty or None id)
     are written with a NULL ``pk``.
 
-    Each record's key is its NULL pattern followed by the values of the codec's ``shared``
-    columns; rows are grouped by pattern, and a group whose rows also agree on those values
-    binds them once (``write_shared_rows``).
+    Each record's key is its pattern (which columns are None, and which of the codec's
+    ``aliases`` hold the very object of their source column) followed by the values of the
+    codec's ``shared`` columns. Rows are grouped by pattern; a group whose rows also agree on
+    the shared values binds them once, and an alias reads its source's parameter.
     """
 
     __slots__ = (
-        "_cache", "_codec", "_keys", "_m", "_nullable", "_render", "_shared", "clustered", "full_sql"
+        "_aliases", "_cache", "_codec", "_keys", "_m", "_nullable", "_render", "_shared", "clustered",
+        "full_sql",
     )  # fmt: skip
 
     def __init__(self, render: Render, codec: RowCodec[Any], *, clustered: bool = False) -> None:
@@ -164,9 +166,13 @@ class Statement:
             tests.insert(0, "not r.pipeline_id")
         #: parameter positions that may be None, in the order of the pattern key
         self._nullable = ((0,) if clustered else ()) + tuple(i + clustered for i in codec.nullable)
+        #: (parameter position, its source's position) of each alias, in the order of the key
+        self._aliases = tuple((a + clustered, b + clustered) for a, b in codec.aliases)
+        # identity, not equality: the same object binds the same way, whatever its type
+        tests += [f"r.{codec.columns[a]} is r.{codec.columns[b]}" for a, b in codec.aliases]
         #: parameter positions of the shared columns, in the order their values end a key
         self._shared = tuple(i + clustered for i in codec.shared)
-        #: the length of a key's NULL pattern
+        #: the length of a key's pattern (the shared values follow it)
         self._m = len(tests)
         exprs = ((_PK,) if clustered else ()) + codec.expressions
         shared = [exprs[p] for p in self._shared]
@@ -174,30 +180,27 @@ class Statement:
         self._cache: dict[tuple[tuple[Any, ...], bool], Variant] = {}
 
     def _variant(self, pattern: tuple[bool, ...], shared: bool) -> Variant:
-        """The statement and parameters of one NULL pattern; ``shared``: with the shared
-        columns bound once, as ``?1..?k``, and every other value numbered after them."""
-        null = {p for p, is_none in zip(self._nullable, pattern, strict=True) if is_none}
+        """The statement and parameters of one pattern, every parameter numbered; ``shared``:
+        with the shared columns bound once, as ``?1..?k``, each row's own values after them."""
+        n_null = len(self._nullable)
+        null = {p for p, is_none in zip(self._nullable, pattern[:n_null], strict=True) if is_none}
+        alias = {a: b for (a, b), same in zip(self._aliases, pattern[n_null:], strict=True) if same}
         width = len(self._codec.columns) + self.clustered
         exprs = ((_PK,) if self.clustered else ()) + self._codec.expressions
-        label = f"{self._codec.table} row parameters"
-        args = "rows, keys, pk_of"
-        if not shared:
-            # a shared column's value is in the key already (computed once per row, not twice)
-            at = {p: self._m + j for j, p in enumerate(self._shared)}
-            kept = [f"k[{at[p]}]" if p in at else exprs[p] for p in range(width) if p not in null]
-            each = "r, k in zip(rows, keys)" if any(p not in null for p in at) else "r in rows"
-            marks = tuple("NULL" if p in null else "?" for p in range(width))
-            entry: Variant = (self._render(marks), _per_row("params", kept, label, args, each), ())
-            self._cache[(pattern, shared)] = entry
-            return entry
-        bound = [p for p in self._shared if p not in null]
+        #: where a shared column's value is in the key (computed once per row, never twice)
+        at = {p: self._m + j for j, p in enumerate(self._shared)}
+        bound = [p for p in self._shared if p not in null] if shared else []
         number = {p: f"?{j + 1}" for j, p in enumerate(bound)}
-        own = [p for p in range(width) if p not in null and p not in number]
+        own = [p for p in range(width) if p not in null and p not in number and p not in alias]
 
         def marks_of(row: int) -> str:
             first = len(bound) + row * len(own) + 1
             each = {p: f"?{first + j}" for j, p in enumerate(own)}
-            return "(" + ", ".join(number.get(p) or each.get(p) or "NULL" for p in range(width)) + ")"
+            marks = [
+                "NULL" if p in null else number.get(alias.get(p, p)) or each[alias.get(p, p)]
+                for p in range(width)
+            ]
+            return "(" + ", ".join(marks) + ")"
 
         head, _, tail = _split_values(self._render(("?",) * width))
         texts: dict[int, str] = {}
@@ -208,16 +211,18 @@ class Statement:
                 text = texts[rows] = f"{head} VALUES {', '.join(marks_of(i) for i in range(rows))}{tail}"
             return text
 
-        picked = tuple(self._m + self._shared.index(p) for p in bound)
-        entry = (sql_for, _per_row("params", [exprs[p] for p in own], label, args), picked)
+        kept = [f"k[{at[p]}]" if p in at else exprs[p] for p in own]
+        each = "r, k in zip(rows, keys)" if any(p in at for p in own) else "r in rows"
+        params = _per_row("params", kept, f"{self._codec.table} row parameters", "rows, keys, pk_of", each)
+        entry: Variant = (sql_for, params, tuple(at[p] for p in bound))
         self._cache[(pattern, shared)] = entry
         return entry
 
     def run(
         self, conn: sqlite3.Connection, records: Sequence[Any], pk_of: Callable[[str], Any] | None = None
     ) -> None:
-        """Apply ``records`` in order: each run of consecutive rows with one NULL pattern is
-        one variant's statements."""
+        """Apply ``records`` in order: each run of consecutive rows with one pattern is one
+        variant's statements."""
         if not records:
             return
         keys = self._keys(records, pk_of)
@@ -243,7 +248,7 @@ class Statement:
         same: bool,
         pk_of: Callable[[str], Any] | None,
     ) -> None:
-        """Write rows of one NULL pattern; ``same``: their keys are equal (shared values too)."""
+        """Write rows of one pattern; ``same``: their keys are equal (shared values too)."""
         pattern = keys[0][: self._m]
         cache = self._cache
         if same and self._shared and len(keys) > 1:
@@ -254,5 +259,5 @@ class Statement:
             if values and all(type(v) is str for v in values):
                 write_shared_rows(conn, sql_for, values, params(records, keys, pk_of))
                 return
-        sql, params, _ = cache.get((pattern, False)) or self._variant(pattern, False)
-        write_rows(conn, sql, params(records, keys, pk_of))
+        sql_for, params, _ = cache.get((pattern, False)) or self._variant(pattern, False)
+        write_shared_rows(conn, sql_for, (), params(records, keys, pk_of))
