@@ -492,6 +492,50 @@ def test_keys_of_a_rolled_back_batch_are_registered_again(tmp_path: Path) -> Non
         store.close()
 
 
+def test_ids_a_lookup_found_without_a_key_are_registered_without_another_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``lookup_states`` tells the writer which ids have no key row; their first commit then
+    registers them without looking them up again. An id whose key row exists without a pipeline
+    row (its events were committed) is not absent: its pipeline row gets the key it has. A key
+    registered by a commit is not absent any more, even once the writer forgot its pk."""
+    from pyattacker.model import Batch
+    from pyattacker_plugins.store_sqlite import store as sqlite_store
+
+    store = OPENER.open(str(tmp_path / "a.db"))
+    looked_up: list[list[str]] = []
+    real = sqlite_store.SqliteStore._stored_keys
+
+    def spy(conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
+        looked_up.append(list(ids))
+        return real(conn, ids)
+
+    monkeypatch.setattr(sqlite_store.SqliteStore, "_stored_keys", staticmethod(spy))
+    try:
+        b = Batch()
+        b.events.append(event(pid="e"))  # a key row, no pipeline row
+        store.commit(b)
+        assert looked_up == [["e"]]
+        store._known.clear()  # (as when more pipelines are in flight than it keeps)
+        assert store.lookup_states(["a", "b", "e"]) == {}
+        b = Batch()
+        b.pipelines += [pipeline("a"), pipeline("e"), pipeline("c")]
+        store.commit(b)
+        assert looked_up[1:] == [["e", "c"]]  # a was known to be absent; e has a key row
+        store._known.clear()
+        b = Batch()
+        b.pipelines += [pipeline("a", state="running"), pipeline("b")]
+        store.commit(b)  # a is registered already (looked up again), b is still known absent
+        assert looked_up[2:] == [["a"]]
+        with sqlite3.connect(str(tmp_path / "a.db")) as conn:
+            keys = dict(conn.execute("SELECT pipeline_id, pk FROM pipeline_keys").fetchall())
+        assert sorted(keys) == ["a", "b", "c", "e"] and len(set(keys.values())) == 4
+        assert {p.pipeline_id: p.state for p in store.page("pipelines")}["a"] == "running"
+        assert set(store.lookup_states(["a", "b", "c", "e"])) == {"a", "b", "c", "e"}
+    finally:
+        store.close()
+
+
 def test_count_rows_counts_what_page_returns(tmp_path: Path) -> None:
     """``count_rows`` (the merged report's event count) agrees with paging for every kind and
     run selection; artifacts, which carry no run, ignore the run filter exactly as ``page``
