@@ -118,6 +118,7 @@ class TaskContext:
         "metric_failures",
         "seq",
         "task",
+        "task_name",
         "task_run_id",
     )
 
@@ -127,6 +128,8 @@ class TaskContext:
         self.seq = seq
         self.attempt = attempt
         self.task = state.tasks[seq]
+        #: ``task.name``, an attribute: each lease reads it (a property would be a call per lease)
+        self.task_name: str = self.task.name
         #: ``pipeline_id:seq``, the id of this task slot in the store (read several times per attempt)
         self.task_run_id = f"{state.spec.key}:{seq}"
         self.meta: dict[str, Any] = {}
@@ -152,10 +155,6 @@ class TaskContext:
     @property
     def pipeline_name(self) -> str:
         return self._state.spec.template.name
-
-    @property
-    def task_name(self) -> str:
-        return self.task.name
 
     @property
     def clock(self) -> Any:
