@@ -40,6 +40,8 @@ __all__ = ["Statement", "write_rows"]
 #: needs at most seven texts per variant in the connection's statement cache
 MAX_ROWS_PER_STATEMENT = 64
 _chain = itertools.chain.from_iterable
+#: the types of a group's shared values when they are bound once
+_TEXT = {str}
 #: (one-row SQL, rows) -> the same statement with its VALUES row repeated
 _MULTI: dict[tuple[str, int], str] = {}
 
@@ -256,7 +258,7 @@ class Statement:
             key = keys[0]
             values = tuple([key[i] for i in picked])
             # only texts: a value equal to another of another type (1 and 1.0) may store differently
-            if values and all(type(v) is str for v in values):
+            if values and set(map(type, values)) == _TEXT:  # (in C: no generator per group)
                 write_shared_rows(conn, sql_for, values, params(records, keys, pk_of))
                 return
         sql_for, params, _ = cache.get((pattern, False)) or self._variant(pattern, False)
