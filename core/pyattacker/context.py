@@ -91,7 +91,16 @@ class _Acquire:
 
     async def __aenter__(self) -> Lease:
         ctx = self._ctx
-        lease = ctx._lease_now(self._args)
+        if self._args is _NO_ARGS:
+            # ``_lease_now`` inline for the task's own pool (``async with ctx.acquire()`` runs
+            # once per attempt): the route's first try, looked up without a call
+            runner = ctx._runner
+            first_try = (runner._lease_routes.get(ctx.task) or runner.lease_route(ctx))[1]
+            lease = None if first_try is None else first_try(ctx)
+            if lease is not None:
+                ctx.held_leases.append(lease)
+        else:
+            lease = ctx._lease_now(self._args)
         if lease is None:
             lease = await ctx._lease_from(*_full(self._args))
         self._lease = lease
@@ -100,7 +109,13 @@ class _Acquire:
     async def __aexit__(self, *exc: Any) -> None:
         lease = self._lease
         if lease is not None:
-            self._ctx._return(lease)
+            ctx = self._ctx
+            if lease.release_now():
+                ctx.lease_records.append(lease.as_dict())
+            try:
+                ctx.held_leases.remove(lease)
+            except ValueError:  # released already, or the attempt has ended (``_ENDED``)
+                pass
 
 
 class TaskContext:
@@ -260,14 +275,6 @@ class TaskContext:
         lease = await pool.acquire(self, algorithm=alg, timeout=timeout, where=where, **selector)
         self.held_leases.append(lease)
         return lease
-
-    def _return(self, lease: Lease) -> None:
-        if lease.release_now():
-            self.lease_records.append(lease.as_dict())
-        try:
-            self.held_leases.remove(lease)
-        except ValueError:  # released already, or the attempt has ended (``_ENDED``)
-            pass
 
     def reclaim_now(self) -> list[Lease]:
         """Return every lease still held (synchronous: cancellation cannot interrupt it)."""

@@ -33,7 +33,7 @@ from .algorithm import try_free_slot
 from .clock import Clock, RealClock, round3
 from .codecs import CodecRegistry, returned_record_types
 from .config_model import RunConfig
-from .context import TaskContext
+from .context import _ENDED, TaskContext
 from .digest import digest_bytes
 from .errors import (
     ArtifactBackendUnavailable,
@@ -1569,7 +1569,11 @@ class Runner:
                 self._attempt_interrupted(state, ctx, t0, wall0, "interrupted")
                 raise
             error = exc  # SystemExit, GeneratorExit, a custom BaseException: the task's failure
-        leaked = ctx.reclaim_now()
+        if ctx.held_leases:
+            leaked = ctx.reclaim_now()
+        else:  # nothing to return (``async with ctx.acquire()`` gave its lease back): no call
+            ctx.held_leases = _ENDED  # as ``reclaim_now`` ends the context
+            leaked = []
         if leaked:
             self.counters["leases_leaked"] += len(leaked)
             for lease in leaked:
@@ -1618,8 +1622,15 @@ class Runner:
             else:
                 assert self._recorder is not None
                 await self._recorder.commit_ticket()  # durable before the next task starts
-                self._advance(state, value, art)
-                return state.seq < state.n
+                # the cursor moves (``_advance`` inline: once per task); the last task finishes
+                state.seq += 1
+                state.value = value
+                state.attempt = 0
+                state.task_started = state.task_started_wall = None
+                if state.seq < state.n:
+                    return True
+                self._succeeded(state, art)
+                return False
         elapsed = clock.now() - (state.task_started or t0)
         decision = spec.retry.decide(error, attempt, ctx.rng, elapsed)
         decision["leaked_leases"] = len(leaked)
@@ -1859,20 +1870,15 @@ class Runner:
             )
         return art
 
-    def _advance(self, state: _Pipeline, value: Any, art: ArtifactRecord) -> None:
-        """After the commit: move the cursor; the last task finishes the pipeline."""
-        state.seq += 1
-        state.value = value
-        state.attempt = 0
-        state.task_started = state.task_started_wall = None
-        if state.seq == state.n:
-            self._event(
-                "pipeline.succeeded",
-                "pipeline",
-                pipeline_id=state.spec.key,
-                data={"tasks": state.n, "resumed_from": state.record.resume_of},
-            )
-            self._finished(state, "succeeded", art)
+    def _succeeded(self, state: _Pipeline, art: ArtifactRecord) -> None:
+        """After the last task's commit: the pipeline succeeded."""
+        self._event(
+            "pipeline.succeeded",
+            "pipeline",
+            pipeline_id=state.spec.key,
+            data={"tasks": state.n, "resumed_from": state.record.resume_of},
+        )
+        self._finished(state, "succeeded", art)
 
     def _seed_artifact(self, state: _Pipeline, full: bool, strict: bool = True) -> ArtifactRecord:
         spec = state.spec
