@@ -513,8 +513,8 @@ class SqliteStore:
             pks.update({p: known[p] for p in absent if p in known})
         if not missing:
             return pks, 0
-        absent = self._absent
-        unsure = [p for p in missing if p not in absent] if absent else missing
+        keyless = self._absent  # ids known to have no key row: registered without a lookup
+        unsure = [p for p in missing if p not in keyless] if keyless else missing
         stored = self._stored_keys(conn, unsure) if unsure else {}
         fresh: list[tuple[int, str]] = []
         registering = set(pks)
