@@ -70,6 +70,7 @@ from .report import RunReport
 from .runner_control import RunnerControl
 from .store import Store, open_store
 from .task import TaskSpec
+from .workqueue import EMPTY, WorkQueue
 
 __all__ = ["RunConfig", "RunReport", "Runner"]
 
@@ -625,7 +626,7 @@ class Runner:
         listeners = self._attach_pools()
         signals = self._install_signals(loop) if cfg.handle_signals else []
         self._owns_signals = bool(signals)
-        queue: asyncio.Queue[_Pipeline | None] = asyncio.Queue(maxsize=max(2, 2 * cfg.concurrency))
+        queue: WorkQueue[_Pipeline | None] = WorkQueue(maxsize=max(2, 2 * cfg.concurrency))
         workers = self._workers
         producer = loop.create_task(self._produce(specs, queue), name="pyattacker-producer")
         producer.add_done_callback(self._supervise)
@@ -849,7 +850,7 @@ class Runner:
 
     async def _shutdown(
         self,
-        queue: asyncio.Queue[_Pipeline | None],
+        queue: WorkQueue[_Pipeline | None],
         workers: list[asyncio.Task[Any]],
         producer: asyncio.Task[Any],
         pump: asyncio.Task[Any],
@@ -1030,7 +1031,7 @@ class Runner:
             log.warning("pyattacker: event sink %s failed (the run goes on): %s", type(sink).__name__, exc)
 
     # -- admission ------------------------------------------------------------------------------
-    async def _produce(self, specs: Iterable[PipelineSpec], queue: asyncio.Queue[_Pipeline | None]) -> None:
+    async def _produce(self, specs: Iterable[PipelineSpec], queue: WorkQueue[_Pipeline | None]) -> None:
         assert self._capacity is not None
         limit = self.config.admitted_limit
         iterator = iter(specs)
@@ -1081,6 +1082,8 @@ class Runner:
                     self.counters["pipelines_admitted"] += 1
                     self._active[spec.key] = spec
                     self._staff(queue)
+                    if queue.offer(state):  # room in the queue (no coroutine): the usual case
+                        continue
                     try:
                         await queue.put(state)
                     except asyncio.CancelledError:
@@ -1428,7 +1431,7 @@ class Runner:
         self.counters["pipelines_deferred"] += 1
         self._pump_wake.set()
 
-    async def _pump(self, queue: asyncio.Queue[_Pipeline | None]) -> None:
+    async def _pump(self, queue: WorkQueue[_Pipeline | None]) -> None:
         """Move parked pipelines whose delay has passed back onto the work queue."""
         assert self._pump_wake is not None
         wake = self._pump_wake
@@ -1457,7 +1460,7 @@ class Runner:
         self._check_complete()
 
     # -- workers ------------------------------------------------------------------------------------
-    def _staff(self, queue: asyncio.Queue[_Pipeline | None]) -> None:
+    def _staff(self, queue: WorkQueue[_Pipeline | None]) -> None:
         """Start a worker for the pipeline about to be queued unless an idle one will take it.
 
         Items already queued are claimed by idle workers first (a woken worker counts as idle
@@ -1468,20 +1471,23 @@ class Runner:
         if self._idle <= queue.qsize() and len(workers) < self.config.concurrency:
             workers.append(self._start_worker(queue, len(workers)))
 
-    def _start_worker(self, queue: asyncio.Queue[_Pipeline | None], index: int) -> _Worker:
+    def _start_worker(self, queue: WorkQueue[_Pipeline | None], index: int) -> _Worker:
         worker = _Worker(self._worker(queue), loop=asyncio.get_running_loop(), index=index, queue=queue)
         worker.add_done_callback(self._supervise)
         return worker
 
-    async def _worker(self, queue: asyncio.Queue[_Pipeline | None]) -> None:
+    async def _worker(self, queue: WorkQueue[_Pipeline | None]) -> None:
         me = asyncio.current_task()
         assert isinstance(me, _Worker)
         while True:
-            self._idle += 1
-            try:
-                state = await queue.get()
-            finally:
-                self._idle -= 1
+            # the next pipeline is nearly always queued already: taken without a coroutine
+            state = queue.take()
+            if state is EMPTY:
+                self._idle += 1
+                try:
+                    state = await queue.get()
+                finally:
+                    self._idle -= 1
             if state is None:
                 return
             me.held = state
