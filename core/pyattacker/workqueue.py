@@ -6,7 +6,7 @@ It has ``asyncio.Queue``'s semantics for what the runner uses (``put``, ``get``,
 and ``take``: an item handed over without a coroutine when nobody has to wait, which is nearly
 always. ``asyncio.Queue`` spends a coroutine and four to eight Python calls on each side of every
 handover (``put``, ``full``, ``qsize``, ``put_nowait``, ``_put``...); once per pipeline, that was
-about half a percent of the instructions per task (docs/performance.md, fifteenth pass).
+about one percent of the instructions per task on the overhead workload.
 """
 
 from __future__ import annotations
