@@ -396,6 +396,64 @@ def test_multi_row_statements_keep_order_across_chunks(tmp_path: Path) -> None:
         store.close()
 
 
+def test_values_shared_by_a_group_are_bound_once_and_stored_as_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows of one NULL pattern that agree on a table's shared text columns (run id, state...)
+    bind those once per statement (``write_shared_rows``); rows that differ there, or hold
+    equal values that are not texts (1 and 1.0 store differently), bind every value. A column
+    holding the very object of its alias source (a task's output artifact id, its slot's id)
+    reads the source's parameter. Either way each row is stored as given."""
+    from pyattacker.model import OK_DECISION, Batch
+    from pyattacker_plugins.store_sqlite import statements
+
+    shared_calls: list[tuple[object, ...]] = []
+    real = statements.write_shared_rows
+
+    def spy(conn: sqlite3.Connection, sql_for: object, values: tuple[object, ...], rows: list) -> None:
+        if values:
+            shared_calls.append(values)
+        real(conn, sql_for, values, rows)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(statements, "write_shared_rows", spy)
+    store = OPENER.open(str(tmp_path / "s.db"))
+    try:
+        b = Batch()
+        b.tasks += [task(f"a{i}", 0, state="succeeded", resource="apis") for i in range(70)]
+        for t in b.tasks[:40]:
+            t.output_artifact_id = t.task_run_id  # the same object: bound once
+        for t in b.tasks[40:]:
+            t.output_artifact_id = f"out-{t.pipeline_id}"
+        b.attempts += [attempt(f"a{i}", decision=OK_DECISION) for i in range(3)]
+        store.commit(b)
+        ok = '{"retry":false,"reason":"ok","delay_s":0.0}'
+        # the tasks are two groups (with and without the alias), each sharing its values
+        assert shared_calls == [("r1", "succeeded", "apis")] * 2 + [("r1", "succeeded", ok)]
+        b = Batch()
+        b.attempts += [attempt("b", outcome="failed"), attempt("c")]  # outcomes differ
+        b.tasks += [task("x", 0, run_id=1, state="s"), task("y", 0, run_id=1.0, state="s")]  # type: ignore[arg-type]
+        store.commit(b)
+        assert len(shared_calls) == 3  # both groups bound every value
+        conn = sqlite3.connect(str(tmp_path / "s.db"))
+        try:
+            rows = conn.execute(
+                "SELECT pipeline_id, run_id, typeof(run_id), state, resource FROM tasks ORDER BY pk"
+            ).fetchall()
+            outputs = conn.execute("SELECT task_run_id, output_artifact_id FROM tasks ORDER BY pk").fetchall()
+            outcomes = conn.execute("SELECT pipeline_id, outcome, decision_json FROM attempts").fetchall()
+        finally:
+            conn.close()
+        assert rows[:70] == [(f"a{i}", "r1", "text", "succeeded", "apis") for i in range(70)]
+        assert [r[1] for r in rows[70:]] == ["1", "1.0"]  # (TEXT affinity: each as its own text)
+        assert outputs[:70] == [(f"a{i}:0", f"a{i}:0" if i < 40 else f"out-a{i}") for i in range(70)]
+        assert sorted(o[:2] for o in outcomes) == [
+            ("a0", "succeeded"), ("a1", "succeeded"), ("a2", "succeeded"), ("b", "failed"), ("c", "succeeded")
+        ]  # fmt: skip
+        assert {o[2] for o in outcomes if o[0] not in ("b", "c")} == {ok}
+    finally:
+        store.close()
+
+
 def test_multi_row_statements_respect_an_old_sqlites_parameter_limit() -> None:
     """SQLite before 3.32 allows 999 parameters per statement: 100 rows of 25 columns are then
     written in smaller multi-row statements, all of them."""
@@ -430,6 +488,50 @@ def test_keys_of_a_rolled_back_batch_are_registered_again(tmp_path: Path) -> Non
             store.commit(batch(attempts_used=object()))  # sqlite3 cannot bind it: rolled back
         store.commit(batch())  # would fail (no key row) if the rolled-back key had been remembered
         assert [t.task_run_id for t in store.page("tasks", pipeline_id="p9")] == ["p9:0"]
+    finally:
+        store.close()
+
+
+def test_ids_a_lookup_found_without_a_key_are_registered_without_another_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``lookup_states`` tells the writer which ids have no key row; their first commit then
+    registers them without looking them up again. An id whose key row exists without a pipeline
+    row (its events were committed) is not absent: its pipeline row gets the key it has. A key
+    registered by a commit is not absent any more, even once the writer forgot its pk."""
+    from pyattacker.model import Batch
+    from pyattacker_plugins.store_sqlite import store as sqlite_store
+
+    store = OPENER.open(str(tmp_path / "a.db"))
+    looked_up: list[list[str]] = []
+    real = sqlite_store.SqliteStore._stored_keys
+
+    def spy(conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
+        looked_up.append(list(ids))
+        return real(conn, ids)
+
+    monkeypatch.setattr(sqlite_store.SqliteStore, "_stored_keys", staticmethod(spy))
+    try:
+        b = Batch()
+        b.events.append(event(pid="e"))  # a key row, no pipeline row
+        store.commit(b)
+        assert looked_up == [["e"]]
+        store._known.clear()  # (as when more pipelines are in flight than it keeps)
+        assert store.lookup_states(["a", "b", "e"]) == {}
+        b = Batch()
+        b.pipelines += [pipeline("a"), pipeline("e"), pipeline("c")]
+        store.commit(b)
+        assert looked_up[1:] == [["e", "c"]]  # a was known to be absent; e has a key row
+        store._known.clear()
+        b = Batch()
+        b.pipelines += [pipeline("a", state="running"), pipeline("b")]
+        store.commit(b)  # a is registered already (looked up again), b is still known absent
+        assert looked_up[2:] == [["a"]]
+        with sqlite3.connect(str(tmp_path / "a.db")) as conn:
+            keys = dict(conn.execute("SELECT pipeline_id, pk FROM pipeline_keys").fetchall())
+        assert sorted(keys) == ["a", "b", "c", "e"] and len(set(keys.values())) == 4
+        assert {p.pipeline_id: p.state for p in store.page("pipelines")}["a"] == "running"
+        assert set(store.lookup_states(["a", "b", "c", "e"])) == {"a", "b", "c", "e"}
     finally:
         store.close()
 

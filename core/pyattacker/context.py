@@ -91,7 +91,16 @@ class _Acquire:
 
     async def __aenter__(self) -> Lease:
         ctx = self._ctx
-        lease = ctx._lease_now(self._args)
+        if self._args is _NO_ARGS:
+            # ``_lease_now`` inline for the task's own pool (``async with ctx.acquire()`` runs
+            # once per attempt): the route's first try, looked up without a call
+            runner = ctx._runner
+            first_try = (runner._lease_routes.get(ctx.task) or runner.lease_route(ctx))[1]
+            lease = None if first_try is None else first_try(ctx)
+            if lease is not None:
+                ctx.held_leases.append(lease)
+        else:
+            lease = ctx._lease_now(self._args)
         if lease is None:
             lease = await ctx._lease_from(*_full(self._args))
         self._lease = lease
@@ -100,7 +109,13 @@ class _Acquire:
     async def __aexit__(self, *exc: Any) -> None:
         lease = self._lease
         if lease is not None:
-            self._ctx._return(lease)
+            ctx = self._ctx
+            if lease.release_now():
+                ctx.lease_records.append(lease.as_dict())
+            try:
+                ctx.held_leases.remove(lease)
+            except ValueError:  # released already, or the attempt has ended (``_ENDED``)
+                pass
 
 
 class TaskContext:
@@ -118,6 +133,7 @@ class TaskContext:
         "metric_failures",
         "seq",
         "task",
+        "task_name",
         "task_run_id",
     )
 
@@ -127,6 +143,8 @@ class TaskContext:
         self.seq = seq
         self.attempt = attempt
         self.task = state.tasks[seq]
+        #: ``task.name``, an attribute: each lease reads it (a property would be a call per lease)
+        self.task_name: str = self.task.name
         #: ``pipeline_id:seq``, the id of this task slot in the store (read several times per attempt)
         self.task_run_id = f"{state.spec.key}:{seq}"
         self.meta: dict[str, Any] = {}
@@ -152,10 +170,6 @@ class TaskContext:
     @property
     def pipeline_name(self) -> str:
         return self._state.spec.template.name
-
-    @property
-    def task_name(self) -> str:
-        return self.task.name
 
     @property
     def clock(self) -> Any:
@@ -261,14 +275,6 @@ class TaskContext:
         lease = await pool.acquire(self, algorithm=alg, timeout=timeout, where=where, **selector)
         self.held_leases.append(lease)
         return lease
-
-    def _return(self, lease: Lease) -> None:
-        if lease.release_now():
-            self.lease_records.append(lease.as_dict())
-        try:
-            self.held_leases.remove(lease)
-        except ValueError:  # released already, or the attempt has ended (``_ENDED``)
-            pass
 
     def reclaim_now(self) -> list[Lease]:
         """Return every lease still held (synchronous: cancellation cannot interrupt it)."""

@@ -46,7 +46,9 @@ class Recorder:
         self.flush_interval = flush_interval
         self.sinks = list(sinks or [])
         self._now = now
-        self._pending = Batch()
+        #: rows that go out with the next commit (metrics and side rows are added here); a plain
+        #: attribute, not a property: the runner adds each checkpoint's rows to it
+        self.pending = Batch()
         self._waiters: asyncio.Future[None] | None = None
         self._scheduled = False
         self._last_flush = now()
@@ -56,19 +58,14 @@ class Recorder:
 
     # -- history (write-behind) -----------------------------------------------------------
     def attempt(self, row: AttemptRecord) -> None:
-        self._pending.attempts.append(row)
+        self.pending.attempts.append(row)
         if self._scheduled and self.write_behind:
             return  # a flush is on its way and takes this row too (one call less per attempt)
         self._maybe_flush()
 
     def event(self, row: EventRecord) -> None:
-        self._pending.events.append(row)
+        self.pending.events.append(row)
         self._maybe_flush()
-
-    @property
-    def pending(self) -> Batch:
-        """Rows that go out with the next commit (metrics and side rows are added here)."""
-        return self._pending
 
     def _maybe_flush(self) -> None:
         if not self.write_behind:
@@ -78,7 +75,7 @@ class Recorder:
             return
         if self._scheduled:  # a flush is on its way and takes these rows too
             return
-        n = len(self._pending.attempts) + len(self._pending.events)
+        n = len(self.pending.attempts) + len(self.pending.events)
         if n >= self.batch_size or self._now() - self._last_flush >= self.flush_interval:
             self._schedule()
 
@@ -106,7 +103,7 @@ class Recorder:
         if rows is not None:
             if self._failed is not None:
                 raise StoreUnavailable(f"store unavailable: {self._failed}") from self._failed
-            self._pending.extend(rows)
+            self.pending.extend(rows)
         await self.commit_ticket()
 
     def commit_ticket(self) -> asyncio.Future[None]:
@@ -126,7 +123,7 @@ class Recorder:
 
     def flush(self) -> None:
         """Commit everything pending now (synchronously)."""
-        batch, self._pending = self._pending, Batch()
+        batch, self.pending = self.pending, Batch()
         fut, self._waiters = self._waiters, None
         if not len(batch):
             if fut is not None and not fut.done():

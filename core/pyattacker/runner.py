@@ -33,7 +33,7 @@ from .algorithm import try_free_slot
 from .clock import Clock, RealClock, round3
 from .codecs import CodecRegistry, returned_record_types
 from .config_model import RunConfig
-from .context import TaskContext
+from .context import _ENDED, TaskContext
 from .digest import digest_bytes
 from .errors import (
     ArtifactBackendUnavailable,
@@ -70,6 +70,7 @@ from .report import RunReport
 from .runner_control import RunnerControl
 from .store import Store, open_store
 from .task import TaskSpec
+from .workqueue import EMPTY, WorkQueue
 
 __all__ = ["RunConfig", "RunReport", "Runner"]
 
@@ -625,7 +626,7 @@ class Runner:
         listeners = self._attach_pools()
         signals = self._install_signals(loop) if cfg.handle_signals else []
         self._owns_signals = bool(signals)
-        queue: asyncio.Queue[_Pipeline | None] = asyncio.Queue(maxsize=max(2, 2 * cfg.concurrency))
+        queue: WorkQueue[_Pipeline | None] = WorkQueue(maxsize=max(2, 2 * cfg.concurrency))
         workers = self._workers
         producer = loop.create_task(self._produce(specs, queue), name="pyattacker-producer")
         producer.add_done_callback(self._supervise)
@@ -849,7 +850,7 @@ class Runner:
 
     async def _shutdown(
         self,
-        queue: asyncio.Queue[_Pipeline | None],
+        queue: WorkQueue[_Pipeline | None],
         workers: list[asyncio.Task[Any]],
         producer: asyncio.Task[Any],
         pump: asyncio.Task[Any],
@@ -1030,7 +1031,7 @@ class Runner:
             log.warning("pyattacker: event sink %s failed (the run goes on): %s", type(sink).__name__, exc)
 
     # -- admission ------------------------------------------------------------------------------
-    async def _produce(self, specs: Iterable[PipelineSpec], queue: asyncio.Queue[_Pipeline | None]) -> None:
+    async def _produce(self, specs: Iterable[PipelineSpec], queue: WorkQueue[_Pipeline | None]) -> None:
         assert self._capacity is not None
         limit = self.config.admitted_limit
         iterator = iter(specs)
@@ -1083,6 +1084,8 @@ class Runner:
                     if spec.template.control is not None:  # a restart from the seed: its reset
                         self._control.admitted(state)
                     self._staff(queue)
+                    if queue.offer(state):  # room in the queue (no coroutine): the usual case
+                        continue
                     try:
                         await queue.put(state)
                     except asyncio.CancelledError:
@@ -1430,7 +1433,7 @@ class Runner:
         self.counters["pipelines_deferred"] += 1
         self._pump_wake.set()
 
-    async def _pump(self, queue: asyncio.Queue[_Pipeline | None]) -> None:
+    async def _pump(self, queue: WorkQueue[_Pipeline | None]) -> None:
         """Move parked pipelines whose delay has passed back onto the work queue."""
         assert self._pump_wake is not None
         wake = self._pump_wake
@@ -1459,7 +1462,7 @@ class Runner:
         self._check_complete()
 
     # -- workers ------------------------------------------------------------------------------------
-    def _staff(self, queue: asyncio.Queue[_Pipeline | None]) -> None:
+    def _staff(self, queue: WorkQueue[_Pipeline | None]) -> None:
         """Start a worker for the pipeline about to be queued unless an idle one will take it.
 
         Items already queued are claimed by idle workers first (a woken worker counts as idle
@@ -1470,20 +1473,23 @@ class Runner:
         if self._idle <= queue.qsize() and len(workers) < self.config.concurrency:
             workers.append(self._start_worker(queue, len(workers)))
 
-    def _start_worker(self, queue: asyncio.Queue[_Pipeline | None], index: int) -> _Worker:
+    def _start_worker(self, queue: WorkQueue[_Pipeline | None], index: int) -> _Worker:
         worker = _Worker(self._worker(queue), loop=asyncio.get_running_loop(), index=index, queue=queue)
         worker.add_done_callback(self._supervise)
         return worker
 
-    async def _worker(self, queue: asyncio.Queue[_Pipeline | None]) -> None:
+    async def _worker(self, queue: WorkQueue[_Pipeline | None]) -> None:
         me = asyncio.current_task()
         assert isinstance(me, _Worker)
         while True:
-            self._idle += 1
-            try:
-                state = await queue.get()
-            finally:
-                self._idle -= 1
+            # the next pipeline is nearly always queued already: taken without a coroutine
+            state = queue.take()
+            if state is EMPTY:
+                self._idle += 1
+                try:
+                    state = await queue.get()
+                finally:
+                    self._idle -= 1
             if state is None:
                 return
             me.held = state
@@ -1571,7 +1577,11 @@ class Runner:
                 self._attempt_interrupted(state, ctx, t0, wall0, "interrupted")
                 raise
             error = exc  # SystemExit, GeneratorExit, a custom BaseException: the task's failure
-        leaked = ctx.reclaim_now()
+        if ctx.held_leases:
+            leaked = ctx.reclaim_now()
+        else:  # nothing to return (``async with ctx.acquire()`` gave its lease back): no call
+            ctx.held_leases = _ENDED  # as ``reclaim_now`` ends the context
+            leaked = []
         if leaked:
             self.counters["leases_leaked"] += len(leaked)
             for lease in leaked:
@@ -1620,8 +1630,15 @@ class Runner:
             else:
                 assert self._recorder is not None
                 await self._recorder.commit_ticket()  # durable before the next task starts
-                self._advance(state, value, art)
-                return state.seq < state.n
+                # the cursor moves (``_advance`` inline: once per task); the last task finishes
+                state.seq += 1
+                state.value = value
+                state.attempt = 0
+                state.task_started = state.task_started_wall = None
+                if state.seq < state.n:
+                    return True
+                self._succeeded(state, art)
+                return False
         elapsed = clock.now() - (state.task_started or t0)
         decision = spec.retry.decide(error, attempt, ctx.rng, elapsed)
         decision["leaked_leases"] = len(leaked)
@@ -1745,7 +1762,8 @@ class Runner:
     ) -> float:
         """Record the attempt (write-behind); returns its duration in ms."""
         assert self._recorder is not None
-        duration = round3((self._mono() - t0) * 1000.0)
+        ms = (self._mono() - t0) * 1000.0
+        duration = int(ms * 1000.0 + (0.5 if ms >= 0 else -0.5)) / 1000.0  # round3(ms) inline: no call
         # at most 15 keyword arguments: CPython compiles a call with 16 or more into building a
         # dict and unpacking it, about 1 µs more per call (the error fields default to None)
         record = AttemptRecord(
@@ -1812,6 +1830,7 @@ class Runner:
             state.write_seed = False
         batch.artifacts.append(art)
         task_wall = state.task_started_wall or wall0
+        ms = (now - task_wall) * 1000.0
         batch.tasks.append(
             TaskRecord(
                 task_run_id=ctx.task_run_id,
@@ -1823,7 +1842,8 @@ class Runner:
                 attempts_used=ctx.attempt,
                 started_at=task_wall,
                 ended_at=now,
-                duration_ms=round3((now - task_wall) * 1000.0),
+                # round3(ms) inline: once per task, no call (a wall clock may step back)
+                duration_ms=int(ms * 1000.0 + (0.5 if ms >= 0 else -0.5)) / 1000.0,
                 output_artifact_id=art.artifact_id,
                 resource=spec.resource,
             )
@@ -1858,20 +1878,15 @@ class Runner:
             )
         return art
 
-    def _advance(self, state: _Pipeline, value: Any, art: ArtifactRecord) -> None:
-        """After the commit: move the cursor; the last task finishes the pipeline."""
-        state.seq += 1
-        state.value = value
-        state.attempt = 0
-        state.task_started = state.task_started_wall = None
-        if state.seq == state.n:
-            self._event(
-                "pipeline.succeeded",
-                "pipeline",
-                pipeline_id=state.spec.key,
-                data={"tasks": state.n, "resumed_from": state.record.resume_of},
-            )
-            self._finished(state, "succeeded", art)
+    def _succeeded(self, state: _Pipeline, art: ArtifactRecord) -> None:
+        """After the last task's commit: the pipeline succeeded."""
+        self._event(
+            "pipeline.succeeded",
+            "pipeline",
+            pipeline_id=state.spec.key,
+            data={"tasks": state.n, "resumed_from": state.record.resume_of},
+        )
+        self._finished(state, "succeeded", art)
 
     def _seed_artifact(self, state: _Pipeline, full: bool, strict: bool = True) -> ArtifactRecord:
         spec = state.spec

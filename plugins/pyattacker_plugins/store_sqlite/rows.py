@@ -89,6 +89,8 @@ class RowCodec(Generic[R]):
         bool_fields: tuple[str, ...] = (),
         blob_fields: tuple[str, ...] = (),
         key: tuple[str, ...] | None = None,
+        shared: tuple[str, ...] = (),
+        aliases: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.table = table
         self.cls = cls
@@ -112,6 +114,17 @@ class RowCodec(Generic[R]):
         self.nullable: tuple[int, ...] = _nullable(cls, plain)
         #: the fields behind ``nullable`` (statements test them for None)
         self.nullable_fields: tuple[str, ...] = tuple(plain[i] for i in self.nullable)
+        #: positions of the text columns whose value the rows of one commit usually share (the
+        #: run id, a state): statements bind such a value once when a group of rows agrees on it
+        self.shared: tuple[int, ...] = tuple(
+            plain.index(f) if f in plain else len(plain) + json_fields.index(f) for f in shared
+        )
+        #: ``(column, source)`` positions of plain columns that usually hold the very object of
+        #: another column of the row (a task's output artifact id is its slot's id): a row where
+        #: it does binds the value once
+        self.aliases: tuple[tuple[int, int], ...] = tuple(
+            (plain.index(a), plain.index(b)) for a, b in aliases
+        )
 
         self._decode_row: Callable[[tuple[Any, ...]], R] = self._compile_decoder()
 
@@ -296,6 +309,8 @@ PIPELINES = RowCodec(
         "error_message", "traceback", "seed_digest", "spec_digest", "seed_key", "repeat", "resume_of",
     ),
     ("tags",),
+    shared=("run_id", "name", "state", "spec_digest", "tags"),
+    aliases=(("key", "pipeline_id"),),
 )  # fmt: skip
 
 TASKS = RowCodec(
@@ -306,6 +321,8 @@ TASKS = RowCodec(
         "ended_at", "duration_ms", "output_artifact_id", "error_class", "error_type", "error_message",
         "resource",
     ),
+    shared=("run_id", "state", "resource"),
+    aliases=(("output_artifact_id", "task_run_id"),),
 )  # fmt: skip
 
 ATTEMPTS = RowCodec(
@@ -317,6 +334,7 @@ ATTEMPTS = RowCodec(
         "error_message", "metric_failures",
     ),
     ("decision", "leases"),
+    shared=("run_id", "outcome", "decision"),
 )  # fmt: skip
 
 EVENTS = RowCodec(
@@ -324,6 +342,7 @@ EVENTS = RowCodec(
     EventRecord,
     ("event_id", "ts", "kind", "scope", "run_id", "pipeline_id", "task_run_id", "pool", "resource_id"),
     ("data",),
+    shared=("kind", "scope", "run_id"),
 )
 
 ARTIFACTS = RowCodec(
@@ -335,6 +354,7 @@ ARTIFACTS = RowCodec(
     ),
     bool_fields=("is_final",),
     blob_fields=("payload",),
+    shared=("type_name", "codec"),
 )  # fmt: skip
 
 METRICS = RowCodec(

@@ -9,6 +9,9 @@ chunk matched, probes the index only for the ids the read missed, and stops read
 soon as most of a chunk is not where it predicted (seeds in another order), until a chunk found
 through the index is contiguous again. Whatever the order, the answer is exact: a range read
 only saves probes, it never decides that an id is absent.
+
+A probe also tells which ids have no key at all: those are added to ``absent`` (the writer's
+set), so that the first commit of such a pipeline registers its key without looking it up again.
 """
 
 from __future__ import annotations
@@ -32,17 +35,20 @@ def _probe_sql(n: int) -> str:
     marks = ", ".join("?" for _ in range(n))
     return (
         "SELECT k.pipeline_id, p.state, p.spec_digest, p.seed_digest, p.run_id, p.pk"
-        f" FROM pipeline_keys AS k JOIN pipelines AS p ON p.pk = k.pk WHERE k.pipeline_id IN ({marks})"
+        f" FROM pipeline_keys AS k LEFT JOIN pipelines AS p ON p.pk = k.pk WHERE k.pipeline_id IN ({marks})"
     )
 
 
 class StateLookup:
     """``(state, spec_digest, seed_digest, run_id)`` per stored id, reading ahead in key order."""
 
-    def __init__(self, query: Callable[[str, Sequence[Any]], list[Any]], chunk: int) -> None:
+    def __init__(
+        self, query: Callable[[str, Sequence[Any]], list[Any]], chunk: int, absent: set[str] | None = None
+    ) -> None:
         self._query = query
         self._chunk = chunk  # ids per ``IN (...)`` probe (below SQLite's bound-parameter limit)
         self._next_pk: int | None = None  # where the next chunk's rows probably start
+        self._absent = absent  # ids a probe found without a key row
 
     def __call__(self, ids: Sequence[str]) -> dict[str, State]:
         found: dict[str, State] = {}
@@ -71,9 +77,13 @@ class StateLookup:
         pks: list[int] = []
         for start in range(0, len(ids), self._chunk):
             chunk = ids[start : start + self._chunk]
-            for row in self._query(_probe_sql(len(chunk)), chunk):
-                found[row[0]] = row[1:5]
-                pks.append(row[5])
+            rows = self._query(_probe_sql(len(chunk)), chunk)
+            for row in rows:
+                if row[5] is not None:  # (None: a key without a pipeline row)
+                    found[row[0]] = row[1:5]
+                    pks.append(row[5])
+            if self._absent is not None:
+                self._absent.update(set(chunk).difference([row[0] for row in rows]))
         if self._next_pk is None and pks and 2 * len(pks) >= len(ids):
             low, high = min(pks), max(pks)
             if high - low < 2 * len(pks):  # contiguous: the next chunk probably follows

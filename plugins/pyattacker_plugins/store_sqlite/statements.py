@@ -15,6 +15,15 @@ Consecutive rows of one variant go to SQLite as multi-row ``INSERT ... VALUES (.
 statements, not an ``executemany``: SQLite then steps once per statement instead of once per
 row, which saves about 9 % of all instructions per task on the overhead workload (``write_rows``;
 docs/performance.md, eleventh pass).
+
+Text columns whose value the rows of one commit usually share (a table's ``RowCodec.shared``:
+the run id, a state, the decision of a success) are bound once per statement when every row of
+a group holds the same text: each VALUES row names the one numbered parameter (``?1``), which
+SQLite reads without a copy, where a text bound per row is copied into fresh memory
+(``write_shared_rows``: about 5 % of the instructions per task on the overhead workload). A
+group whose rows differ there binds every value. In the same way a column that holds the very
+object of another column of its row (``RowCodec.aliases``: a task's output artifact id is its
+slot's id) names that column's parameter. Either way the same values are stored.
 """
 
 from __future__ import annotations
@@ -27,28 +36,31 @@ from typing import Any
 
 from .rows import RowCodec, compile_function
 
-__all__ = ["Statement", "write_rows"]
+__all__ = ["Statement", "write_rows", "write_shared_rows"]
 
 #: rows per multi-row statement, at most; a group is cut into power-of-two chunks so a table
 #: needs at most seven texts per variant in the connection's statement cache
 MAX_ROWS_PER_STATEMENT = 64
 _chain = itertools.chain.from_iterable
+#: the types of a group's shared values when they are bound once
+_TEXT = {str}
 #: (one-row SQL, rows) -> the same statement with its VALUES row repeated
 _MULTI: dict[tuple[str, int], str] = {}
 
 
-def _rows_per_statement(conn: sqlite3.Connection, width: int) -> int:
-    """The most rows of ``width`` parameters one statement may carry on ``conn``: SQLite allows
-    32,766 parameters per statement since 3.32, and 999 before (a system library may be older)."""
+def _rows_per_statement(conn: sqlite3.Connection, width: int, extra: int = 0) -> int:
+    """The most rows of ``width`` parameters (plus ``extra`` for the statement) one statement may
+    carry on ``conn``: SQLite allows 32,766 parameters per statement since 3.32, and 999 before
+    (a system library may be older)."""
     limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
     most = MAX_ROWS_PER_STATEMENT
-    while most > 1 and most * width > limit:
+    while most > 1 and most * width + extra > limit:
         most >>= 1
     return most
 
 
-def _repeat_values(sql: str, n: int) -> str:
-    """``sql`` with its single ``VALUES (...)`` row written ``n`` times."""
+def _split_values(sql: str) -> tuple[str, str, str]:
+    """``(head, "(row)", tail)`` of a one-row ``INSERT ... VALUES (row) tail`` statement."""
     head, sep, rest = sql.partition(" VALUES (")
     if not sep:
         raise ValueError(f"not a one-row INSERT ... VALUES statement: {sql}")
@@ -56,8 +68,13 @@ def _repeat_values(sql: str, n: int) -> str:
     while depth:
         depth += {"(": 1, ")": -1}.get(rest[end], 0)
         end += 1
-    row = "(" + rest[:end]
-    return f"{head} VALUES {', '.join([row] * n)}{rest[end:]}"
+    return head, "(" + rest[:end], rest[end:]
+
+
+def _repeat_values(sql: str, n: int) -> str:
+    """``sql`` with its single ``VALUES (...)`` row written ``n`` times."""
+    head, row, tail = _split_values(sql)
+    return f"{head} VALUES {', '.join([row] * n)}{tail}"
 
 
 def write_rows(conn: sqlite3.Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
@@ -79,22 +96,49 @@ def write_rows(conn: sqlite3.Connection, sql: str, rows: list[tuple[Any, ...]]) 
         start += size
 
 
-#: renders the SQL for one tuple of value markers ("?" or "NULL"), one per parameter
+def write_shared_rows(
+    conn: sqlite3.Connection,
+    sql_for: Callable[[int], str],
+    shared: tuple[Any, ...],
+    rows: list[tuple[Any, ...]],
+) -> None:
+    """Like ``write_rows``, for rows that all hold the values ``shared`` in some columns:
+    ``sql_for(n)`` is the statement of ``n`` rows that reads those columns from the parameters
+    ``?1..?k`` (bound once, here) and the rest of row ``i`` from the ones after."""
+    n = len(rows)
+    most = _rows_per_statement(conn, len(rows[0]), len(shared))
+    start = 0
+    while start < n:
+        size = most
+        while size > n - start:
+            size >>= 1
+        conn.execute(sql_for(size), (*shared, *_chain(rows[start : start + size])))
+        start += size
+
+
+#: renders the SQL for one tuple of value markers ("?", "?N" or "NULL"), one per parameter
 Render = Callable[[tuple[str, ...]], str]
-#: ``(records, pk_of) -> one tuple per record``: the NULL patterns, or one variant's parameters
+#: ``(records, pk_of) -> one tuple per record``: the keys (NULL pattern and shared values)
 RowsFunction = Callable[[Sequence[Any], Any], list[tuple[Any, ...]]]
+#: ``(records, keys, pk_of) -> one tuple per record``: one variant's parameters
+ParamsFunction = Callable[[Sequence[Any], list[tuple[Any, ...]], Any], list[tuple[Any, ...]]]
+#: a variant: its SQL (rows -> statement text), its parameters and the positions in a key of
+#: the shared values it binds once
+Variant = tuple[Callable[[int], str], ParamsFunction, tuple[int, ...]]
 #: every compiled function takes the records and the ``pk`` lookup; tables without a pk ignore it
 _ARGS = "rows, pk_of"
 #: a clustered row's first parameter, its pipeline's ``pk``
 _PK = "pk_of(r.pipeline_id)"
 
 
-def _per_row(name: str, expressions: list[str], label: str) -> RowsFunction:
+def _per_row(
+    name: str, expressions: list[str], label: str, args: str = _ARGS, each: str = "r in rows"
+) -> Any:
     """``[(expressions...) for r in rows]`` compiled once: a list comprehension runs no Python
-    call per row, where a function per row cost two (the pattern and the parameters)."""
-    body = f"[({', '.join(expressions)},) for r in rows]" if expressions else "[() for r in rows]"
-    function: RowsFunction = compile_function(name, _ARGS, body, label)
-    return function
+    call per row, where a function per row cost two (the pattern and the parameters). ``each``
+    is the comprehension's loop (``r, k in zip(rows, keys)`` reads values from the keys too)."""
+    body = f"[({', '.join(expressions)},) for {each}]" if expressions else f"[() for {each}]"
+    return compile_function(name, args, body, label)
 
 
 class Statement:
@@ -103,9 +147,17 @@ class Statement:
     ``run(conn, records, pk_of)`` writes records; ``pk_of`` (clustered tables) maps every
     non-empty pipeline id to its ``pk``; rows that belong to no pipeline (an empty or None id)
     are written with a NULL ``pk``.
+
+    Each record's key is its pattern (which columns are None, and which of the codec's
+    ``aliases`` hold the very object of their source column) followed by the values of the
+    codec's ``shared`` columns. Rows are grouped by pattern; a group whose rows also agree on
+    the shared values binds them once, and an alias reads its source's parameter.
     """
 
-    __slots__ = ("_cache", "_codec", "_keys", "_nullable", "_render", "clustered", "full_sql")
+    __slots__ = (
+        "_aliases", "_cache", "_codec", "_keys", "_m", "_nullable", "_render", "_shared", "clustered",
+        "full_sql",
+    )  # fmt: skip
 
     def __init__(self, render: Render, codec: RowCodec[Any], *, clustered: bool = False) -> None:
         self._render = render
@@ -118,38 +170,98 @@ class Statement:
             tests.insert(0, "not r.pipeline_id")
         #: parameter positions that may be None, in the order of the pattern key
         self._nullable = ((0,) if clustered else ()) + tuple(i + clustered for i in codec.nullable)
-        self._keys = _per_row("keys", tests, f"{codec.table} null patterns")
-        self._cache: dict[tuple[bool, ...], tuple[str, RowsFunction]] = {}
+        #: (parameter position, its source's position) of each alias, in the order of the key
+        self._aliases = tuple((a + clustered, b + clustered) for a, b in codec.aliases)
+        # identity, not equality: the same object binds the same way, whatever its type
+        tests += [f"r.{codec.columns[a]} is r.{codec.columns[b]}" for a, b in codec.aliases]
+        #: parameter positions of the shared columns, in the order their values end a key
+        self._shared = tuple(i + clustered for i in codec.shared)
+        #: the length of a key's pattern (the shared values follow it)
+        self._m = len(tests)
+        exprs = ((_PK,) if clustered else ()) + codec.expressions
+        shared = [exprs[p] for p in self._shared]
+        self._keys: RowsFunction = _per_row("keys", tests + shared, f"{codec.table} null patterns")
+        self._cache: dict[tuple[tuple[Any, ...], bool], Variant] = {}
 
-    def _variant(self, key: tuple[bool, ...]) -> tuple[str, RowsFunction]:
-        null = {p for p, is_none in zip(self._nullable, key, strict=True) if is_none}
+    def _variant(self, pattern: tuple[bool, ...], shared: bool) -> Variant:
+        """The statement and parameters of one pattern, every parameter numbered; ``shared``:
+        with the shared columns bound once, as ``?1..?k``, each row's own values after them."""
+        n_null = len(self._nullable)
+        null = {p for p, is_none in zip(self._nullable, pattern[:n_null], strict=True) if is_none}
+        alias = {a: b for (a, b), same in zip(self._aliases, pattern[n_null:], strict=True) if same}
         width = len(self._codec.columns) + self.clustered
         exprs = ((_PK,) if self.clustered else ()) + self._codec.expressions
-        marks = tuple("NULL" if i in null else "?" for i in range(width))
-        kept = [e for i, e in enumerate(exprs) if i not in null]
-        entry = (self._render(marks), _per_row("params", kept, f"{self._codec.table} row parameters"))
-        self._cache[key] = entry
+        #: where a shared column's value is in the key (computed once per row, never twice)
+        at = {p: self._m + j for j, p in enumerate(self._shared)}
+        bound = [p for p in self._shared if p not in null] if shared else []
+        number = {p: f"?{j + 1}" for j, p in enumerate(bound)}
+        own = [p for p in range(width) if p not in null and p not in number and p not in alias]
+
+        def marks_of(row: int) -> str:
+            first = len(bound) + row * len(own) + 1
+            each = {p: f"?{first + j}" for j, p in enumerate(own)}
+            marks = [
+                "NULL" if p in null else number.get(alias.get(p, p)) or each[alias.get(p, p)]
+                for p in range(width)
+            ]
+            return "(" + ", ".join(marks) + ")"
+
+        head, _, tail = _split_values(self._render(("?",) * width))
+        texts: dict[int, str] = {}
+
+        def sql_for(rows: int) -> str:
+            text = texts.get(rows)
+            if text is None:
+                text = texts[rows] = f"{head} VALUES {', '.join(marks_of(i) for i in range(rows))}{tail}"
+            return text
+
+        kept = [f"k[{at[p]}]" if p in at else exprs[p] for p in own]
+        each = "r, k in zip(rows, keys)" if any(p in at for p in own) else "r in rows"
+        params = _per_row("params", kept, f"{self._codec.table} row parameters", "rows, keys, pk_of", each)
+        entry: Variant = (sql_for, params, tuple(at[p] for p in bound))
+        self._cache[(pattern, shared)] = entry
         return entry
 
     def run(
         self, conn: sqlite3.Connection, records: Sequence[Any], pk_of: Callable[[str], Any] | None = None
     ) -> None:
-        """Apply ``records`` in order: each run of consecutive rows with one NULL pattern is
-        one variant's statements."""
+        """Apply ``records`` in order: each run of consecutive rows with one pattern is one
+        variant's statements."""
         if not records:
             return
         keys = self._keys(records, pk_of)
-        cache = self._cache
         first = keys[0]
-        if keys.count(first) == len(keys):  # one pattern, the usual case: no cutting
-            sql, params = cache.get(first) or self._variant(first)
-            write_rows(conn, sql, params(records, pk_of))
+        if keys.count(first) == len(keys):  # one pattern and shared values, the usual case: no cutting
+            self._write(conn, records, keys, True, pk_of)
             return
         # where the pattern changes: the positions whose key differs from the one before (in C)
-        cuts = list(itertools.compress(range(1, len(keys)), map(operator.ne, keys[1:], keys)))
+        m = self._m
+        patterns = [k[:m] for k in keys] if self._shared else keys
+        cuts = list(itertools.compress(range(1, len(keys)), map(operator.ne, patterns[1:], patterns)))
         start = 0
         for end in (*cuts, len(keys)):
-            key = keys[start]
-            sql, params = cache.get(key) or self._variant(key)
-            write_rows(conn, sql, params(records[start:end], pk_of))
+            part = keys[start:end]
+            self._write(conn, records[start:end], part, part.count(part[0]) == end - start, pk_of)
             start = end
+
+    def _write(
+        self,
+        conn: sqlite3.Connection,
+        records: Sequence[Any],
+        keys: list[tuple[Any, ...]],
+        same: bool,
+        pk_of: Callable[[str], Any] | None,
+    ) -> None:
+        """Write rows of one pattern; ``same``: their keys are equal (shared values too)."""
+        pattern = keys[0][: self._m]
+        cache = self._cache
+        if same and self._shared and len(keys) > 1:
+            sql_for, params, picked = cache.get((pattern, True)) or self._variant(pattern, True)
+            key = keys[0]
+            values = tuple([key[i] for i in picked])
+            # only texts: a value equal to another of another type (1 and 1.0) may store differently
+            if values and set(map(type, values)) == _TEXT:  # (in C: no generator per group)
+                write_shared_rows(conn, sql_for, values, params(records, keys, pk_of))
+                return
+        sql_for, params, _ = cache.get((pattern, False)) or self._variant(pattern, False)
+        write_shared_rows(conn, sql_for, (), params(records, keys, pk_of))

@@ -95,6 +95,8 @@ _PK = "(SELECT pk FROM pipeline_keys WHERE pipeline_id = ?)"
 _REGISTER_KEY = "INSERT INTO pipeline_keys (pk, pipeline_id) VALUES (?, ?)"
 #: pipeline id -> pk entries kept between commits (pipelines in flight checkpoint many times)
 _KNOWN_MAX = 4096
+#: ids known to have no key row, at most (admission looks ahead of the commits by a few chunks)
+_ABSENT_MAX = 65536
 
 
 def _clustered(codec: RowCodec[Any], key: tuple[str, ...] | None, keep: tuple[str, ...] = ()) -> Statement:
@@ -350,7 +352,11 @@ class SqliteStore:
         #: pipeline id -> pk of committed key rows. Rows carry the pk itself (resolved here, not
         #: by a sub-select per row); bounded, since only pipelines in flight need to be here.
         self._known: dict[str, int] = {}
-        self._states = StateLookup(self._query, LOOKUP_CHUNK)
+        #: ids that a lookup found without a key row: their first commit registers them without
+        #: looking again (sound because this connection is the file's only writer: the writer
+        #: lock; a commit that registers one takes it out, and clearing the set is always safe)
+        self._absent: set[str] = set()
+        self._states = StateLookup(self._query, LOOKUP_CHUNK, None if read_only else self._absent)
         self._next_pk = self._next_id("pipeline_keys", "pk")
         self.wal_bound = None if read_only else WalBound(path + "-wal", BUSY_TIMEOUT_MS)
 
@@ -484,6 +490,10 @@ class SqliteStore:
             if len(self._known) + len(pks) > _KNOWN_MAX:
                 self._known.clear()
             self._known.update(pks)
+            if fresh:
+                self._absent.difference_update(pks)
+            if len(self._absent) > _ABSENT_MAX:  # (admitted pipelines that never committed)
+                self._absent.clear()
 
     @staticmethod
     def _reset(conn: sqlite3.Connection, batch: Batch, pks: dict[str, int]) -> None:
@@ -522,7 +532,9 @@ class SqliteStore:
             pks.update({p: known[p] for p in absent if p in known})
         if not missing:
             return pks, 0
-        stored = self._stored_keys(conn, missing)
+        keyless = self._absent  # ids known to have no key row: registered without a lookup
+        unsure = [p for p in missing if p not in keyless] if keyless else missing
+        stored = self._stored_keys(conn, unsure) if unsure else {}
         fresh: list[tuple[int, str]] = []
         registering = set(pks)
         for pid in missing:
