@@ -530,8 +530,8 @@ def test_a_read_that_fails_in_its_child_is_done_again_in_the_parent(
     parent = os.getpid()
     real = merge_module.shard_part
 
-    def only_here(location: str, run_id: Any) -> Any:
-        return real(location, run_id) if os.getpid() == parent else threading.Lock()
+    def only_here(location: str, run_id: Any, task_counts: bool = True) -> Any:
+        return real(location, run_id, task_counts=task_counts) if os.getpid() == parent else threading.Lock()
 
     monkeypatch.setattr(merge_module, "shard_part", only_here)
     merge = _Merge(stores, None, fork=True)
@@ -539,6 +539,35 @@ def test_a_read_that_fails_in_its_child_is_done_again_in_the_parent(
     assert list(merge.reading) == [1]
     merged, why = merge.result()
     assert why is None and merged.to_dict(20) == merge_stores(stores).to_dict(20)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_halves_of_a_read_that_saw_different_runs_are_read_again_whole(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store's task counts are read beside the rest of it; counts of another run than the one
+    the other half shows (the store changed between them) are not used: the store is read
+    again in-process, so the report is what a single read says."""
+    import pyattacker.merge as merge_module
+
+    cfg = _config(tmp_path, 12)
+    stores = [str(tmp_path / "runs" / f"s.shard{i}of2.db") for i in range(2)]
+    for i in range(2):
+        assert cli(["run", "-c", str(cfg), "--shard", f"{i}/2"], env).returncode == 0
+    real = merge_module.shard_task_counts
+
+    def other_run(location: str, run_id: Any) -> Any:
+        _run, counts = real(location, run_id)
+        return "another-run", {name: {"succeeded": 99} for name in counts}
+
+    monkeypatch.setattr(merge_module, "shard_task_counts", other_run)
+    merge = _Merge(stores, None, fork=True)
+    merge.add(0)
+    merge.add(1)
+    combined, why = merge.result()
+    assert why is None and type(combined) is merge_module.ShardsReport
+    assert combined.to_dict(100) == merge_stores(stores).to_dict(100)
+    assert all(n != 99 for states in combined.task_counts.values() for n in states.values())
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -551,8 +580,8 @@ def test_an_interrupted_merge_leaves_no_reader_behind(tmp_path: Path) -> None:
     merge = _Merge(stores, None, fork=True)
     merge.add(0)
     merge.add(1)
-    pids = [call.pid for call in merge.reading.values()]
-    assert len(pids) == 2
+    pids = [call.pid for calls in merge.reading.values() for call in calls]
+    assert len(pids) == 4  # two readers per store: its task counts, and the rest
     merge.close()  # what run_sharded does when the command is interrupted
     assert not merge.reading
     for pid in pids:
@@ -635,6 +664,18 @@ def test_report_of_shard_stores_combines_their_aggregates(env: dict[str, str], t
     combined, why = merge.result()
     assert why is None and type(combined) is ShardsReport
     assert combined.to_dict(100) == merge_stores(stores).to_dict(100)
+    if hasattr(os, "fork"):  # each store read in two forked halves, or whole here: the same report
+        for selection in (None, "all"):
+            forked = _Merge(stores, selection, fork=True)
+            for i in range(2):
+                forked.add(i)
+            assert sorted(forked.reading) == [0, 1] and not forked.parts
+            with pytest.MonkeyPatch.context() as m:  # no half fails and is read again here
+                m.setattr(_Merge, "_read_here", lambda self, index: pytest.fail(f"store {index} read here"))
+                halves, why = forked.result()
+            whole, _ = _Merge(stores, selection, fork=False).result()
+            assert why is None and type(halves) is ShardsReport and halves.task_counts
+            assert halves.to_dict(100) == whole.to_dict(100) == merge_stores(stores, selection).to_dict(100)
 
     liar_cfg = _config(
         tmp_path, 40, body.replace("grace_s: 5}", 'grace_s: 5, meta: {shard: "1/2"}}'), "l.yaml"

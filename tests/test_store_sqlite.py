@@ -913,6 +913,34 @@ def test_every_read_names_the_damaged_row(tmp_path: Path, statement: str, read: 
     assert needle in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE tasks SET state = CAST(state AS BLOB) WHERE pk = (SELECT min(pk) FROM tasks) AND seq = 0",
+        "UPDATE tasks SET name = NULL WHERE pk = (SELECT max(pk) FROM tasks) AND seq = 1",
+        "UPDATE tasks SET name = x'7430' WHERE pk = (SELECT max(pk) FROM tasks) AND seq = 0",
+    ],
+)
+def test_task_counts_finds_one_damaged_row_among_good_ones(tmp_path: Path, statement: str) -> None:
+    """``task_counts`` tests the types once per (name, state) group: a single bad row, even one
+    whose value equals its neighbours' as bytes, is its own group and is named, with or without
+    a run. That holds because both columns accept text only (checked here)."""
+    from pyattacker_plugins.store_sqlite.rows import TASKS
+
+    for column in ("name", "state"):
+        assert TASKS.accepted[TASKS.plain.index(column)] == ((str,), False)
+    path = _damaged(tmp_path, statement)
+    store = SqliteStore.open_reader(str(path))
+    try:
+        (run,) = store.runs()
+        for run_id in (None, run.run_id):
+            with pytest.raises(StoreUnavailable, match=f"store {path}: table tasks, row ") as info:
+                store.task_counts(run_id)
+            assert type(info.value).__name__ == "CorruptRow"
+    finally:
+        store.close()
+
+
 def test_a_missing_table_is_refused_naming_it(tmp_path: Path) -> None:
     path = _damaged(tmp_path, "DROP TABLE events")
     before = digest(path)

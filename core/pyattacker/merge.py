@@ -35,6 +35,7 @@ __all__ = [
     "report_stores",
     "shard_part",
     "shard_stores",
+    "shard_task_counts",
     "shards_report",
     "state_rank",
     "wins",
@@ -330,6 +331,8 @@ class ShardsReport(StoreReport):
 
 #: ``pipeline_summaries``: ``(pipeline_id, state, started_at, finished_at, attempts_total)``
 _Summary = tuple[str, str, float | None, float | None, int]
+#: ``task_counts``: ``{task name: {state: count}}``
+TaskCounts = dict[str, dict[str, int]]
 #: ``pipeline_totals``: ``({state: count}, sorted durations in ms, attempts)``
 _Totals = tuple[dict[str, int], Sequence[float], int]
 
@@ -364,11 +367,14 @@ def report_stores(locations: Sequence[str], run_id: str | None = None) -> Merged
     return merge_stores(locations, run_id)
 
 
-def shard_part(location: str, run_id: str | None) -> ShardPart | None:
+def shard_part(location: str, run_id: str | None, *, task_counts: bool = True) -> ShardPart | None:
     """The aggregates of a shard store whose shown pipelines are provably of its shard: every run
     in it says the same ``meta.shard`` ``I/N`` (what ``--shard I/N`` records), and the key of every
     pipeline of the run selection is of shard ``I`` of ``N`` (``shard_index``; checked while the
-    totals are read). None when either does not hold, or the store cannot aggregate: fold it."""
+    totals are read). None when either does not hold, or the store cannot aggregate: fold it.
+
+    ``task_counts=False``: the report's task counts are left empty, for a caller that reads them
+    at the same time elsewhere (``shard_task_counts``) and sets them."""
     with read_only_store(location) as store:
         claim = _shard_claim(store)
         if claim is None:
@@ -378,8 +384,25 @@ def shard_part(location: str, run_id: str | None) -> ShardPart | None:
         def totals(selected: str | None) -> _Totals | None:
             return _shard_totals(store, selected, shard, shards)
 
-        report = _store_report_of(store, location, run_id, totals)
+        report = _store_report_of(store, location, run_id, totals, task_counts=task_counts)
     return None if report is None else ShardPart(shard, shards, report)
+
+
+def shard_task_counts(location: str, run_id: str | None) -> tuple[str | None, TaskCounts] | None:
+    """The task counts ``shard_part`` reads, with the run they are of (None: it reads none).
+
+    About half of a shard store's read: after a sharded run's last shard, its parent reads them
+    in a second process beside ``shard_part(..., task_counts=False)``, so that the command's end
+    waits for the longer half instead of both. The caller checks that the run is the one the
+    other half shows."""
+    with read_only_store(location) as store:
+        counts = getattr(store, "task_counts", None)
+        if counts is None:
+            return None
+        choice = choose_run(store, run_id)
+        if choice.how == "empty":
+            return None
+        return choice.run_id, counts(choice.run_id)
 
 
 def shards_report(parts: Sequence[ShardPart]) -> ShardsReport | None:
@@ -464,9 +487,12 @@ def _store_report_of(
     location: str,
     run_id: str | None,
     totals: Callable[[str | None], _Totals | None] | None = None,
+    *,
+    task_counts: bool = True,
 ) -> StoreReport | None:
     """One store's report from its aggregates (None: the store cannot aggregate, or ``totals``
-    returned None). ``totals``: how the pipeline totals are read (default ``pipeline_totals``)."""
+    returned None). ``totals``: how the pipeline totals are read (default ``pipeline_totals``);
+    ``task_counts=False``: leave the task counts empty (see ``shard_part``)."""
     totals = totals or getattr(store, "pipeline_totals", None)
     counts = getattr(store, "task_counts", None)
     if totals is None or counts is None:
@@ -486,7 +512,8 @@ def _store_report_of(
     report.handoffs_total = count_handoffs(store, choice.run_id)
     for row in iter_rows(store, "pipelines", run_id=choice.run_id, state="failed"):
         report.details[row.pipeline_id] = _slim(row)
-    report.task_counts = counts(choice.run_id)
+    if task_counts:
+        report.task_counts = counts(choice.run_id)
     _read_extras(report, store, 0, choice, lambda ids: _in_selection(store, ids, choice.run_id))
     return report
 

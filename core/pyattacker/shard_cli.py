@@ -18,6 +18,7 @@ import json
 import os
 import shlex
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, PyAttackerError
@@ -34,7 +35,10 @@ from .shard import (
 from .shard_exec import FORCE_AFTER, ShardJob, ShardStatus, get_executor, run_shards
 
 if TYPE_CHECKING:
-    from .merge import ShardPart
+    from .merge import ShardPart, TaskCounts
+
+    #: ``shard_task_counts``: the run counted, and its task counts
+    _Counts = tuple[str | None, TaskCounts]
 
 __all__ = ["CapacityPlan", "capacity_plan", "check_layout", "child_argv", "run_sharded"]
 
@@ -243,8 +247,10 @@ class _Merge:
     """The merged report of the shard stores, built while the run goes on: each shard's store
     is read as soon as that shard ends, so after the last one only its own store is read.
 
-    Where the parent may fork (``fork_safe``), each store is read by a forked child, so stores
-    of shards that end together are read on both cores at once instead of one after the other.
+    Where the parent may fork (``fork_safe``), each store is read by two forked children, one
+    for the task counts (``shard_task_counts``) and one for the rest: stores of shards that end
+    together are read on both cores at once instead of one after the other, and the last
+    store's read, which the command's end waits for, takes about half as long.
 
     A store that provably holds only its shard's pipelines is reduced to its aggregates
     (``shard_part``), so the report holds about 8 bytes per pipeline, whatever the run's size;
@@ -256,7 +262,7 @@ class _Merge:
         self.run_id = run_id
         self.fork = fork  # None: whether ``fork_safe()`` at each read (a spawning executor adds threads)
         self.parts: dict[int, ShardPart | None] = {}
-        self.reading: dict[int, ForkedCall[ShardPart | None]] = {}
+        self.reading: dict[int, tuple[ForkedCall[ShardPart | None], ForkedCall[_Counts | None]]] = {}
         self.why: str | None = None
 
     def _present(self, index: int) -> bool:
@@ -266,17 +272,25 @@ class _Merge:
         return scheme_of(store) not in (None, "file") or os.path.exists(store)
 
     def add(self, index: int) -> None:
-        """Start reading shard ``index``'s store if it exists (in a forked child if allowed)."""
-        from .merge import shard_part
+        """Start reading shard ``index``'s store if it exists (in forked children if allowed)."""
+        from .merge import shard_part, shard_task_counts
 
         if self.why is not None or index in self.parts or index in self.reading or not self._present(index):
             return
         if fork_safe() if self.fork is None else self.fork:
+            store = self.stores[index]
             try:
-                self.reading[index] = ForkedCall(shard_part, self.stores[index], self.run_id)
-                return
+                part = ForkedCall(partial(shard_part, task_counts=False), store, self.run_id)
             except OSError:  # no process to spare: read it here
                 pass
+            else:
+                try:
+                    counts = ForkedCall(shard_task_counts, store, self.run_id)
+                except OSError:
+                    part.cancel()
+                else:
+                    self.reading[index] = (part, counts)
+                    return
         self._read_here(index)
 
     def _read_here(self, index: int) -> None:
@@ -296,17 +310,28 @@ class _Merge:
         for index in sorted(self.reading):
             if self.why is not None:
                 break
-            call = self.reading.pop(index)
+            part_call, counts_call = self.reading.pop(index)
             try:
-                self.parts[index] = call.result()
+                part = part_call.result()
+                counts = counts_call.result()
             except ForkedCallError:
+                counts_call.cancel()
+                self._read_here(index)
+                continue
+            if part is None:
+                self.parts[index] = None
+            elif counts is not None and counts[0] == part.report.sources[0].run_id:
+                part.report.task_counts = counts[1]
+                self.parts[index] = part
+            else:  # the halves saw different runs (the store changed between them): read it whole
                 self._read_here(index)
         self.close()
 
     def close(self) -> None:
         """Stop the reads still running (after an error or an interrupt)."""
         while self.reading:
-            self.reading.popitem()[1].cancel()
+            for call in self.reading.popitem()[1]:
+                call.cancel()
 
     def result(self) -> tuple[Any, str | None]:
         """The report over every shard store that exists (None and why, when there is none)."""

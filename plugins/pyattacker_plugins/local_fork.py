@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import codecs
+import gc
 import os
 import select
 import signal
@@ -84,6 +85,9 @@ def _child(job: ShardJob, env: dict[str, str], out_w: int, err_w: int, close: li
             os.chdir(job.cwd)
         sys.argv = ["pyattacker", *job.argv]
         atexit._clear()  # the parent's exit handlers are the parent's
+        # the parent's objects stay shared: the shard's full collections neither trace them nor
+        # copy the pages their headers are on
+        gc.freeze()
         from pyattacker.cli import main
 
         main(list(job.argv))

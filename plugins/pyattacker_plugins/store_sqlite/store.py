@@ -740,8 +740,12 @@ class SqliteStore:
     def task_counts(self, run_id: str | None = None) -> dict[str, dict[str, int]]:
         """``{task name: {state: count}}`` over the task rows of ``run_id`` whose pipeline row is
         of ``run_id`` too (None: every task row that has a pipeline row). Optional method: a
-        merged report asks for it instead of reading every task row."""
-        head = f"SELECT t.name, t.state, COUNT(*), SUM(NOT {_TASK_COUNT_TYPED})"
+        merged report asks for it instead of reading every task row.
+
+        The types are tested once per group, not per row: ``name`` and ``state`` may only be
+        text, and a text value never groups with a value of another type, so a group's own
+        value is bad exactly when one of its rows is (a read after a shard's run waits on this)."""
+        head = f"SELECT t.name, t.state, COUNT(*), NOT {_TASK_COUNT_TYPED}"
         if run_id is None:
             sql = f"{head} FROM tasks AS t JOIN pipelines AS p ON p.pk = t.pk GROUP BY t.name, t.state"
             params: tuple[Any, ...] = ()
