@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 __all__ = ["EMPTY", "WorkQueue"]
@@ -30,6 +31,24 @@ def _wake_one(waiters: deque[asyncio.Future[None]]) -> None:
         if not waiter.done():
             waiter.set_result(None)
             return
+
+
+async def _wait(waiters: deque[asyncio.Future[None]], ready: Callable[[], bool]) -> None:
+    """Wait in ``waiters`` until woken. A waiter cancelled after it was woken hands the wake-up
+    on to the next one when ``ready()`` (there is still an item, or room), as asyncio.Queue's do."""
+    waiter = asyncio.get_running_loop().create_future()
+    waiters.append(waiter)
+    try:
+        await waiter
+    except BaseException:
+        waiter.cancel()  # (in case it was woken and then cancelled)
+        try:
+            waiters.remove(waiter)
+        except ValueError:  # woken already: the wake-up goes to the next waiter
+            pass
+        if ready() and not waiter.cancelled():
+            _wake_one(waiters)
+        raise
 
 
 class WorkQueue(Generic[T]):
@@ -62,19 +81,7 @@ class WorkQueue(Generic[T]):
     async def put(self, item: T) -> None:
         """Queue ``item``, waiting while the queue is full."""
         while not self.offer(item):
-            putter = asyncio.get_running_loop().create_future()
-            self._putters.append(putter)
-            try:
-                await putter
-            except BaseException:
-                putter.cancel()  # (in case it was woken and then cancelled)
-                try:
-                    self._putters.remove(putter)
-                except ValueError:  # woken already: the wake-up goes to the next putter
-                    pass
-                if len(self._items) < self._maxsize and not putter.cancelled():
-                    _wake_one(self._putters)
-                raise
+            await _wait(self._putters, lambda: len(self._items) < self._maxsize)
 
     def take(self) -> T:
         """The next item, or ``EMPTY`` when none is queued (waking a waiting ``put``)."""
@@ -95,17 +102,5 @@ class WorkQueue(Generic[T]):
     async def get(self) -> T:
         """The next item, waiting while the queue is empty."""
         while not self._items:
-            getter = asyncio.get_running_loop().create_future()
-            self._getters.append(getter)
-            try:
-                await getter
-            except BaseException:
-                getter.cancel()  # (in case it was woken and then cancelled)
-                try:
-                    self._getters.remove(getter)
-                except ValueError:  # woken already: the wake-up goes to the next getter
-                    pass
-                if self._items and not getter.cancelled():
-                    _wake_one(self._getters)
-                raise
+            await _wait(self._getters, lambda: bool(self._items))
         return self.take()
