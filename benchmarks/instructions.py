@@ -136,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--n must be larger than --base")
     if args.concurrency < 1 or args.latency_ms < 0:
         ap.error("--concurrency must be >= 1 and --latency-ms >= 0")
+    if args.base < args.concurrency:
+        # the smaller run never fills its workers: the difference counts their start-up and drain
+        print(
+            f"note: --base {args.base} < --concurrency {args.concurrency}: the smaller run never"
+            " reaches full concurrency, so the figure includes the ramp of the extra workers"
+            " (compare like with like, or use --base >= --concurrency for a steady-state figure)",
+            file=sys.stderr,
+        )
     workload = Workload(args.concurrency, args.latency_ms, args.event_loop)
     runners = [r.strip() for r in args.runners.split(",") if r.strip()]
     unknown = sorted(set(runners) - set(RUNNERS))
