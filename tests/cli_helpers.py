@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,3 +20,16 @@ def cli(
         text=True,
         timeout=timeout,
     )
+
+
+def cli_env(home: Path, modules: Path, **extra: str) -> dict[str, str]:
+    """The environment of a CLI subprocess: an isolated home, ``modules`` importable (the task
+    modules a test wrote there), only the built-in plugins, plus ``extra`` variables."""
+    out = dict(os.environ)
+    out.update(
+        PYATTACKER_HOME=str(home),
+        PYTHONPATH=str(modules) + os.pathsep + out.get("PYTHONPATH", ""),
+        PYATTACKER_ONLY_PLUGINS="pyattacker",
+        **extra,
+    )
+    return out

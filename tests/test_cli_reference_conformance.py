@@ -5,11 +5,10 @@ SQLite files."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-from tests.cli_helpers import cli
+from tests.cli_helpers import cli, cli_env
 
 # Imported by the config's `use:`, it breaks the runner outside task code the way a framework
 # bug would: a BaseException escaping the checkpoint write kills the worker (WorkerCrashed).
@@ -38,13 +37,7 @@ def ok(value):
 @pytest.fixture
 def env(tmp_path: Path, _isolated_home: Path) -> dict[str, str]:
     (tmp_path / "crash_tasks.py").write_text(CRASH)
-    out = dict(os.environ)
-    out.update(
-        PYATTACKER_HOME=str(_isolated_home),
-        PYTHONPATH=str(tmp_path) + os.pathsep + out.get("PYTHONPATH", ""),
-        PYATTACKER_ONLY_PLUGINS="pyattacker",
-    )
-    return out
+    return cli_env(_isolated_home, tmp_path)
 
 
 def _config(tmp_path: Path, body: str, name: str = "c.yaml") -> Path:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.cli_helpers import cli
+from tests.cli_helpers import cli, cli_env
 from tests.runner_helpers import count_succeeded
 
 AUDIT = """
@@ -61,14 +61,7 @@ def busy(value):
 @pytest.fixture
 def env(tmp_path: Path, _isolated_home: Path) -> dict[str, str]:
     (tmp_path / "audit_tasks.py").write_text(AUDIT)
-    out = dict(os.environ)
-    out.update(
-        PYATTACKER_HOME=str(_isolated_home),
-        PYTHONPATH=str(tmp_path) + os.pathsep + out.get("PYTHONPATH", ""),
-        AUDIT_LOG=str(tmp_path / "audit.log"),
-        PYATTACKER_ONLY_PLUGINS="pyattacker",
-    )
-    return out
+    return cli_env(_isolated_home, tmp_path, AUDIT_LOG=str(tmp_path / "audit.log"))
 
 
 def _config(tmp_path: Path, body: str, name: str = "c.yaml") -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.cli_helpers import cli
+from tests.cli_helpers import cli, cli_env
 from tests.runner_helpers import count_succeeded
 
 from pyattacker.config import build, load_config
@@ -110,13 +110,7 @@ source: {kind: range, n: N}
 @pytest.fixture
 def env(tmp_path: Path, _isolated_home: Path) -> dict[str, str]:
     (tmp_path / "audit_mod.py").write_text(AUDIT)
-    out = dict(os.environ)
-    out.update(
-        PYATTACKER_HOME=str(_isolated_home),
-        PYTHONPATH=str(tmp_path) + os.pathsep + out.get("PYTHONPATH", ""),
-        AUDIT_LOG=str(tmp_path / "audit.log"),
-        PYATTACKER_ONLY_PLUGINS="pyattacker",
-    )
+    out = cli_env(_isolated_home, tmp_path, AUDIT_LOG=str(tmp_path / "audit.log"))
     out.pop("PYATACKER_SHARD", None)
     return out
 
