@@ -8,15 +8,19 @@ from typing import Any
 
 import msgspec
 import pytest
+from tests.runner_helpers import rows, vrunner
 
 from pyattacker.backends import ArtifactBackend, parse_backend_spec, resolve_backend, validate_backend_spec
 from pyattacker.digest import digest_bytes
 from pyattacker.errors import ConfigError
 from pyattacker.model import ArtifactRecord
+from pyattacker.pipeline import pipeline
 from pyattacker.registry import Provided, Registry
+from pyattacker.task import task
 from pyattacker_plugins.backend_file import FileBackend
 from pyattacker_plugins.backend_inline import InlineBackend
 from pyattacker_plugins.backend_null import NullBackend
+from pyattacker_plugins.store_memory import MemoryStore
 
 
 @pytest.fixture
@@ -255,3 +259,41 @@ def test_a_root_that_cannot_hold_blobs_stops_a_writer_but_not_a_reader(tmp_path:
         resolve_backend(spec, registry)
     reader = resolve_backend(spec, registry, for_writing=False)
     assert reader.describe()["root"] == str(a_file)
+
+
+class _Counting(InlineBackend):
+    """An inline backend that counts its ``put`` calls (``identity_put`` as given)."""
+
+    def __init__(self, identity_put: Any) -> None:
+        self.identity_put = identity_put
+        self.puts: list[str] = []
+
+    def put(self, artifact: ArtifactRecord) -> ArtifactRecord:
+        self.puts.append(artifact.artifact_id)
+        return artifact
+
+
+@pytest.mark.parametrize(("flag", "called"), [(True, False), (False, True), (1, True), ("yes", True)])
+def test_a_run_skips_put_only_for_a_declared_identity(flag: Any, called: bool) -> None:
+    """``identity_put = True`` (the inline backend's) lets a run skip ``put``; any other value is
+    not a declaration, and every artifact (the seed and each task's output) goes through it."""
+
+    @task
+    def double(x: Any) -> Any:
+        return x * 2
+
+    backend = _Counting(flag)
+    store = MemoryStore()
+    with vrunner(store=store, artifact_backend=backend) as runner:
+        report = runner.run(pipeline("p", double, double).map([1, 2]))
+    assert report.succeeded == 2
+    stored = sorted(a.artifact_id for a in rows(store, "artifacts"))
+    assert len(stored) == 6 and all(a.payload is not None for a in rows(store, "artifacts"))
+    assert sorted(backend.puts) == (stored if called else [])
+
+
+def test_the_inline_backend_declares_put_an_identity() -> None:
+    a = art(b"x")
+    assert InlineBackend.identity_put is True and InlineBackend().put(a) is a
+    assert getattr(NullBackend, "identity_put", False) is False
+    assert getattr(FileBackend, "identity_put", False) is False

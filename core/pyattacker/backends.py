@@ -51,6 +51,9 @@ class ArtifactBackend(Protocol):
     def describe(self) -> dict[str, Any]:
         """A JSON-able description for reports (``kind`` plus non-secret params)."""
 
+    # optional: ``identity_put = True`` (a class attribute) declares that ``put`` returns its
+    # argument unchanged and does nothing else; a run then does not call it (the ``inline``
+    # backend). Only the value ``True`` counts.
     # optional: ``prepare_to_write()`` raises (``ValueError("field: why")``) when the backend
     # could not store bytes (a root that is a file, a folder it cannot write). A run calls it
     # when it starts; a view that only reads blobs back (``export``) does not.

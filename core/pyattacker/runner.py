@@ -259,6 +259,9 @@ class Runner:
             self.add_pool(pool)
         self.run_id: str | None = None
         self._backend: Any = None
+        #: the backend whose ``put`` a written artifact goes through: None when there is none,
+        #: or when it declares ``put`` an identity (``identity_put``, the ``inline`` backend)
+        self._putter: Any = None
         self._closed = False
         self._artifact_root: Path | None = None
         self._warned: set[str] = set()
@@ -595,6 +598,7 @@ class Runner:
         )
         self._running = self.run_id
         self._backend = self._resolve_backend() if cfg.journal == "full" else None
+        self._putter = None if getattr(self._backend, "identity_put", False) is True else self._backend
         self._trace = cfg.events == "all"
         sinks = self._resolve_sinks()
         recorder = self._recorder = Recorder(
@@ -1706,9 +1710,9 @@ class Runner:
     def _put(self, art: ArtifactRecord, task: str) -> ArtifactRecord:
         """``art`` through the artifact backend. A failure there is the backend's, not the
         task's (see ``_backend_failed``): ``ArtifactBackendUnavailable``, naming both."""
-        assert self._backend is not None
+        assert self._putter is not None
         try:
-            return self._backend.put(art)
+            return self._putter.put(art)
         except Exception as exc:
             raise self._backend_error(exc, task, art.pipeline_id) from exc
 
@@ -1818,7 +1822,7 @@ class Runner:
             payload=data if full else None,
             is_final=last,
         )
-        if full and self._backend is not None:
+        if full and self._putter is not None:
             art = self._put(art, spec.name)
         # the seed's bytes go out before anything is recorded: a backend failure leaves no row
         seed = self._seed_artifact(state, full) if state.write_seed else None
@@ -1902,9 +1906,9 @@ class Runner:
             created_at=self._wall(),
             payload=spec.seed_bytes if full else None,
         )
-        if full and self._backend is not None:
+        if full and self._putter is not None:
             try:
-                art = self._backend.put(art)
+                art = self._putter.put(art)
             except Exception as exc:
                 if strict:
                     raise self._backend_error(exc, "__seed__", spec.key) from exc

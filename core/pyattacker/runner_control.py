@@ -317,7 +317,7 @@ class RunnerControl:
                 created_at=now,
                 payload=data if full else None,
             )
-            if full and r._backend is not None:
+            if full and r._putter is not None:
                 entry_art = r._put(entry_art, task.name)
         seed = r._seed_artifact(state, full) if state.write_seed else None
         # nothing below raises: the rows go out together or not at all
