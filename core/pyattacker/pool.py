@@ -455,7 +455,7 @@ class Lease:
             "pool": self.pool,
             "resource_id": self.resource.id,
             # round3(held) inline: this runs once per lease (no call)
-            "held_ms": int(held * 1000.0 + (0.5 if held >= 0 else -0.5)) / 1000.0,
+            "held_ms": (held * 1000.0 + 0.5) // 1.0 / 1000.0 if held >= 0.0 else round3(held),
             "waited_ms": round3(waited) if waited else 0.0,
         }
 
