@@ -1540,7 +1540,8 @@ class Runner:
         spec = state.tasks[state.seq]
         state.attempt += 1
         attempt = state.attempt
-        ctx = TaskContext(self, state, state.seq, attempt)
+        seq = state.seq
+        ctx = TaskContext(self, state, seq, attempt, spec, spec.name, f"{state.spec.key}:{seq}")
         clock = self.clock
         t0 = self._mono()
         wall0 = self._wall()
