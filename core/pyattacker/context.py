@@ -11,7 +11,7 @@ import logging
 import random
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,16 +110,19 @@ class _Acquire(msgspec.Struct, eq=False):
         self._lease = lease
         return lease
 
-    async def __aexit__(self, *exc: Any) -> None:
+    def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> Awaitable[None]:
+        """Return the lease, synchronously; what ``async with`` awaits then is the run's one
+        finished future (no coroutine per lease, and three parameters: no ``*exc`` tuple)."""
         lease = self._lease
+        ctx = self._ctx
         if lease is not None:
-            ctx = self._ctx
             if lease.release_now():
                 ctx.lease_records.append(lease.as_dict())
             try:
                 ctx.held_leases.remove(lease)
             except ValueError:  # released already, or the attempt has ended (``_ENDED``)
                 pass
+        return ctx._runner._finished_future
 
 
 class TaskContext(msgspec.Struct, eq=False):

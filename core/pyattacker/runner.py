@@ -587,6 +587,9 @@ class Runner:
         if resume is not None:
             cfg = self.config = cfg.replace(resume=resume)
         loop = asyncio.get_running_loop()
+        #: a future done from the start: what ``async with ctx.acquire()`` awaits on its way out
+        self._finished_future: asyncio.Future[None] = loop.create_future()
+        self._finished_future.set_result(None)
         self._complete = asyncio.Event()
         self._capacity = asyncio.Event()
         self._pump_wake = asyncio.Event()
