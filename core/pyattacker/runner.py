@@ -1767,10 +1767,12 @@ class Runner:
         outcome: str,
         error: BaseException | None,
         decision: dict[str, Any],
+        ended: float | None = None,
     ) -> float:
-        """Record the attempt (write-behind); returns its duration in ms."""
+        """Record the attempt (write-behind); returns its duration in ms. ``ended``: the end on
+        the monotonic clock, when the caller has read it already (else read here)."""
         assert self._recorder is not None
-        ms = (self._mono() - t0) * 1000.0
+        ms = ((self._mono() if ended is None else ended) - t0) * 1000.0
         # round3(ms) inline: no call (and no ``int()`` for a duration that is not negative)
         duration = (ms * 1000.0 + 0.5) // 1.0 / 1000.0 if ms >= 0.0 else round3(ms)
         # at most 15 keyword arguments: CPython compiles a call with 16 or more into building a
@@ -1811,7 +1813,11 @@ class Runner:
         key = state.spec.key
         codecs = self._codecs if self._codecs is not None else self.codecs  # (no property call)
         codec, type_name, data = codecs.encode(value)
-        now = self._wall()
+        # one clock reading ends the attempt and dates its output: the wall time is the start's
+        # plus the monotonic time since (one read per task fewer; the artifact, the task row and
+        # the attempt row end at the same instant)
+        ended = self._mono()
+        now = wall0 + (ended - t0)
         last = seq + 1 == state.n
         full = self.config.journal == "full"
         art = ArtifactRecord(
@@ -1830,8 +1836,10 @@ class Runner:
         if full and self._putter is not None:
             art = self._put(art, spec.name)
         # the seed's bytes go out before anything is recorded: a backend failure leaves no row
-        seed = self._seed_artifact(state, full) if state.write_seed else None
-        duration = self._record_attempt(state, ctx, t0, wall0, "succeeded", None, OK_DECISION)
+        seed = self._seed_artifact(state, full, now=now) if state.write_seed else None
+        if full and self._putter is not None:
+            ended = self._mono()  # the attempt ends once the backend holds the bytes, as before
+        duration = self._record_attempt(state, ctx, t0, wall0, "succeeded", None, OK_DECISION, ended)
         # rows go straight into the batch the next group commit writes (no copy, no merge)
         batch = self._recorder.pending
         if seed is not None:
@@ -1897,7 +1905,10 @@ class Runner:
         )
         self._finished(state, "succeeded", art)
 
-    def _seed_artifact(self, state: _Pipeline, full: bool, strict: bool = True) -> ArtifactRecord:
+    def _seed_artifact(
+        self, state: _Pipeline, full: bool, strict: bool = True, now: float | None = None
+    ) -> ArtifactRecord:
+        """The seed's artifact row, dated ``now`` (the wall clock when not given)."""
         spec = state.spec
         art = ArtifactRecord(
             artifact_id=f"{spec.key}:-1",
@@ -1908,7 +1919,7 @@ class Runner:
             codec=spec.seed_codec,
             digest=spec.seed_digest,
             size=len(spec.seed_bytes),
-            created_at=self._wall(),
+            created_at=self._wall() if now is None else now,
             payload=spec.seed_bytes if full else None,
         )
         if full and self._putter is not None:
