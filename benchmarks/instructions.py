@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -35,20 +36,32 @@ from benchmarks.scenarios import find_baselines
 HERE = Path(__file__).resolve().parent
 RUNNERS = ("product", "floor", "peer")
 _REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
+#: the string hash seed of every measured process. With a random seed, dict and set layouts
+#: differ between runs and so do the counts, by up to about 0.3 %; with a fixed one the same
+#: code repeats within about 0.02 %. ``--hash-seed random`` measures with Python's default.
+DEFAULT_HASH_SEED = "0"
 
 
 class Workload:
     """What every runner runs: 3 tasks per pipeline at ``concurrency``, each awaiting
     ``asyncio.sleep(0)`` once (``latency_ms`` 0) or sleeping ``latency_ms``."""
 
-    def __init__(self, concurrency: int = 64, latency_ms: float = 0.0, event_loop: str = "auto") -> None:
+    def __init__(
+        self,
+        concurrency: int = 64,
+        latency_ms: float = 0.0,
+        event_loop: str = "auto",
+        hash_seed: str = DEFAULT_HASH_SEED,
+    ) -> None:
         self.concurrency = concurrency
         self.latency_ms = latency_ms
         self.event_loop = event_loop  # the product's run.event_loop (the baselines run asyncio)
+        self.hash_seed = hash_seed  # PYTHONHASHSEED of every measured process
 
     def describe(self) -> str:
         task = f"{self.latency_ms:g} ms tasks" if self.latency_ms else "sleep(0) tasks"
-        return f"3 {task}, C={self.concurrency}, product loop {self.event_loop}"
+        loop = f"product loop {self.event_loop}"
+        return f"3 {task}, C={self.concurrency}, {loop}, PYTHONHASHSEED={self.hash_seed}"
 
     def args(self) -> list[str]:
         return ["--concurrency", str(self.concurrency), "--latency-ms", str(self.latency_ms)]
@@ -72,11 +85,13 @@ def command(
     return [sys.executable, str(baselines / script), "--n", str(n), *sleep0, *w.args(), "--out", str(out)]
 
 
-def instructions(cmd: list[str]) -> int:
+def instructions(cmd: list[str], hash_seed: str = DEFAULT_HASH_SEED) -> int:
     """Instructions executed by ``cmd`` (whole process) as counted by callgrind."""
+    env = dict(os.environ, PYTHONHASHSEED=hash_seed)
     with tempfile.TemporaryDirectory(prefix="pyattacker-cg-") as tmp:
         proc = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out", *cmd],
+            env=env,
             capture_output=True,
             text=True,
             check=False,
@@ -102,7 +117,8 @@ def measure(
             command(runner, base, Path(small), baselines, workload),
         ]
         with ThreadPoolExecutor(max_workers=2) as pool:
-            i_big, i_small = pool.map(instructions, cmds)
+            seed = (workload or Workload()).hash_seed
+            i_big, i_small = pool.map(lambda cmd: instructions(cmd, seed), cmds)
     per_pipeline = (i_big - i_small) / (n - base)
     return {
         "runner": runner,
@@ -126,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--event-loop", default="auto", choices=("auto", "asyncio", "uvloop"), help="the product's loop"
     )
+    ap.add_argument(
+        "--hash-seed",
+        default=DEFAULT_HASH_SEED,
+        help="PYTHONHASHSEED of the measured processes (default 0: counts that repeat; 'random')",
+    )
     return ap
 
 
@@ -144,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
             " (compare like with like, or use --base >= --concurrency for a steady-state figure)",
             file=sys.stderr,
         )
-    workload = Workload(args.concurrency, args.latency_ms, args.event_loop)
+    if args.hash_seed != "random" and not (args.hash_seed.isdigit() and int(args.hash_seed) <= 4294967295):
+        ap.error(f"--hash-seed: expected 'random' or an integer 0..4294967295, got {args.hash_seed!r}")
+    workload = Workload(args.concurrency, args.latency_ms, args.event_loop, args.hash_seed)
     runners = [r.strip() for r in args.runners.split(",") if r.strip()]
     unknown = sorted(set(runners) - set(RUNNERS))
     if unknown:

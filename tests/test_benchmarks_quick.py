@@ -124,6 +124,23 @@ def test_instruction_tool_rejects_bad_arguments() -> None:
     with pytest.raises(SystemExit) as err:
         instructions.main(["--concurrency", "0"])
     assert err.value.code == 2
+    for seed in ("-1", "x", "4294967296"):
+        with pytest.raises(SystemExit) as err:
+            instructions.main(["--hash-seed", seed])
+        assert err.value.code == 2
+
+
+def test_instructions_fix_the_hash_seed_of_the_measured_process(tmp_path: Path) -> None:
+    """Counts repeat only with a fixed string hash seed: the measured process gets
+    ``PYTHONHASHSEED`` (0 unless asked otherwise), whatever the caller's environment says."""
+    from benchmarks import instructions
+
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind is not installed")
+    probe = [sys.executable, "-c", "import sys; sys.exit(0 if sys.flags.hash_randomization == 0 else 3)"]
+    assert instructions.instructions(probe) > 0  # seed 0: hash randomization off, exit 0
+    with pytest.raises(RuntimeError, match="callgrind run failed \\(3\\)"):
+        instructions.instructions(probe, "random")
 
 
 @pytest.mark.timeout(300)
