@@ -101,7 +101,8 @@ def test_instruction_counts_cancel_start_up_and_grow_with_the_work(tmp_path: Pat
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(out.read_text())
-    assert data["workload"] == {"concurrency": 8, "latency_ms": 0.0, "event_loop": "asyncio"}
+    expected = {"concurrency": 8, "latency_ms": 0.0, "event_loop": "asyncio", "hash_seed": "0"}
+    assert data["workload"] == expected
     assert "C=8, product loop asyncio" in proc.stdout
     product = data["results"]["product"]
     assert (product["n"], product["base"]) == (40, 10)
