@@ -245,8 +245,8 @@ def _expressions(
     """
     parts = []
     for f in plain:
-        if f in bool_fields:
-            parts.append(f"int(r.{f})")
+        if f in bool_fields:  # int() of a bool without a type call (CPython 3.11 calls int())
+            parts.append(f"(1 if r.{f} is True else 0 if r.{f} is False else int(r.{f}))")
         elif f in blob_fields:
             parts.append(f"(None if r.{f} is None else bytearray(r.{f}))")
         else:
