@@ -46,6 +46,30 @@ def test_chain_runs_and_checkpoints_every_task() -> None:
         assert {a.outcome for a in rows(store, "attempts")} == {"succeeded"}
 
 
+def test_no_write_behind_keeps_every_row_of_a_success() -> None:
+    """Without write-behind the success path commits its attempt row at once (the checkpoint's
+    own rows then go into the next batch): nothing of a task is lost between the two."""
+
+    @task
+    async def add(x: dict[str, int]) -> int:
+        await asyncio.sleep(0)
+        return x["i"] + 1
+
+    @task
+    def double(x: int) -> int:
+        return x * 2
+
+    tpl = pipeline("p", add, double)
+    with vrunner(concurrency=4, write_behind=False) as r:
+        rep = r.run(tpl.map(seeds(10)))
+        store = r.store
+        assert rep.succeeded == 10
+        assert len(rows(store, "artifacts")) == 30
+        assert len(rows(store, "tasks")) == 20
+        assert len(rows(store, "attempts")) == 20
+        assert all(p.cursor == 2 and p.state == "succeeded" for p in rows(store, "pipelines"))
+
+
 def test_resume_never_reruns_a_durable_task() -> None:
     calls: dict[str, int] = {"a": 0, "b": 0}
     fail = {"on": True}

@@ -410,10 +410,10 @@ def test_values_shared_by_a_group_are_bound_once_and_stored_as_given(
     shared_calls: list[tuple[object, ...]] = []
     real = statements.write_shared_rows
 
-    def spy(conn: sqlite3.Connection, sql_for: object, values: tuple[object, ...], rows: list) -> None:
-        if values:
-            shared_calls.append(values)
-        real(conn, sql_for, values, rows)  # type: ignore[arg-type]
+    def spy(conn: sqlite3.Connection, sql_for: object, k: int, params: list, n: int) -> None:
+        if k:  # the flat parameters start with the shared values
+            shared_calls.append(tuple(params[:k]))
+        real(conn, sql_for, k, params, n)  # type: ignore[arg-type]
 
     monkeypatch.setattr(statements, "write_shared_rows", spy)
     store = OPENER.open(str(tmp_path / "s.db"))
@@ -1008,3 +1008,26 @@ def test_version_2_file_read_as_it_is_and_migrated_by_the_writer(tmp_path: Path)
         assert "handoffs" in tables and conn.execute("PRAGMA user_version").fetchone()[0] == 3
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 64, 100, 130])
+def test_flat_parameters_are_cut_into_statements_in_row_order(n: int) -> None:
+    """``write_shared_rows`` takes one flat list (the shared values, then each row's own):
+    however the rows are cut into power-of-two statements, every row is stored once, in order,
+    with the shared value bound once per statement."""
+    from pyattacker_plugins.store_sqlite import statements
+
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE t (i INTEGER, s TEXT, x TEXT)")
+
+    def sql_for(rows: int) -> str:
+        return "INSERT INTO t (i, s, x) VALUES " + ", ".join(
+            f"(?{2 + 2 * j}, ?1, ?{3 + 2 * j})" for j in range(rows)
+        )
+
+    params: list[object] = ["shared"]
+    for i in range(n):
+        params += (i, f"x{i}")
+    statements.write_shared_rows(conn, sql_for, 1, params, n)
+    got = conn.execute("SELECT i, s, x FROM t ORDER BY rowid").fetchall()
+    assert got == [(i, "shared", f"x{i}") for i in range(n)]

@@ -75,6 +75,8 @@ from .workqueue import EMPTY, WorkQueue
 __all__ = ["RunConfig", "RunReport", "Runner"]
 
 log = logging.getLogger("pyattacker")
+#: the leases an attempt left behind when it left none (shared, never changed)
+_NO_LEASES: list[Any] = []
 _LOOKUP_CHUNK = 512
 _MAX_ERROR = 2000
 #: the filter of ``ctx.acquire()`` without arguments: none
@@ -1502,13 +1504,105 @@ class Runner:
             me.held = state
             try:
                 # the pipeline's attempts, inline: every suspension of a task body passes through
-                # each coroutine above it, so a coroutine of its own would cost on every one
+                # each coroutine above it, so a coroutine of its own (per pipeline, or per
+                # attempt) would cost on every one
                 while state.seq < state.n:
                     if self._stopping:
                         self._interrupt(state, "stopped")
                         break
-                    if await self._attempt(state) is not True:
-                        break  # parked or finished
+                    # -- one attempt of the current task (``continue``: advanced; ``break``:
+                    # parked or finished); the failure path is ``_attempt_failed``
+                    spec = state.tasks[state.seq]
+                    state.attempt += 1
+                    attempt = state.attempt
+                    seq = state.seq
+                    ctx = TaskContext(self, state, seq, attempt, spec, spec.name, f"{state.spec.key}:{seq}")
+                    t0 = self._mono()
+                    wall0 = self._wall()
+                    if state.task_started is None:
+                        state.task_started = t0
+                        state.task_started_wall = wall0
+                    state.record.attempts_total += 1
+                    self.counters["attempts"] += 1
+                    error: BaseException | None = None
+                    value: Any = None
+                    try:
+                        if spec.is_async:
+                            value = spec.fn(state.value, ctx) if spec.takes_ctx else spec.fn(state.value)
+                        else:
+                            self._in_sync = True  # lets a second Ctrl-C interrupt a blocking sync body
+                            try:
+                                value = spec.fn(state.value, ctx) if spec.takes_ctx else spec.fn(state.value)
+                            finally:
+                                self._in_sync = False
+                        if spec.is_async or asyncio.iscoroutine(value):
+                            if spec.timeout_s:
+                                async with asyncio.timeout(spec.timeout_s):
+                                    value = await value
+                            else:
+                                value = await value
+                    except asyncio.CancelledError as exc:
+                        if self._stopping:
+                            self._attempt_interrupted(state, ctx, t0, wall0, "cancelled")
+                            raise
+                        # the runner cancels workers only to stop: the body raised it itself, or
+                        # something other than the runner cancelled this worker while the body
+                        # ran. Either is this attempt's failure, and the worker goes on
+                        error = self._stray_cancel(spec, exc) if _cancel_requested() else exc
+                    except Exception as exc:
+                        error = exc
+                    except BaseException as exc:
+                        if self._real_interrupt(exc):
+                            self._attempt_interrupted(state, ctx, t0, wall0, "interrupted")
+                            raise
+                        error = exc  # SystemExit, GeneratorExit, a custom BaseException: the task's failure
+                    if ctx.held_leases:
+                        leaked = ctx.reclaim_now()
+                        if leaked:
+                            error = self._leaked(state, ctx, leaked, error)
+                    else:  # nothing to return (``async with ctx.acquire()`` gave its lease back): no call
+                        ctx.held_leases = _ENDED  # as ``reclaim_now`` ends the context
+                        leaked = _NO_LEASES
+                    if error is None and type(value) is Handoff:
+                        try:
+                            jump, value, entry = self._control.stage_handoff(state, ctx, value, t0, wall0)
+                        except FatalError as exc:
+                            error = exc
+                        except ArtifactBackendUnavailable as exc:
+                            self._backend_failed(state, ctx, t0, wall0, exc)
+                            break
+                        else:
+                            assert self._recorder is not None
+                            await self._recorder.commit_ticket()  # the jump is durable before the next task
+                            if self._control.handed_off(state, ctx, jump, value, entry):
+                                continue
+                            break
+                    if error is None:
+                        try:
+                            art = self._stage_checkpoint(state, ctx, value, t0, wall0)
+                        except ArtifactCodecError as exc:  # named: the codec's message knows neither
+                            error = ArtifactCodecError(
+                                f"the output of task {spec.name!r} of pipeline {state.spec.key!r}"
+                                f" cannot be stored: {exc}"
+                            )
+                            error.__cause__ = exc
+                        except ArtifactBackendUnavailable as exc:
+                            self._backend_failed(state, ctx, t0, wall0, exc)
+                            break
+                        else:
+                            assert self._recorder is not None
+                            await self._recorder.commit_ticket()  # durable before the next task starts
+                            # the cursor moves (``_advance`` inline: once per task); the last task finishes
+                            state.seq += 1
+                            state.value = value
+                            state.attempt = 0
+                            state.task_started = state.task_started_wall = None
+                            if state.seq < state.n:
+                                continue
+                            self._succeeded(state, art)
+                            break
+                    if not await self._attempt_failed(state, ctx, t0, wall0, error, len(leaked)):
+                        break
             except asyncio.CancelledError:
                 self._interrupt(state, "cancelled")
                 raise
@@ -1538,118 +1632,52 @@ class Runner:
         )
         self._terminal(state, "failed", error=exc, phase="internal")
 
-    async def _attempt(self, state: _Pipeline) -> bool:
-        """Run one attempt of the current task. True: advanced; False: parked or finished."""
-        spec = state.tasks[state.seq]
-        state.attempt += 1
-        attempt = state.attempt
-        seq = state.seq
-        ctx = TaskContext(self, state, seq, attempt, spec, spec.name, f"{state.spec.key}:{seq}")
+    def _leaked(
+        self, state: _Pipeline, ctx: TaskContext, leaked: list[Any], error: BaseException | None
+    ) -> BaseException | None:
+        """Leases the task body still held at its end (returned already): one event each; with
+        ``strict_leases`` a success becomes a ``LeaseLeakError``. Returns the attempt's error."""
+        spec = ctx.task
+        attempt = ctx.attempt
+        self.counters["leases_leaked"] += len(leaked)
+        for lease in leaked:
+            self._event(
+                "lease.leaked",
+                "task",
+                pipeline_id=state.spec.key,
+                task_run_id=ctx.task_run_id,
+                pool=lease.pool,
+                resource_id=lease.resource.id,
+                data={
+                    "task": spec.name,
+                    "seq": state.seq,
+                    "attempt": attempt,
+                    "held_ms": lease.held_ms,
+                    "hint": "use `async with ctx.acquire()` or release the lease before returning",
+                },
+            )
+        if error is None and self.config.strict_leases:
+            error = LeaseLeakError(f"task {spec.name!r} ended holding {len(leaked)} lease(s) (strict_leases)")
+        return error
+
+    async def _attempt_failed(
+        self,
+        state: _Pipeline,
+        ctx: TaskContext,
+        t0: float,
+        wall0: float,
+        error: BaseException | None,
+        leaked: int,
+    ) -> bool:
+        """An attempt that ended in ``error``: decide, record, retry or fail. True: run the
+        task again now; False: parked or finished."""
+        assert error is not None
+        spec = ctx.task
+        attempt = ctx.attempt
         clock = self.clock
-        t0 = self._mono()
-        wall0 = self._wall()
-        if state.task_started is None:
-            state.task_started = t0
-            state.task_started_wall = wall0
-        state.record.attempts_total += 1
-        self.counters["attempts"] += 1
-        error: BaseException | None = None
-        value: Any = None
-        try:
-            if spec.is_async:
-                value = spec.fn(state.value, ctx) if spec.takes_ctx else spec.fn(state.value)
-            else:
-                self._in_sync = True  # lets a second Ctrl-C interrupt a blocking sync body
-                try:
-                    value = spec.fn(state.value, ctx) if spec.takes_ctx else spec.fn(state.value)
-                finally:
-                    self._in_sync = False
-            if spec.is_async or asyncio.iscoroutine(value):
-                if spec.timeout_s:
-                    async with asyncio.timeout(spec.timeout_s):
-                        value = await value
-                else:
-                    value = await value
-        except asyncio.CancelledError as exc:
-            if self._stopping:
-                self._attempt_interrupted(state, ctx, t0, wall0, "cancelled")
-                raise
-            # the runner cancels workers only to stop: the body raised it itself, or something
-            # other than the runner cancelled this worker while the body ran. Either is this
-            # attempt's failure, and the worker goes on
-            error = self._stray_cancel(spec, exc) if _cancel_requested() else exc
-        except Exception as exc:
-            error = exc
-        except BaseException as exc:
-            if self._real_interrupt(exc):
-                self._attempt_interrupted(state, ctx, t0, wall0, "interrupted")
-                raise
-            error = exc  # SystemExit, GeneratorExit, a custom BaseException: the task's failure
-        if ctx.held_leases:
-            leaked = ctx.reclaim_now()
-        else:  # nothing to return (``async with ctx.acquire()`` gave its lease back): no call
-            ctx.held_leases = _ENDED  # as ``reclaim_now`` ends the context
-            leaked = []
-        if leaked:
-            self.counters["leases_leaked"] += len(leaked)
-            for lease in leaked:
-                self._event(
-                    "lease.leaked",
-                    "task",
-                    pipeline_id=state.spec.key,
-                    task_run_id=ctx.task_run_id,
-                    pool=lease.pool,
-                    resource_id=lease.resource.id,
-                    data={
-                        "task": spec.name,
-                        "seq": state.seq,
-                        "attempt": attempt,
-                        "held_ms": lease.held_ms,
-                        "hint": "use `async with ctx.acquire()` or release the lease before returning",
-                    },
-                )
-            if error is None and self.config.strict_leases:
-                error = LeaseLeakError(
-                    f"task {spec.name!r} ended holding {len(leaked)} lease(s) (strict_leases)"
-                )
-        if error is None and type(value) is Handoff:
-            try:
-                jump, value, entry = self._control.stage_handoff(state, ctx, value, t0, wall0)
-            except FatalError as exc:
-                error = exc
-            except ArtifactBackendUnavailable as exc:
-                self._backend_failed(state, ctx, t0, wall0, exc)
-                return False
-            else:
-                assert self._recorder is not None
-                await self._recorder.commit_ticket()  # the jump is durable before the next task
-                return self._control.handed_off(state, ctx, jump, value, entry)
-        if error is None:
-            try:
-                art = self._stage_checkpoint(state, ctx, value, t0, wall0)
-            except ArtifactCodecError as exc:  # named: the codec's message knows neither
-                error = ArtifactCodecError(
-                    f"the output of task {spec.name!r} of pipeline {state.spec.key!r} cannot be stored: {exc}"
-                )
-                error.__cause__ = exc
-            except ArtifactBackendUnavailable as exc:
-                self._backend_failed(state, ctx, t0, wall0, exc)
-                return False
-            else:
-                assert self._recorder is not None
-                await self._recorder.commit_ticket()  # durable before the next task starts
-                # the cursor moves (``_advance`` inline: once per task); the last task finishes
-                state.seq += 1
-                state.value = value
-                state.attempt = 0
-                state.task_started = state.task_started_wall = None
-                if state.seq < state.n:
-                    return True
-                self._succeeded(state, art)
-                return False
         elapsed = clock.now() - (state.task_started or t0)
         decision = spec.retry.decide(error, attempt, ctx.rng, elapsed)
-        decision["leaked_leases"] = len(leaked)
+        decision["leaked_leases"] = leaked
         outcome = "timeout" if isinstance(error, TimeoutError) else "failed"
         self._record_attempt(state, ctx, t0, wall0, outcome, error, decision)
         self._task_failed(state, ctx, error, error_class=decision["error_class"], decision=decision)
@@ -1839,9 +1867,33 @@ class Runner:
         seed = self._seed_artifact(state, full, now=now) if state.write_seed else None
         if full and self._putter is not None:
             ended = self._mono()  # the attempt ends once the backend holds the bytes, as before
-        duration = self._record_attempt(state, ctx, t0, wall0, "succeeded", None, OK_DECISION, ended)
-        # rows go straight into the batch the next group commit writes (no copy, no merge)
-        batch = self._recorder.pending
+        # the attempt row: ``_record_attempt`` and ``Recorder.attempt`` inline (once per task;
+        # two Python calls fewer). Keep in step with both.
+        recorder = self._recorder
+        ms = (ended - t0) * 1000.0
+        duration = (ms * 1000.0 + 0.5) // 1.0 / 1000.0 if ms >= 0.0 else round3(ms)
+        recorder.pending.attempts.append(
+            AttemptRecord(
+                run_id=self.run_id or "",
+                pipeline_id=key,
+                task_run_id=ctx.task_run_id,
+                task_name=spec.name,
+                seq=seq,
+                attempt=ctx.attempt,
+                started_at=wall0,
+                ended_at=wall0 + duration / 1000,
+                duration_ms=duration,
+                outcome="succeeded",
+                decision=OK_DECISION,
+                leases=ctx.lease_records,
+                metric_failures=ctx.metric_failures,
+            )
+        )
+        if not (recorder._scheduled and recorder.write_behind):
+            recorder._maybe_flush()  # (else a flush is on its way and takes this row too)
+        # rows go straight into the batch the next group commit writes (no copy, no merge); read
+        # after the flush check, which may have committed (write-behind off) and begun a new one
+        batch = recorder.pending
         if seed is not None:
             batch.artifacts.append(seed)
             state.write_seed = False

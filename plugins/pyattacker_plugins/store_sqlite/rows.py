@@ -245,8 +245,8 @@ def _expressions(
     """
     parts = []
     for f in plain:
-        if f in bool_fields:
-            parts.append(f"int(r.{f})")
+        if f in bool_fields:  # int() of a bool without a type call (CPython 3.11 calls int())
+            parts.append(f"(1 if r.{f} is True else 0 if r.{f} is False else int(r.{f}))")
         elif f in blob_fields:
             parts.append(f"(None if r.{f} is None else bytearray(r.{f}))")
         else:
@@ -266,8 +266,14 @@ def compile_function(name: str, args: str, body: str, label: str) -> Callable[..
     Used for the row encoders: generated code reads a record's fields directly, which is
     cheaper per row than generic getters plus tuple reshaping.
     """
+    return compile_block(name, args, f"    return {body}\n", label)
+
+
+def compile_block(name: str, args: str, block: str, label: str) -> Callable[..., Any]:
+    """``def name(args):`` with the indented statements ``block``, compiled once, with the JSON
+    encoder in scope (``compile_function`` for a body of more than one expression)."""
     namespace: dict[str, Any] = {"_encode": _encode, "_ok": OK_DECISION, "_ok_json": _OK_JSON}
-    source = f"def {name}({args}):\n    return {body}\n"
+    source = f"def {name}({args}):\n{block}"
     exec(compile(source, f"<{label}>", "exec"), namespace)
     function: Callable[..., Any] = namespace[name]
     return function

@@ -6,8 +6,9 @@ that lookup cost more than the rest of the binding. A statement therefore writes
 that are ``None`` in a row as literal ``NULL``s and binds only the others.
 
 Per pattern of ``None``s, the statement compiles one small function that turns records (and
-their clustering key ``pk``) straight into the parameters of that variant, and one per table
-that computes every record's pattern: list comprehensions, so no Python call per row. Rows are
+their clustering key ``pk``) straight into the parameters of that variant, one flat list for all
+the rows, and one per table that computes every record's pattern (a list comprehension): no
+Python call per row. Rows are
 applied in their original order (consecutive rows with the same pattern share one statement),
 so an upsert of the same key twice in one batch still ends with the last row.
 
@@ -34,7 +35,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .rows import RowCodec, compile_function
+from .rows import RowCodec, compile_block, compile_function
 
 __all__ = ["Statement", "write_rows", "write_shared_rows"]
 
@@ -97,22 +98,24 @@ def write_rows(conn: sqlite3.Connection, sql: str, rows: list[tuple[Any, ...]]) 
 
 
 def write_shared_rows(
-    conn: sqlite3.Connection,
-    sql_for: Callable[[int], str],
-    shared: tuple[Any, ...],
-    rows: list[tuple[Any, ...]],
+    conn: sqlite3.Connection, sql_for: Callable[[int], str], k: int, params: list[Any], n: int
 ) -> None:
-    """Like ``write_rows``, for rows that all hold the values ``shared`` in some columns:
-    ``sql_for(n)`` is the statement of ``n`` rows that reads those columns from the parameters
-    ``?1..?k`` (bound once, here) and the rest of row ``i`` from the ones after."""
-    n = len(rows)
-    most = _rows_per_statement(conn, len(rows[0]), len(shared))
+    """Like ``write_rows``, for ``n`` rows whose parameters are already one flat list: the ``k``
+    values every row shares first (``sql_for(rows)``, the statement of that many rows, reads
+    them as ``?1..?k``, bound once), then each row's own values, row after row."""
+    width = (len(params) - k) // n
+    most = _rows_per_statement(conn, width, k)
+    if n <= most and not n & (n - 1):  # one statement of all the rows: the list as it is
+        conn.execute(sql_for(n), params)
+        return
+    shared = params[:k]
     start = 0
     while start < n:
         size = most
         while size > n - start:
             size >>= 1
-        conn.execute(sql_for(size), (*shared, *_chain(rows[start : start + size])))
+        first = k + start * width
+        conn.execute(sql_for(size), shared + params[first : first + size * width])
         start += size
 
 
@@ -120,8 +123,9 @@ def write_shared_rows(
 Render = Callable[[tuple[str, ...]], str]
 #: ``(records, pk_of) -> one tuple per record``: the keys (NULL pattern and shared values)
 RowsFunction = Callable[[Sequence[Any], Any], list[tuple[Any, ...]]]
-#: ``(records, keys, pk_of) -> one tuple per record``: one variant's parameters
-ParamsFunction = Callable[[Sequence[Any], list[tuple[Any, ...]], Any], list[tuple[Any, ...]]]
+#: ``(records, keys, pk_of, out) -> out``: one variant's parameters of every record, appended
+#: to ``out`` (the shared values) as one flat list
+ParamsFunction = Callable[[Sequence[Any], list[tuple[Any, ...]], Any, list[Any]], list[Any]]
 #: a variant: its SQL (rows -> statement text), its parameters and the positions in a key of
 #: the shared values it binds once
 Variant = tuple[Callable[[int], str], ParamsFunction, tuple[int, ...]]
@@ -217,7 +221,15 @@ class Statement:
 
         kept = [f"k[{at[p]}]" if p in at else exprs[p] for p in own]
         each = "r, k in zip(rows, keys)" if any(p in at for p in own) else "r in rows"
-        params = _per_row("params", kept, f"{self._codec.table} row parameters", "rows, keys, pk_of", each)
+        # one flat list, each row's values added as a tuple (copied in C): SQLite takes the
+        # parameters of a multi-row statement as one sequence, and flattening a list of row
+        # tuples afterwards cost about as much again, value by value
+        params = compile_block(
+            "params",
+            "rows, keys, pk_of, out",
+            f"    for {each}:\n        out += ({''.join(e + ', ' for e in kept)})\n    return out\n",
+            f"{self._codec.table} row parameters",
+        )
         entry: Variant = (sql_for, params, tuple(at[p] for p in bound))
         self._cache[(pattern, shared)] = entry
         return entry
@@ -261,7 +273,8 @@ class Statement:
             values = tuple([key[i] for i in picked])
             # only texts: a value equal to another of another type (1 and 1.0) may store differently
             if values and set(map(type, values)) == _TEXT:  # (in C: no generator per group)
-                write_shared_rows(conn, sql_for, values, params(records, keys, pk_of))
+                flat = params(records, keys, pk_of, list(values))
+                write_shared_rows(conn, sql_for, len(values), flat, len(records))
                 return
         sql_for, params, _ = cache.get((pattern, False)) or self._variant(pattern, False)
-        write_shared_rows(conn, sql_for, (), params(records, keys, pk_of))
+        write_shared_rows(conn, sql_for, 0, params(records, keys, pk_of, []), len(records))
