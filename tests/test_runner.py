@@ -21,7 +21,9 @@ from pyattacker.pipeline import fanout, pipeline
 from pyattacker.task import UNSET, task
 
 
-def test_chain_runs_and_checkpoints_every_task() -> None:
+def _add_then_double() -> Any:
+    """``p``: an async task (one suspension) that adds 1, then a sync task that doubles."""
+
     @task
     async def add(x: dict[str, int]) -> int:
         await asyncio.sleep(0)
@@ -31,7 +33,11 @@ def test_chain_runs_and_checkpoints_every_task() -> None:
     def double(x: int) -> int:
         return x * 2
 
-    tpl = pipeline("p", add, double)
+    return pipeline("p", add, double)
+
+
+def test_chain_runs_and_checkpoints_every_task() -> None:
+    tpl = _add_then_double()
     with vrunner(concurrency=4) as r:
         rep = r.run(tpl.map(seeds(10)))
         store = r.store
@@ -49,17 +55,7 @@ def test_chain_runs_and_checkpoints_every_task() -> None:
 def test_no_write_behind_keeps_every_row_of_a_success() -> None:
     """Without write-behind the success path commits its attempt row at once (the checkpoint's
     own rows then go into the next batch): nothing of a task is lost between the two."""
-
-    @task
-    async def add(x: dict[str, int]) -> int:
-        await asyncio.sleep(0)
-        return x["i"] + 1
-
-    @task
-    def double(x: int) -> int:
-        return x * 2
-
-    tpl = pipeline("p", add, double)
+    tpl = _add_then_double()
     with vrunner(concurrency=4, write_behind=False) as r:
         rep = r.run(tpl.map(seeds(10)))
         store = r.store
