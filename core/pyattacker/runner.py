@@ -75,8 +75,6 @@ from .workqueue import EMPTY, WorkQueue
 __all__ = ["RunConfig", "RunReport", "Runner"]
 
 log = logging.getLogger("pyattacker")
-#: the leases an attempt left behind when it left none (shared, never changed)
-_NO_LEASES: list[Any] = []
 _LOOKUP_CHUNK = 512
 _MAX_ERROR = 2000
 #: the filter of ``ctx.acquire()`` without arguments: none
@@ -1556,13 +1554,14 @@ class Runner:
                             self._attempt_interrupted(state, ctx, t0, wall0, "interrupted")
                             raise
                         error = exc  # SystemExit, GeneratorExit, a custom BaseException: the task's failure
+                    n_leaked = 0
                     if ctx.held_leases:
                         leaked = ctx.reclaim_now()
                         if leaked:
+                            n_leaked = len(leaked)
                             error = self._leaked(state, ctx, leaked, error)
                     else:  # nothing to return (``async with ctx.acquire()`` gave its lease back): no call
                         ctx.held_leases = _ENDED  # as ``reclaim_now`` ends the context
-                        leaked = _NO_LEASES
                     if error is None and type(value) is Handoff:
                         try:
                             jump, value, entry = self._control.stage_handoff(state, ctx, value, t0, wall0)
@@ -1601,7 +1600,7 @@ class Runner:
                                 continue
                             self._succeeded(state, art)
                             break
-                    if not await self._attempt_failed(state, ctx, t0, wall0, error, len(leaked)):
+                    if not await self._attempt_failed(state, ctx, t0, wall0, error, n_leaked):
                         break
             except asyncio.CancelledError:
                 self._interrupt(state, "cancelled")
