@@ -492,6 +492,37 @@ def test_keys_of_a_rolled_back_batch_are_registered_again(tmp_path: Path) -> Non
         store.close()
 
 
+def test_a_constraint_failing_inside_sqlite_rolls_back_the_whole_batch(tmp_path: Path) -> None:
+    """Write statements are ``OR ROLLBACK``: SQLite keeps no statement journal for them, and a
+    constraint that fails half-way through a multi-row statement ends the whole transaction.
+    Nothing of the batch is stored, the ids it was given are handed out again, and the store
+    takes the next batch."""
+    from pyattacker.model import Batch
+
+    store = OPENER.open(str(tmp_path / "c.db"))
+    try:
+        commit(store, pipelines=[pipeline("p1")], tasks=[task("p1", 0)], attempts=[attempt("p1")])
+        before = [a.attempt_id for a in store.page("attempts")]
+
+        bad = Batch()
+        bad.pipelines += [pipeline(f"q{i}") for i in range(8)]
+        bad.tasks += [task(f"q{i}", 0) for i in range(8)]
+        bad.tasks[5].seq = None  # type: ignore[assignment]  # NOT NULL (a clustered key) fails in SQLite
+        bad.attempts += [attempt(f"q{i}") for i in range(8)]
+        with pytest.raises(StoreUnavailable, match=r"NOT NULL constraint failed: tasks\.seq"):
+            store.commit(bad)
+        assert [p.pipeline_id for p in store.page("pipelines")] == ["p1"]
+        assert [t.task_run_id for t in store.page("tasks")] == ["p1:0"]
+        assert [a.attempt_id for a in store.page("attempts")] == before
+        assert all(a.attempt_id is None for a in bad.attempts)
+
+        commit(store, pipelines=[pipeline("q1")], tasks=[task("q1", 0)], attempts=[attempt("q1")])
+        assert [a.attempt_id for a in store.page("attempts")] == [*before, before[-1] + 1]
+        assert [t.task_run_id for t in store.page("tasks", pipeline_id="q1")] == ["q1:0"]
+    finally:
+        store.close()
+
+
 def test_ids_a_lookup_found_without_a_key_are_registered_without_another_lookup(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,7 +1,7 @@
 """``SqliteStore``: the embedded default store, one SQLite file in WAL mode.
 
 One writer connection (guarded by the sidecar writer lock) applies each ``Batch`` as one
-``BEGIN IMMEDIATE ... COMMIT`` with one ``executemany`` per table; readers open ``mode=ro``
+``BEGIN IMMEDIATE ... COMMIT`` with a few multi-row statements per table; readers open ``mode=ro``
 connections that never create or migrate anything and see consistent snapshots beside a live
 writer. Every SQL string is built once; rows travel as tuples.
 """
@@ -65,6 +65,11 @@ BUSY_TIMEOUT_MS = 10_000
 #: With the limit, the first commit after the next restart truncates it back.
 WAL_SIZE_LIMIT = 16 * 2**20
 SYNCHRONOUS_MODES = ("normal", "full")
+#: The conflict clause of every write of a commit. A batch is all or nothing, so a statement that
+#: fails must end the whole transaction anyway; with the default (ABORT) SQLite would also keep a
+#: statement journal to undo that statement alone: a copy of every page it changes, spilled to a
+#: temporary file past 64 KiB (about a quarter of the write syscalls and bytes of a run).
+_OR = "OR ROLLBACK"
 
 
 def _upsert(codec: RowCodec[Any], key: tuple[str, ...], keep: tuple[str, ...] = ()) -> Statement:
@@ -74,7 +79,7 @@ def _upsert(codec: RowCodec[Any], key: tuple[str, ...], keep: tuple[str, ...] = 
 
     def render(marks: tuple[str, ...]) -> str:
         return (
-            f'INSERT INTO "{codec.table}" ({cols}) VALUES ({", ".join(marks)})'
+            f'INSERT {_OR} INTO "{codec.table}" ({cols}) VALUES ({", ".join(marks)})'
             f" ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
         )
 
@@ -85,14 +90,14 @@ def _insert(codec: RowCodec[Any], suffix: str = "") -> Statement:
     cols = ", ".join(f'"{c}"' for c in codec.columns)
 
     def render(marks: tuple[str, ...]) -> str:
-        return f'INSERT INTO "{codec.table}" ({cols}) VALUES ({", ".join(marks)}){suffix}'
+        return f'INSERT {_OR} INTO "{codec.table}" ({cols}) VALUES ({", ".join(marks)}){suffix}'
 
     return Statement(render, codec)
 
 
 #: the sequential number of a pipeline id (see the schema: per-pipeline tables cluster by it)
 _PK = "(SELECT pk FROM pipeline_keys WHERE pipeline_id = ?)"
-_REGISTER_KEY = "INSERT INTO pipeline_keys (pk, pipeline_id) VALUES (?, ?)"
+_REGISTER_KEY = f"INSERT {_OR} INTO pipeline_keys (pk, pipeline_id) VALUES (?, ?)"
 #: pipeline id -> pk entries kept between commits (pipelines in flight checkpoint many times)
 _KNOWN_MAX = 4096
 #: ids known to have no key row, at most (admission looks ahead of the commits by a few chunks)
@@ -109,14 +114,14 @@ def _clustered(codec: RowCodec[Any], key: tuple[str, ...] | None, keep: tuple[st
     updates = ", ".join(f'"{c}" = excluded."{c}"' for c in codec.columns if c not in keep)
 
     def render(marks: tuple[str, ...]) -> str:
-        sql = f'INSERT INTO "{codec.table}" (pk, {cols}) VALUES ({", ".join(marks)})'
+        sql = f'INSERT {_OR} INTO "{codec.table}" (pk, {cols}) VALUES ({", ".join(marks)})'
         return sql if key is None else f"{sql} ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
 
     return Statement(render, codec, clustered=True)
 
 
 #: a cursor advance: two columns of an existing row, no index touched
-_PROGRESS = "UPDATE pipelines SET cursor = ?, attempts_total = ? WHERE pk = ?"
+_PROGRESS = f"UPDATE {_OR} pipelines SET cursor = ?, attempts_total = ? WHERE pk = ?"
 #: (table attribute of Batch, statement) in the order rows are applied
 _WRITES: tuple[tuple[str, Statement], ...] = (
     ("runs", _upsert(RUNS, ("run_id",))),
@@ -133,7 +138,7 @@ _WRITES: tuple[tuple[str, Statement], ...] = (
 #: batch attributes whose rows carry the pipeline's clustering key
 _KEYED = ("pipelines", "tasks", "artifacts", "attempts", "events", "handoffs")
 #: a pipeline's earlier final artifacts, unmarked before a new one is written (``Batch.finals_cleared``)
-_CLEAR_FINALS = "UPDATE artifacts SET is_final = 0 WHERE pk = ? AND is_final"
+_CLEAR_FINALS = f"UPDATE {_OR} artifacts SET is_final = 0 WHERE pk = ? AND is_final"
 #: ``Batch.resets``, before the batch's tasks and artifacts: a range of the clustered key each
 _RESET_TASKS = "DELETE FROM tasks WHERE pk = ? AND seq >= 0 AND seq < ?"
 _RESET_ARTIFACTS = "DELETE FROM artifacts WHERE pk = ? AND seq >= 0 AND seq < ?"
