@@ -768,6 +768,30 @@ def test_pipeline_totals_counts_sorts_and_sums_one_run(tmp_path: Path) -> None:
         store.close()
 
 
+def test_the_wal_is_checkpointed_at_its_size_limit_not_at_sqlites_default(tmp_path: Path) -> None:
+    """The writer checkpoints the log every ``WAL_CHECKPOINT_PAGES`` pages (about the 16 MiB the
+    file is cut back to), not at SQLite's 1,000 (4 MB): the file grows past 8 MiB, stays within
+    its limit and one commit, and every row stays readable."""
+    from pyattacker_plugins.store_sqlite.store import WAL_CHECKPOINT_PAGES, WAL_SIZE_LIMIT
+
+    assert WAL_CHECKPOINT_PAGES * (4096 + 24) <= WAL_SIZE_LIMIT
+    path = tmp_path / "runs.db"
+    wal = Path(str(path) + "-wal")
+    store = OPENER.open(str(path))
+    payload = os.urandom(256 * 1024)
+    sizes = []
+    try:
+        for n in range(0, 160, 4):  # 40 commits of 1 MiB: 40 MiB through the log
+            rows = [artifact(f"p{n + i}", 0, payload) for i in range(4)]
+            commit(store, pipelines=[pipeline(r.pipeline_id) for r in rows], artifacts=rows)
+            sizes.append(wal.stat().st_size)
+        assert max(sizes) > 8 * 2**20, sizes  # SQLite's default would have restarted it at 4 MB
+        assert max(sizes) <= WAL_SIZE_LIMIT + 2 * 2**20, sizes  # checkpointed, then restarted
+        assert store.count_rows("artifacts") == 160
+    finally:
+        store.close()
+
+
 def test_wal_grown_behind_a_long_reader_shrinks_back_after_it_ends(tmp_path: Path) -> None:
     """A reader holding one snapshot (the live view's statistics) keeps the WAL from restarting,
     so the file grows while the run writes; once the reader is done, the log restarts and the
