@@ -233,6 +233,65 @@ def test_dead_writer_leaves_resumable_rows(tmp_path: Path) -> None:
         store.close()
 
 
+CHECKPOINTING_WRITER = textwrap.dedent(
+    """
+    import hashlib, sys
+    from pyattacker.model import ArtifactRecord, Batch, PipelineRecord
+    from pyattacker_plugins.store_sqlite import SqliteStoreOpener
+    store = SqliteStoreOpener().open(sys.argv[1])
+    for k in range(100_000):
+        b = Batch()
+        for i in range(4):
+            pid = f"p{k}-{i}"
+            payload = hashlib.sha256(pid.encode()).digest() * 8192  # 256 KiB, known to the test
+            b.pipelines.append(PipelineRecord(pipeline_id=pid, run_id="r", name="n", key=pid, created_at=1.0))
+            b.artifacts.append(ArtifactRecord(
+                artifact_id=f"{pid}:0", pipeline_id=pid, task_name="t0", seq=0, type_name="bytes",
+                codec="bytes", digest="00" * 16, size=len(payload), created_at=1.0, payload=payload))
+        store.commit(b)
+        print(k, store.checkpointer.checkpoints, flush=True)
+    """
+)
+
+
+def test_a_writer_killed_while_its_thread_checkpoints_loses_no_acknowledged_commit(tmp_path: Path) -> None:
+    """SIGKILL a writer that commits 1 MiB batches back to back while its checkpoint thread copies
+    the log (checkpoints seen, the database file grown): every batch whose commit returned is in
+    the store afterwards, its payload intact, and the store opens for writing again."""
+    import signal
+
+    path = tmp_path / "runs.db"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHECKPOINTING_WRITER, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    acknowledged = -1
+    try:
+        assert child.stdout is not None
+        for line in child.stdout:
+            k, checkpoints = map(int, line.split())
+            acknowledged = k
+            if k >= 40 and checkpoints >= 3 and path.stat().st_size > 8 * 2**20:
+                break
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == -signal.SIGKILL and acknowledged >= 40
+    store = OPENER.open(str(path))
+    try:
+        for k in range(acknowledged + 1):
+            for i in range(4):
+                pid = f"p{k}-{i}"
+                art = store.get_artifact(pid, 0)
+                assert art is not None, pid
+                assert art.payload == hashlib.sha256(pid.encode()).digest() * 8192, pid
+        assert store.count_rows("artifacts") >= 4 * (acknowledged + 1)
+    finally:
+        store.close()
+
+
 LIVE_READER = textwrap.dedent(
     """
     import sys, time
@@ -768,12 +827,17 @@ def test_pipeline_totals_counts_sorts_and_sums_one_run(tmp_path: Path) -> None:
         store.close()
 
 
-def test_the_wal_is_checkpointed_at_its_size_limit_not_at_sqlites_default(tmp_path: Path) -> None:
+def test_the_wal_is_checkpointed_at_its_size_limit_not_at_sqlites_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The writer checkpoints the log every ``WAL_CHECKPOINT_PAGES`` pages (about the 16 MiB the
     file is cut back to), not at SQLite's 1,000 (4 MB): the file grows past 8 MiB, stays within
-    its limit and one commit, and every row stays readable."""
+    its limit and one commit, and every row stays readable. (The checkpointer thread is kept
+    out of it: it may restart the log sooner, and it has a test of its own.)"""
+    from pyattacker_plugins.store_sqlite import checkpointer
     from pyattacker_plugins.store_sqlite.store import WAL_CHECKPOINT_PAGES, WAL_SIZE_LIMIT
 
+    monkeypatch.setattr(checkpointer, "START_AT", 2**31)
     assert WAL_CHECKPOINT_PAGES * (4096 + 24) <= WAL_SIZE_LIMIT
     path = tmp_path / "runs.db"
     wal = Path(str(path) + "-wal")
@@ -790,6 +854,44 @@ def test_the_wal_is_checkpointed_at_its_size_limit_not_at_sqlites_default(tmp_pa
         assert store.count_rows("artifacts") == 160
     finally:
         store.close()
+
+
+def test_a_thread_beside_the_writer_copies_the_log_into_the_database(tmp_path: Path) -> None:
+    """Past ``START_AT`` frames, a thread of the writer checkpoints the log on a connection of its
+    own (a commit no longer pays for it): the database file takes the rows while the writer
+    commits nothing and before its own checkpoint (4,000 pages) is reached; closing the store
+    ends the thread, and a read-only store has none."""
+    import threading
+    import time
+
+    from pyattacker_plugins.store_sqlite import checkpointer
+
+    path = tmp_path / "runs.db"
+    store = OPENER.open(str(path))
+    payload = os.urandom(256 * 1024)
+    try:
+        ckpt = store.checkpointer
+        assert ckpt is not None and ckpt.running
+        before = path.stat().st_size
+        for n in range(0, 32, 4):  # 8 MiB: about 2,100 frames, past START_AT, short of 4,000
+            rows = [artifact(f"p{n + i}", 0, payload) for i in range(4)]
+            commit(store, pipelines=[pipeline(r.pipeline_id) for r in rows], artifacts=rows)
+        assert checkpointer.START_AT < 2_100 < 4_000
+        deadline = time.monotonic() + 120  # generous: it only fails if nothing ever copies
+        while path.stat().st_size < before + 8 * 2**20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert path.stat().st_size >= before + 8 * 2**20  # copied with no commit to trigger it
+        assert ckpt.checkpoints >= 1 and ckpt.errors == 0
+        reader = OPENER.open(str(path), read_only=True)
+        try:
+            assert reader.checkpointer is None
+            assert reader.count_rows("artifacts") == 32
+        finally:
+            reader.close()
+    finally:
+        store.close()
+    assert not ckpt.running
+    assert ckpt._thread not in threading.enumerate()
 
 
 def test_wal_grown_behind_a_long_reader_shrinks_back_after_it_ends(tmp_path: Path) -> None:

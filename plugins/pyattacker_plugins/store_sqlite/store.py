@@ -37,6 +37,7 @@ from pyattacker.store import PAGE_KINDS
 from pyattacker.writer_lock import WriterLock
 
 from . import schema
+from .checkpointer import Checkpointer
 from .rows import (
     ARTIFACTS,
     ATTEMPTS,
@@ -370,6 +371,8 @@ class SqliteStore:
         self._states = StateLookup(self._query, LOOKUP_CHUNK, None if read_only else self._absent)
         self._next_pk = self._next_id("pipeline_keys", "pk")
         self.wal_bound = None if read_only else WalBound(path + "-wal", BUSY_TIMEOUT_MS)
+        #: copies the log into the database off the writer's thread (see ``checkpointer``)
+        self.checkpointer = None if read_only else Checkpointer(path, synchronous)
 
     @property
     def has_ledger(self) -> bool:
@@ -935,6 +938,8 @@ class SqliteStore:
         """Close the connection (WAL checkpointed by SQLite) and free the writer lock."""
         with self._mutex:
             conn, self._conn = self._conn, None
+            if self.checkpointer is not None:
+                self.checkpointer.stop()
             try:
                 if conn is not None:
                     if not self.read_only:
