@@ -43,6 +43,7 @@ METRICS = (
     "wall_s",
     "peak_rss_mb",
     "cpu_us_per_task",
+    "sys_us_per_task",
     "bytes_per_pipeline",
     "store_bytes",
 )
@@ -445,6 +446,13 @@ def _cell(s: dict[str, Any] | None, key: str = "median", digits: int = 2) -> str
     return _fmt(s.get(key), digits) if s else "n/a"
 
 
+def _cpu(s: dict[str, Any]) -> str:
+    """CPU µs per task, with the kernel's share in parentheses when the run reported it."""
+    cpu = _cell(s.get("cpu_us_per_task"), digits=1)
+    system = s.get("sys_us_per_task")
+    return f"{cpu} ({_cell(system, digits=1)})" if system and cpu != "n/a" else cpu
+
+
 def _range(s: dict[str, Any] | None, digits: int = 2) -> str:
     if not s or s.get("median") is None:
         return "n/a"
@@ -485,7 +493,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         "### Variants",
         "",
         "| scenario | variant | rounds | pipelines/s median (min - max) | wall s median | peak RSS MB median"
-        " | CPU µs/task | bytes/pipeline |",
+        " | CPU µs/task (system) | bytes/pipeline |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, sc in scen.items():
@@ -499,7 +507,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             )
             lines.append(
                 f"| {name} | {label} | {done} | {_range(rate, 0)} | {_cell(s.get('wall_s'))}"
-                f" | {_cell(s.get('peak_rss_mb'), digits=1)} | {_cell(s.get('cpu_us_per_task'), digits=1)}"
+                f" | {_cell(s.get('peak_rss_mb'), digits=1)} | {_cpu(s)}"
                 f" | {_cell(s.get('bytes_per_pipeline'), digits=0)} |"
             )
     lines += ["", "Workloads and parameters:", ""]

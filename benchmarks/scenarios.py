@@ -133,7 +133,11 @@ def build(
             {"n": n, "tasks": 3, "concurrency": 64},
             variants,
             ratios,
-            reported=[("product", "bytes_per_pipeline"), ("product", "cpu_us_per_task")],
+            reported=[
+                ("product", "bytes_per_pipeline"),
+                ("product", "cpu_us_per_task"),
+                ("product", "sys_us_per_task"),
+            ],
         )
 
     if name == "latency":

@@ -74,6 +74,8 @@ def test_quick_suite_writes_results(tmp_path: Path) -> None:
     product = results["scenarios"]["overhead"]["variants"]["product"]["runs"][0]
     assert {"pipelines_per_s", "wall_s", "peak_rss_mb", "store_bytes"} <= product.keys()
     assert product["pipelines_run"] == results["scenarios"]["overhead"]["params"]["n"]
+    # the kernel's share of the CPU time is reported beside it (and is part of it)
+    assert 0 <= product["sys_us_per_task"] <= product["cpu_us_per_task"] + 1.0
     # the loop the product ran on is recorded, and it is the one the machine info says is default
     assert product["event_loop"] == ("uvloop" if results["machine"]["uvloop"] else "asyncio")
     rerun = results["scenarios"]["resume"]["variants"]["product-rerun"]["runs"][0]
@@ -263,3 +265,33 @@ def test_docs_table_keeps_the_latest_of_every_scenario(tmp_path: Path) -> None:
     text = render_markdown({**today, "scenarios": shown})
     assert "- **demo**: work old demo (). [from `benchmarks/results/2026-11-28.json`]" in text
     assert "- **shards**: work now (). [measured T]" in text
+
+
+def test_variants_table_shows_the_kernels_share_of_the_cpu_when_reported() -> None:
+    """The CPU column carries the system time in parentheses for runs that report it (the
+    product) and the CPU time alone for older results that do not."""
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks.harness import render_markdown
+    finally:
+        sys.path.remove(str(REPO))
+
+    def variant(**summary: float) -> dict[str, object]:
+        stats = {k: {"median": v, "min": v, "max": v} for k, v in summary.items()}
+        return {"summary": stats, "runs": [summary]}
+
+    sc = {
+        "workload": "w",
+        "params": {},
+        "rounds": 1,
+        "ratios": [],
+        "checks": [],
+        "variants": {
+            "product": variant(pipelines_per_s=100.0, cpu_us_per_task=22.7, sys_us_per_task=5.8),
+            "older": variant(pipelines_per_s=90.0, cpu_us_per_task=30.1),
+        },
+    }
+    text = render_markdown({"schema": 1, "quick": False, "scenarios": {"overhead": sc}})
+    rows = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| overhead | ")}
+    assert " | 22.7 (5.8) | " in rows["product"]
+    assert " | 30.1 | " in rows["older"] and "(" not in rows["older"].split(" | ")[6]
