@@ -857,10 +857,11 @@ def test_the_wal_is_checkpointed_at_its_size_limit_not_at_sqlites_default(
 
 
 def test_a_thread_beside_the_writer_copies_the_log_into_the_database(tmp_path: Path) -> None:
-    """Past ``START_AT`` frames, a thread of the writer checkpoints the log on a connection of its
-    own (a commit no longer pays for it): the database file takes the rows while the writer
-    commits nothing and before its own checkpoint (4,000 pages) is reached; closing the store
-    ends the thread, and a read-only store has none."""
+    """A commit that leaves ``START_AT`` frames or more in the log wakes a thread of the writer
+    (started then: a small log has none), which checkpoints on a connection of its own (a
+    commit no longer pays for it): the database file takes the rows while the writer commits
+    nothing and before its own checkpoint (4,000 pages) is reached; closing the store ends the
+    thread, and a read-only store has none."""
     import threading
     import time
 
@@ -871,12 +872,15 @@ def test_a_thread_beside_the_writer_copies_the_log_into_the_database(tmp_path: P
     payload = os.urandom(256 * 1024)
     try:
         ckpt = store.checkpointer
-        assert ckpt is not None and ckpt.running
+        assert ckpt is not None and not ckpt.running  # started by the first commit that needs it
+        commit(store, pipelines=[pipeline("small")])
+        assert not ckpt.running  # a log of a few frames: no thread
         before = path.stat().st_size
         for n in range(0, 32, 4):  # 8 MiB: about 2,100 frames, past START_AT, short of 4,000
             rows = [artifact(f"p{n + i}", 0, payload) for i in range(4)]
             commit(store, pipelines=[pipeline(r.pipeline_id) for r in rows], artifacts=rows)
         assert checkpointer.START_AT < 2_100 < 4_000
+        assert ckpt.running
         deadline = time.monotonic() + 120  # generous: it only fails if nothing ever copies
         while path.stat().st_size < before + 8 * 2**20 and time.monotonic() < deadline:
             time.sleep(0.01)

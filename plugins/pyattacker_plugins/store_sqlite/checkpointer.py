@@ -4,12 +4,14 @@ A checkpoint copies the log's pages into the database file and syncs both files.
 writer's own automatic checkpoints, that was about 60 % of the writer's commit time on the
 benchmark's overhead workload (18-27 ms each, mostly the page writes and the syncs), and the
 event loop stood still meanwhile. SQLite runs a checkpoint on a connection of its own while a
-writer appends to the log, and CPython releases the GIL while it does. So this thread makes a
-PASSIVE checkpoint (one that never waits for the writer or for readers) whenever the log holds
-``START_AT`` frames or more. The writer's own automatic checkpoint stays, as a backstop: it
-then finds the frames already copied, finishes the tail and lets the next commit restart the
-log. Durability is unchanged: the thread syncs exactly as the writer would (same
-``synchronous``), and a checkpoint only ever copies committed frames.
+writer appends to the log, and CPython releases the GIL while it does. So once a commit leaves
+``START_AT`` frames or more in the log, the writer wakes this thread, which makes a PASSIVE
+checkpoint (one that never waits for the writer or for readers), at most one per ``GAP_S``.
+The writer's own automatic checkpoint stays, as a backstop: it then finds the frames already
+copied, finishes the tail and lets the next commit restart the log. The thread starts at the
+first such commit, so a run that writes little (a resume with nothing to do) never has one.
+Durability is unchanged: the thread syncs exactly as the writer would (same ``synchronous``),
+and a checkpoint only ever copies committed frames.
 """
 
 from __future__ import annotations
@@ -19,17 +21,17 @@ import sqlite3
 import struct
 import threading
 
-__all__ = ["POLL_S", "START_AT", "Checkpointer", "log_frames"]
+__all__ = ["GAP_S", "START_AT", "Checkpointer", "log_frames"]
 
 #: frames in the log from which the thread copies them (the writer's backstop is at 4,000)
 START_AT = 1000
-#: seconds between two looks at the log's length (a 4-byte read)
-POLL_S = 0.01
+#: seconds between the starts of two checkpoints of the thread, at least
+GAP_S = 0.01
 #: ``mxFrame``, the last valid frame of the log, in the WAL-index header at the start of the
 #: ``-shm`` file (a u32 at offset 16, native byte order: sqlite.org/walformat.html)
 _MX_FRAME = struct.Struct("=I")
 _MX_FRAME_AT = 16
-#: a failing checkpoint (a disk error) is tried again after this many seconds, not every poll
+#: a failing checkpoint (a disk error) is tried again after this many seconds at the earliest
 _BACKOFF_S = 1.0
 
 
@@ -40,53 +42,75 @@ def log_frames(shm_fd: int) -> int:
 
 
 class Checkpointer:
-    """A daemon thread that checkpoints ``path``'s WAL; ``stop()`` before the writer closes."""
+    """Checkpoints ``path``'s WAL on a daemon thread. The writer calls ``after_commit()`` after
+    each commit and ``stop()`` before it closes (both under the store's lock)."""
 
     def __init__(self, path: str, synchronous: str) -> None:
         self.path = path
         self.synchronous = synchronous
-        #: checkpoints made, and checkpoints that raised (the writer's backstop covers them)
+        #: checkpoints made, and failures (a checkpoint that raised, a log it could not read):
+        #: the writer's automatic checkpoints cover for both
         self.checkpoints = 0
         self.errors = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="pyattacker-checkpointer", daemon=True)
-        self._thread.start()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._shm = -1  # the ``-shm`` file, opened at the first commit
 
     @property
     def running(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread is not None and self._thread.is_alive()
+
+    def after_commit(self) -> None:
+        """Wake the thread (start it the first time) if the log holds ``START_AT`` frames."""
+        if self._stopped.is_set():
+            return
+        try:
+            if self._shm < 0:
+                self._shm = os.open(self.path + "-shm", os.O_RDONLY)
+            if log_frames(self._shm) < START_AT:
+                return
+        except OSError:
+            self.errors += 1
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="pyattacker-checkpointer", daemon=True)
+            self._thread.start()
+        self._wake.set()
 
     def stop(self) -> None:
-        """End the thread (a checkpoint under way finishes first)."""
-        self._stop.set()
-        if self._thread is not threading.current_thread():
+        """End the thread (a checkpoint under way finishes first); the writer then closes."""
+        self._stopped.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
+        if self._shm >= 0:
+            os.close(self._shm)
+            self._shm = -1
 
     def _run(self) -> None:
         try:
-            shm = os.open(self.path + "-shm", os.O_RDONLY)
-        except OSError:
+            conn = sqlite3.connect(self.path, isolation_level=None)
+        except sqlite3.Error:
             self.errors += 1
             return  # the writer's automatic checkpoints still run
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None)
-        except sqlite3.Error:
-            os.close(shm)
-            self.errors += 1
-            return
-        try:
             conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
-            wait = POLL_S
-            while not self._stop.wait(wait):
-                wait = POLL_S
+            while True:
+                self._wake.wait()
+                if self._stopped.is_set():
+                    return
+                self._wake.clear()
+                gap = GAP_S
                 try:
-                    if log_frames(shm) < START_AT:
-                        continue
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                     self.checkpoints += 1
-                except (sqlite3.Error, OSError):
+                except sqlite3.Error:
                     self.errors += 1
-                    wait = _BACKOFF_S
+                    gap = _BACKOFF_S
+                if self._stopped.wait(gap):
+                    return
+        except sqlite3.Error:
+            self.errors += 1
         finally:
-            os.close(shm)
             conn.close()

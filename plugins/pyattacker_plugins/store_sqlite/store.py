@@ -502,6 +502,8 @@ class SqliteStore:
             self._next_pk += fresh
             if self.wal_bound is not None:
                 self.wal_bound.after_commit(conn)
+            if self.checkpointer is not None:
+                self.checkpointer.after_commit()
             if len(self._known) + len(pks) > _KNOWN_MAX:
                 self._known.clear()
             self._known.update(pks)
