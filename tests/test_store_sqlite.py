@@ -898,6 +898,24 @@ def test_a_thread_beside_the_writer_copies_the_log_into_the_database(tmp_path: P
     assert ckpt._thread not in threading.enumerate()
 
 
+def test_without_pread_the_writer_checkpoints_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where ``os.pread`` is missing (Windows) no checkpoint thread starts: the writer's own
+    automatic checkpoints keep the log bounded and every commit is stored."""
+    monkeypatch.delattr(os, "pread")
+    path = tmp_path / "runs.db"
+    store = OPENER.open(str(path))
+    payload = os.urandom(256 * 1024)
+    try:
+        for n in range(0, 80, 4):  # 20 MiB: past the thread's start and the writer's backstop
+            rows = [artifact(f"p{n + i}", 0, payload) for i in range(4)]
+            commit(store, pipelines=[pipeline(r.pipeline_id) for r in rows], artifacts=rows)
+        assert store.checkpointer is not None and not store.checkpointer.running
+        assert store.checkpointer.checkpoints == 0 and store.checkpointer.errors == 0
+        assert store.count_rows("artifacts") == 80
+    finally:
+        store.close()
+
+
 def test_wal_grown_behind_a_long_reader_shrinks_back_after_it_ends(tmp_path: Path) -> None:
     """A reader holding one snapshot (the live view's statistics) keeps the WAL from restarting,
     so the file grows while the run writes; once the reader is done, the log restarts and the

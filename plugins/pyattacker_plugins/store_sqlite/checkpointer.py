@@ -56,6 +56,8 @@ class Checkpointer:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._shm = -1  # the ``-shm`` file, opened at the first commit
+        if not hasattr(os, "pread"):  # (not on Windows): the writer's own checkpoints do it all
+            self._stopped.set()
 
     @property
     def running(self) -> bool:
