@@ -52,6 +52,9 @@ class Checkpointer:
         #: the writer's automatic checkpoints cover for both
         self.checkpoints = 0
         self.errors = 0
+        #: held around each checkpoint of the thread; the writer's own restarts of the log take it
+        #: too (SQLite would refuse one while the thread's is under way, without waiting)
+        self.lock = threading.Lock()
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -105,7 +108,8 @@ class Checkpointer:
                 self._wake.clear()
                 gap = GAP_S
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    with self.lock:
+                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                     self.checkpoints += 1
                 except sqlite3.Error:
                     self.errors += 1

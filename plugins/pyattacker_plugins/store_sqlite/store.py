@@ -370,9 +370,13 @@ class SqliteStore:
         self._absent: set[str] = set()
         self._states = StateLookup(self._query, LOOKUP_CHUNK, None if read_only else self._absent)
         self._next_pk = self._next_id("pipeline_keys", "pk")
-        self.wal_bound = None if read_only else WalBound(path + "-wal", BUSY_TIMEOUT_MS)
         #: copies the log into the database off the writer's thread (see ``checkpointer``)
         self.checkpointer = None if read_only else Checkpointer(path, synchronous)
+        self.wal_bound = (
+            None
+            if self.checkpointer is None
+            else WalBound(path + "-wal", BUSY_TIMEOUT_MS, exclusive=self.checkpointer.lock)
+        )
 
     @property
     def has_ledger(self) -> bool:

@@ -14,6 +14,7 @@ long snapshot costs the run at most ``WAIT_MS`` per ``RETRY_S``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
@@ -35,9 +36,17 @@ class WalBound:
     """Called after each commit of one writer connection."""
 
     def __init__(
-        self, wal_path: str, busy_timeout_ms: int, *, now: Callable[[], float] = time.monotonic
+        self,
+        wal_path: str,
+        busy_timeout_ms: int,
+        *,
+        now: Callable[[], float] = time.monotonic,
+        exclusive: contextlib.AbstractContextManager[object] | None = None,
     ) -> None:
         self.wal_path = wal_path
+        #: held around a restart: the writer's checkpoint thread holds it around each of its
+        #: checkpoints, and SQLite refuses a second checkpoint at once without waiting
+        self._exclusive = exclusive if exclusive is not None else contextlib.nullcontext()
         self.busy_timeout_ms = busy_timeout_ms
         self._now = now
         self._commits = 0
@@ -60,7 +69,9 @@ class WalBound:
 
     def restart(self, conn: sqlite3.Connection) -> bool:
         """One RESTART checkpoint, waiting at most ``WAIT_MS`` for readers; True if it went through."""
-        if _checkpoint(conn, "RESTART", self.busy_timeout_ms):
+        with self._exclusive:
+            done = _checkpoint(conn, "RESTART", self.busy_timeout_ms)
+        if done:
             self.restarts += 1
             return True
         self.busy += 1
