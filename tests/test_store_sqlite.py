@@ -898,6 +898,33 @@ def test_a_thread_beside_the_writer_copies_the_log_into_the_database(tmp_path: P
     assert ckpt._thread not in threading.enumerate()
 
 
+def test_a_log_index_that_cannot_be_opened_leaves_the_checkpoints_to_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the ``-shm`` file cannot be opened, the checkpoint thread is given up once (one error
+    counted, not one per commit) and every commit is still stored."""
+    real_open = os.open
+
+    def refusing(path: str, *args: object, **kwargs: object) -> int:
+        if str(path).endswith("-shm"):
+            raise PermissionError(13, "refused", path)
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    store = OPENER.open(str(tmp_path / "runs.db"))
+    monkeypatch.setattr(os, "open", refusing)
+    payload = os.urandom(256 * 1024)
+    try:
+        for n in range(0, 40, 4):  # 10 MiB: past the thread's start
+            rows = [artifact(f"p{n + i}", 0, payload) for i in range(4)]
+            commit(store, pipelines=[pipeline(r.pipeline_id) for r in rows], artifacts=rows)
+        ckpt = store.checkpointer
+        assert ckpt is not None and not ckpt.running and ckpt.errors == 1
+        assert store.count_rows("artifacts") == 40
+    finally:
+        monkeypatch.undo()
+        store.close()
+
+
 def test_a_restart_of_the_log_waits_for_the_checkpoint_threads_checkpoint(tmp_path: Path) -> None:
     """SQLite refuses a second checkpoint while one is under way, without waiting; so the
     writer's restart of a grown log (the readers' bound) takes the lock its checkpoint thread

@@ -70,9 +70,14 @@ class Checkpointer:
         """Wake the thread (start it the first time) if the log holds ``START_AT`` frames."""
         if self._stopped.is_set():
             return
-        try:
-            if self._shm < 0:
+        if self._shm < 0:
+            try:
                 self._shm = os.open(self.path + "-shm", os.O_RDONLY)
+            except OSError:  # no log index to read: the writer's own checkpoints do it all
+                self.errors += 1
+                self._stopped.set()
+                return
+        try:
             if log_frames(self._shm) < START_AT:
                 return
         except OSError:
