@@ -259,7 +259,9 @@ def test_a_damaged_checkpoint_row_restarts_with_an_event(tmp_path: Path) -> None
     like bytes no codec decodes: an event naming the row, then a restart from the seed."""
     path = str(tmp_path / "s.db")
     _, rep = _resume_after_editing(
-        path, "UPDATE artifacts SET size = 'big' WHERE pipeline_id = '{key}' AND seq = 0"
+        path,
+        "UPDATE artifacts SET size = 'big'"
+        " WHERE pk = (SELECT pk FROM pipeline_keys WHERE pipeline_id = '{key}') AND seq = 0",
     )
     assert rep.succeeded == 1 and CALLS == {"first": 1}
     (unusable,) = _events(path, "pipeline.checkpoint_unusable")

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -497,10 +498,14 @@ def test_values_shared_by_a_group_are_bound_once_and_stored_as_given(
         conn = sqlite3.connect(str(tmp_path / "s.db"))
         try:
             rows = conn.execute(
-                "SELECT pipeline_id, run_id, typeof(run_id), state, resource FROM tasks ORDER BY pk"
+                "SELECT pipeline_id, run_id, typeof(run_id), state, resource FROM tasks_full ORDER BY pk"
             ).fetchall()
-            outputs = conn.execute("SELECT task_run_id, output_artifact_id FROM tasks ORDER BY pk").fetchall()
-            outcomes = conn.execute("SELECT pipeline_id, outcome, decision_json FROM attempts").fetchall()
+            outputs = conn.execute(
+                "SELECT task_run_id, output_artifact_id FROM tasks_full ORDER BY pk"
+            ).fetchall()
+            outcomes = conn.execute(
+                "SELECT pipeline_id, outcome, decision_json FROM attempts_full"
+            ).fetchall()
         finally:
             conn.close()
         assert rows[:70] == [(f"a{i}", "r1", "text", "succeeded", "apis") for i in range(70)]
@@ -717,8 +722,30 @@ def test_interrupt_running_reads_only_the_stale_rows(tmp_path: Path) -> None:
         store.close()
 
 
+#: the tables whose ids schema 4 derives, and their views with the ids filled in
+_DERIVED_TABLES = ("tasks", "attempts", "artifacts", "events")
+
+
+def _downgrade_to_v3(path: Path) -> None:
+    """What a file written before schema version 4 looks like: every id stored as text, no views."""
+    conn = sqlite3.connect(path)
+    for table in _DERIVED_TABLES:
+        cols = ", ".join(
+            f'"{c}"' for c in [r[1] for r in conn.execute(f"SELECT * FROM pragma_table_info('{table}_full')")]
+        )
+        conn.execute(f'CREATE TEMP TABLE "old_{table}" AS SELECT {cols} FROM "{table}_full"')
+        conn.execute(f'DELETE FROM "{table}"')
+        conn.execute(f'INSERT INTO "{table}" ({cols}) SELECT {cols} FROM "old_{table}"')
+        conn.execute(f'DROP VIEW "{table}_full"')
+    conn.execute("UPDATE store_meta SET value = '3' WHERE key = 'schema_version'")
+    conn.execute("PRAGMA user_version = 3")
+    conn.commit()
+    conn.close()
+
+
 def _downgrade_to_v2(path: Path) -> None:
     """What a file written before schema version 3 looks like (no control ledger)."""
+    _downgrade_to_v3(path)
     conn = sqlite3.connect(path)
     conn.execute("DROP TABLE handoffs")
     conn.execute("UPDATE store_meta SET value = '2' WHERE key = 'schema_version'")
@@ -758,10 +785,10 @@ def test_version_1_file_migrated_by_the_writer_only(tmp_path: Path) -> None:
     writer = OPENER.open(str(path))
     try:
         conn = sqlite3.connect(path)
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         meta = dict(conn.execute("SELECT key, value FROM store_meta"))
         conn.close()
-        assert meta["schema_version"] == "3" and meta["tasks_running"] == "1"
+        assert meta["schema_version"] == "4" and meta["tasks_running"] == "1"
         assert writer.interrupt_running("next", 3.0) == 1  # the rows written before the migration
         assert [t.state for t in writer.page("tasks")] == ["interrupted"]
     finally:
@@ -1242,7 +1269,7 @@ def test_version_2_file_read_as_it_is_and_migrated_by_the_writer(tmp_path: Path)
     conn = sqlite3.connect(path)
     try:
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert "handoffs" in tables and conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert "handoffs" in tables and conn.execute("PRAGMA user_version").fetchone()[0] == 4
     finally:
         conn.close()
 
@@ -1268,3 +1295,151 @@ def test_flat_parameters_are_cut_into_statements_in_row_order(n: int) -> None:
     statements.write_shared_rows(conn, sql_for, 1, params, n)
     got = conn.execute("SELECT i, s, x FROM t ORDER BY rowid").fetchall()
     assert got == [(i, "shared", f"x{i}") for i in range(n)]
+
+
+def _derived_batch() -> dict[str, list[Any]]:
+    """Rows whose ids are the ones their pipeline gives, and rows whose ids are not."""
+    tasks = [
+        task("p1", 0, state="succeeded"),
+        task("p1", 1, state="failed"),
+        task("p2", 0, state="succeeded"),
+    ]
+    tasks[0].output_artifact_id = tasks[0].task_run_id  # the slot's id (the same object)
+    tasks[2].output_artifact_id = "p2:0"  # the slot's id (an equal text)
+    tasks.append(task("p2", 1, state="succeeded", output_artifact_id="elsewhere:7"))
+    tasks.append(task("p3", 0, state="succeeded", output_artifact_id=""))  # empty, not derived
+    odd = task("p3", 1, state="succeeded")
+    odd.task_run_id = "p3:one"  # not ``pipeline_id:seq``: stored as given
+    tasks.append(odd)
+    attempts = [attempt("p1", 0), attempt("p1", 1, n=2), attempt("p2", 0)]
+    attempts[2].task_run_id = "custom"
+    artifacts = [artifact("p1", -1), artifact("p1", 0), artifact("p2", 0)]
+    artifacts[2].artifact_id = "p2:0:copy"
+    events = [event("run.started", pid=None), event("pipeline.started", pid="p1"), event("x", pid="")]
+    events[1].task_run_id = "p1:0"
+    return {
+        "pipelines": [pipeline("p1"), pipeline("p2"), pipeline("p3")],
+        "tasks": tasks,
+        "attempts": attempts,
+        "artifacts": artifacts,
+        "events": events,
+    }
+
+
+def _raw(path: Path, sql: str) -> list[Any]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def test_ids_that_a_row_s_pipeline_gives_are_derived_not_stored(tmp_path: Path) -> None:
+    """Schema 4: a row with a pk stores NULL for its pipeline id and ``x''`` for an id equal to
+    its slot's (``pipeline_id:seq``); every other id is stored as given. Every read path, and
+    the ``*_full`` views, give back exactly the ids that were committed."""
+    path = tmp_path / "s.db"
+    store = OPENER.open(str(path))
+    try:
+        rows = _derived_batch()
+        commit(store, **rows)
+        raw_tasks = _raw(
+            path,
+            "SELECT typeof(task_run_id), typeof(pipeline_id), typeof(output_artifact_id), output_artifact_id"
+            " FROM tasks ORDER BY pk, seq",
+        )
+        assert raw_tasks == [
+            ("blob", "null", "blob", b""),  # p1:0, output = the slot
+            ("blob", "null", "null", None),  # p1:1, failed: no output
+            ("blob", "null", "blob", b""),  # p2:0
+            ("blob", "null", "text", "elsewhere:7"),
+            ("blob", "null", "text", ""),  # an empty text stays a text
+            ("text", "null", "null", None),  # p3:one
+        ]
+        raw_attempts = "SELECT typeof(pipeline_id), typeof(task_run_id) FROM attempts ORDER BY attempt_id"
+        assert _raw(path, raw_attempts) == [
+            ("null", "blob"), ("null", "blob"), ("null", "text"),
+        ]  # fmt: skip
+        assert _raw(path, "SELECT typeof(artifact_id), artifact_id FROM artifacts ORDER BY pk, seq") == [
+            ("blob", b""), ("blob", b""), ("text", "p2:0:copy"),
+        ]  # fmt: skip
+        assert _raw(path, "SELECT pk, pipeline_id FROM events ORDER BY event_id") == [
+            (None, None), (1, None), (None, ""),
+        ]  # fmt: skip
+
+        def ids(records: list[Any], *fields: str) -> list[tuple[Any, ...]]:
+            return sorted(tuple(getattr(r, f) for f in fields) for r in records)
+
+        task_ids = ("task_run_id", "pipeline_id", "output_artifact_id")
+        assert ids(store.page("tasks"), *task_ids) == ids(rows["tasks"], *task_ids)
+        attempt_ids = ("attempt_id", "pipeline_id", "task_run_id")
+        assert ids(store.page("attempts"), *attempt_ids) == ids(rows["attempts"], *attempt_ids)
+        assert ids(store.page("attempts", pipeline_id="p2"), *attempt_ids) == [(3, "p2", "custom")]
+        art_ids = ("artifact_id", "pipeline_id", "seq")
+        assert ids(store.page("artifacts"), *art_ids) == ids(rows["artifacts"], *art_ids)
+        event_ids = ("event_id", "pipeline_id", "task_run_id")
+        assert ids(store.page("events"), *event_ids) == ids(rows["events"], *event_ids)
+        assert [s[2] for s in store.event_summaries("r1", None, 10)] == [None, "p1", ""]
+        got = store.get_artifact("p2", 0)
+        assert got is not None and got.artifact_id == "p2:0:copy"
+        got = store.get_artifact("p1", -1)
+        assert got is not None and (got.artifact_id, got.pipeline_id) == ("p1:-1", "p1")
+        children = store.rows_by_pipeline("tasks", ["p3", "p1"])
+        assert [t.task_run_id for t in children["p3"]] == ["p3:0", "p3:one"]
+        assert [t.output_artifact_id for t in children["p1"]] == ["p1:0", None]
+        assert set(store.task_leases(["p1", "p2"])) == {"p1:0", "p1:1", "custom"}
+        assert _raw(
+            path, "SELECT task_run_id, pipeline_id, output_artifact_id FROM tasks_full ORDER BY pk, seq"
+        ) == [(t.task_run_id, t.pipeline_id, t.output_artifact_id) for t in rows["tasks"]]
+        assert _raw(path, "SELECT artifact_id FROM artifacts_full ORDER BY pk, seq") == [
+            ("p1:-1",), ("p1:0",), ("p2:0:copy",),
+        ]  # fmt: skip
+        assert _raw(path, "SELECT pipeline_id, task_run_id FROM attempts_full ORDER BY attempt_id")[2] == (
+            "p2",
+            "custom",
+        )
+        assert _raw(path, "SELECT pipeline_id FROM events_full ORDER BY event_id") == [
+            (None,),
+            ("p1",),
+            ("",),
+        ]
+    finally:
+        store.close()
+
+
+def test_version_3_file_read_as_it_is_and_migrated_by_the_writer(tmp_path: Path) -> None:
+    """A file of schema 3 holds every id as text: readers read it unchanged, and a writer
+    migrates it (views added, no row rewritten) and then derives the ids of the rows it adds."""
+    path = tmp_path / "v3.db"
+    store = OPENER.open(str(path))
+    commit(store, **_derived_batch())
+    expected = {kind: [r for r in store.page(kind)] for kind in ("tasks", "attempts", "artifacts", "events")}
+    store.close()
+    _downgrade_to_v3(path)
+    assert _raw(path, "SELECT typeof(task_run_id), typeof(pipeline_id) FROM tasks LIMIT 1") == [
+        ("text", "text")
+    ]
+    before = digest(path)
+    reader = OPENER.open(str(path), read_only=True)
+    try:
+        for kind, rows in expected.items():
+            assert reader.page(kind) == rows, kind
+    finally:
+        reader.close()
+    assert digest(path) == before
+    writer = OPENER.open(str(path))
+    try:
+        for kind, rows in expected.items():
+            assert writer.page(kind) == rows, kind
+        commit(writer, pipelines=[pipeline("p9")], tasks=[task("p9", 0)])
+        assert [t.task_run_id for t in writer.page("tasks", pipeline_id="p9")] == ["p9:0"]
+    finally:
+        writer.close()
+    assert _raw(path, "SELECT typeof(task_run_id), typeof(pipeline_id) FROM tasks ORDER BY pk, seq")[0] == (
+        "text",
+        "text",
+    )
+    assert _raw(
+        path, "SELECT typeof(task_run_id), typeof(pipeline_id) FROM tasks ORDER BY pk DESC LIMIT 1"
+    ) == [("blob", "null")]
+    assert _raw(path, "PRAGMA user_version") == [(4,)]

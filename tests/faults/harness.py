@@ -153,24 +153,41 @@ def _snapshot_sqlite(path: Path) -> Snapshot:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     conn.row_factory = sqlite3.Row
     try:
+        keys = dict(conn.execute("SELECT pk, pipeline_id FROM pipeline_keys").fetchall())
         for row in conn.execute("SELECT * FROM pipelines"):
             snap.pipelines[row["pipeline_id"]] = dict(row)
-        for row in conn.execute("SELECT * FROM tasks"):
-            snap.tasks[row["task_run_id"]] = dict(row)
+        for task in _with_ids(conn, "tasks", keys, ("task_run_id", "output_artifact_id")):
+            snap.tasks[task["task_run_id"]] = task
         for row in conn.execute("SELECT * FROM runs"):
             snap.runs[row["run_id"]] = dict(row)
-        for row in conn.execute(
-            "SELECT artifact_id, pipeline_id, seq, digest, payload, blob_ref FROM artifacts"
-        ):
-            snap.artifacts[row["artifact_id"]] = (row["digest"], _bytes_of(row["payload"], row["blob_ref"]))
-            snap.artifact_slots.setdefault(row["pipeline_id"], set()).add(int(row["seq"]))
-        for row in conn.execute("SELECT * FROM attempts"):
-            snap.attempts[int(row["attempt_id"])] = tuple(row)
-        for row in conn.execute("SELECT * FROM events"):
-            snap.events[int(row["event_id"])] = tuple(row)
+        for art in _with_ids(conn, "artifacts", keys, ("artifact_id",)):
+            snap.artifacts[art["artifact_id"]] = (art["digest"], _bytes_of(art["payload"], art["blob_ref"]))
+            snap.artifact_slots.setdefault(art["pipeline_id"], set()).add(int(art["seq"]))
+        for attempt in _with_ids(conn, "attempts", keys, ("task_run_id",)):
+            snap.attempts[int(attempt["attempt_id"])] = tuple(attempt.values())
+        for ev in _with_ids(conn, "events", keys, ()):
+            snap.events[int(ev["event_id"])] = tuple(ev.values())
     finally:
         conn.close()
     return snap
+
+
+def _with_ids(
+    conn: sqlite3.Connection, table: str, keys: dict[int, str], slots: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """``table``'s rows with the ids a schema-4 writer leaves out filled in, worked out here from
+    the file's own rules (docs/stores.md), not by the library: a row with a ``pk`` belongs to
+    that key's pipeline, and an empty BLOB in an id column stands for ``pipeline_id:seq``."""
+    rows = []
+    for row in conn.execute(f"SELECT * FROM {table}"):
+        item = dict(row)
+        if item["pk"] is not None:
+            item["pipeline_id"] = keys[item["pk"]]
+            for column in slots:
+                if isinstance(item[column], bytes):
+                    item[column] = f"{item['pipeline_id']}:{item['seq']}"
+        rows.append(item)
+    return rows
 
 
 def committed_prefix(raw: bytes) -> bytes:

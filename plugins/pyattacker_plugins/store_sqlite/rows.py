@@ -31,6 +31,8 @@ from pyattacker.model import (
 
 __all__ = [
     "ARTIFACTS",
+    "PIPELINE_ID",
+    "SLOT_ID",
     "compile_function",
     "ATTEMPTS",
     "EVENTS",
@@ -45,6 +47,15 @@ __all__ = [
 ]
 
 R = TypeVar("R")
+
+#: Derived id columns (schema 4). Most rows repeat ids that their pipeline already gives: the
+#: pipeline's id (its ``pk`` names it in ``pipeline_keys``) and a slot's id, ``pipeline_id:seq``
+#: (a task's ``task_run_id`` and output, an artifact's id, an attempt's task). A writer stores
+#: ``NULL`` for a ``PIPELINE_ID`` column of a row that has a ``pk``, and an empty BLOB (``x''``,
+#: never a text) for a ``SLOT_ID`` column that holds exactly its slot's id; readers rebuild both
+#: (``RowCodec.read_columns``). About 30 % of a run's bytes (docs/stores.md).
+PIPELINE_ID = "pipeline"
+SLOT_ID = "slot"
 
 _encode = msgspec.json.Encoder().encode
 #: a successful attempt's decision (the runner's shared dict) as JSON, encoded once: the
@@ -91,6 +102,7 @@ class RowCodec(Generic[R]):
         key: tuple[str, ...] | None = None,
         shared: tuple[str, ...] = (),
         aliases: tuple[tuple[str, str], ...] = (),
+        derived: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.table = table
         self.cls = cls
@@ -126,7 +138,35 @@ class RowCodec(Generic[R]):
             (plain.index(a), plain.index(b)) for a, b in aliases
         )
 
+        #: ``{position: kind}`` of the id columns a schema-4 writer leaves out when the row's
+        #: pipeline gives them (see ``DERIVED``); readers select ``read_list`` instead
+        self.derived: dict[int, str] = {plain.index(c): kind for c, kind in derived}
         self._decode_row: Callable[[tuple[Any, ...]], R] = self._compile_decoder()
+
+    def read_columns(self, t: str = "t.", k: str = "k.") -> list[str]:
+        """The SQL of each column as readers select it: a derived id column is rebuilt from the
+        pipeline's key row (``k``, joined on ``pk``), any other column is read as stored (``t``).
+
+        Exact for every value: a row of an older file, or one whose id is not the derived one,
+        holds its id as text and is read as it is."""
+        out = []
+        for i, column in enumerate(self.columns):
+            kind = self.derived.get(i)
+            stored = f'{t}"{column}"'
+            if kind == PIPELINE_ID:
+                out.append(f'COALESCE({k}"pipeline_id", {stored})')
+            elif kind == SLOT_ID:
+                out.append(
+                    f"(CASE WHEN typeof({stored}) = 'blob' THEN {k}\"pipeline_id\" || ':' || {t}\"seq\""
+                    f" ELSE {stored} END)"
+                )
+            else:
+                out.append(stored)
+        return out
+
+    def read_list(self, t: str = "t.", k: str = "k.") -> str:
+        """``read_columns`` as one select list (``select_list`` order)."""
+        return ", ".join(self.read_columns(t, k))
 
     def _compile_decoder(self) -> Callable[[tuple[Any, ...]], R]:
         """``row -> record`` compiled for this table: readers (report, export, merge, the
@@ -329,6 +369,7 @@ TASKS = RowCodec(
     ),
     shared=("run_id", "state", "resource"),
     aliases=(("output_artifact_id", "task_run_id"),),
+    derived=(("task_run_id", SLOT_ID), ("pipeline_id", PIPELINE_ID), ("output_artifact_id", SLOT_ID)),
 )  # fmt: skip
 
 ATTEMPTS = RowCodec(
@@ -341,6 +382,7 @@ ATTEMPTS = RowCodec(
     ),
     ("decision", "leases"),
     shared=("run_id", "outcome", "decision"),
+    derived=(("pipeline_id", PIPELINE_ID), ("task_run_id", SLOT_ID)),
 )  # fmt: skip
 
 EVENTS = RowCodec(
@@ -349,6 +391,7 @@ EVENTS = RowCodec(
     ("event_id", "ts", "kind", "scope", "run_id", "pipeline_id", "task_run_id", "pool", "resource_id"),
     ("data",),
     shared=("kind", "scope", "run_id"),
+    derived=(("pipeline_id", PIPELINE_ID),),
 )
 
 ARTIFACTS = RowCodec(
@@ -361,6 +404,7 @@ ARTIFACTS = RowCodec(
     bool_fields=("is_final",),
     blob_fields=("payload",),
     shared=("type_name", "codec"),
+    derived=(("artifact_id", SLOT_ID), ("pipeline_id", PIPELINE_ID)),
 )  # fmt: skip
 
 METRICS = RowCodec(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from pyattacker.errors import ConfigError, StoreUnavailable
 
@@ -25,6 +26,7 @@ from .rows import (
     RESOURCES,
     RUNS,
     TASKS,
+    RowCodec,
 )
 
 __all__ = [
@@ -43,7 +45,7 @@ __all__ = [
 APPLICATION = "pyattacker"
 #: "PYAT" as a big-endian 32-bit integer, stored in the file header.
 APPLICATION_ID = 0x50594154
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _REAL = {
     "started_at", "ended_at", "heartbeat_at", "pid_started_at", "created_at", "finished_at", "ts",
@@ -140,11 +142,26 @@ _V3 = (
     "CREATE INDEX handoffs_by_pipeline ON handoffs (pk)",
     "CREATE INDEX handoffs_by_run ON handoffs (run_id)",
 )
+
+
+def _full_view(codec: RowCodec[Any]) -> str:
+    """A view of ``codec``'s table with every derived id filled in (what readers select)."""
+    names = ", ".join(f'"{c}"' for c in ("pk", *codec.columns))
+    return (
+        f'CREATE VIEW "{codec.table}_full" ({names}) AS SELECT t."pk", {codec.read_list()}'
+        f' FROM "{codec.table}" AS t LEFT JOIN pipeline_keys AS k ON k.pk = t.pk'
+    )
+
+
+#: Version 4: the id columns a row's pipeline gives are derived, not stored (``rows.DERIVED``:
+#: NULL or ``x''`` in the row, rebuilt by every reader). The tables keep their columns, so rows
+#: written before stay as they are; ``*_full`` views show every row with its ids, for plain SQL.
+_V4 = tuple(_full_view(codec) for codec in (TASKS, ATTEMPTS, ARTIFACTS, EVENTS))
 #: tables that came with a version after 1: a file of an older version lacks them by design
 ADDED_TABLES = {"handoffs": 3}
 
 #: version -> statements that bring a file from ``version - 1`` to ``version`` (additive only).
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3}
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 
 
 def ro_uri(path: str) -> str:

@@ -35,7 +35,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .rows import RowCodec, compile_block, compile_function
+from .rows import PIPELINE_ID, SLOT_ID, RowCodec, compile_block, compile_function
 
 __all__ = ["Statement", "write_rows", "write_shared_rows"]
 
@@ -159,8 +159,8 @@ class Statement:
     """
 
     __slots__ = (
-        "_aliases", "_cache", "_codec", "_keys", "_m", "_nullable", "_render", "_shared", "clustered",
-        "full_sql",
+        "_aliases", "_cache", "_codec", "_keys", "_m", "_nullable", "_of_pk", "_render", "_shared", "_slots",
+        "clustered", "full_sql",
     )  # fmt: skip
 
     def __init__(self, render: Render, codec: RowCodec[Any], *, clustered: bool = False) -> None:
@@ -178,6 +178,17 @@ class Statement:
         self._aliases = tuple((a + clustered, b + clustered) for a, b in codec.aliases)
         # identity, not equality: the same object binds the same way, whatever its type
         tests += [f"r.{codec.columns[a]} is r.{codec.columns[b]}" for a, b in codec.aliases]
+        # derived ids (schema 4, ``rows.PIPELINE_ID`` / ``SLOT_ID``): only a row with a pk has them
+        derived = codec.derived if clustered else {}
+        #: parameter positions of the pipeline id columns (stored NULL when the row has a pk)
+        self._of_pk = tuple(i + 1 for i, kind in derived.items() if kind == PIPELINE_ID)
+        #: parameter positions of the slot id columns (stored x'' when they hold the slot's id)
+        self._slots = tuple(i + 1 for i, kind in derived.items() if kind == SLOT_ID)
+        tests += [
+            f'(r.pipeline_id and r.{codec.columns[i]} == f"{{r.pipeline_id}}:{{r.seq}}") is True'
+            for i, kind in derived.items()
+            if kind == SLOT_ID
+        ]
         #: parameter positions of the shared columns, in the order their values end a key
         self._shared = tuple(i + clustered for i in codec.shared)
         #: the length of a key's pattern (the shared values follow it)
@@ -190,22 +201,35 @@ class Statement:
     def _variant(self, pattern: tuple[bool, ...], shared: bool) -> Variant:
         """The statement and parameters of one pattern, every parameter numbered; ``shared``:
         with the shared columns bound once, as ``?1..?k``, each row's own values after them."""
-        n_null = len(self._nullable)
+        n_null, n_alias = len(self._nullable), len(self._aliases)
         null = {p for p, is_none in zip(self._nullable, pattern[:n_null], strict=True) if is_none}
-        alias = {a: b for (a, b), same in zip(self._aliases, pattern[n_null:], strict=True) if same}
+        if self._of_pk and not pattern[0]:  # (the first test of a clustered row: no pk)
+            null.update(self._of_pk)  # the pk names the pipeline
+        slot = {p for p, same in zip(self._slots, pattern[n_null + n_alias : self._m], strict=True) if same}
+        slot -= null
+        literal = null | slot
+        alias = {
+            a: b
+            for (a, b), same in zip(self._aliases, pattern[n_null : n_null + n_alias], strict=True)
+            if same and a not in literal and b not in literal
+        }
         width = len(self._codec.columns) + self.clustered
         exprs = ((_PK,) if self.clustered else ()) + self._codec.expressions
         #: where a shared column's value is in the key (computed once per row, never twice)
         at = {p: self._m + j for j, p in enumerate(self._shared)}
-        bound = [p for p in self._shared if p not in null] if shared else []
+        bound = [p for p in self._shared if p not in literal] if shared else []
         number = {p: f"?{j + 1}" for j, p in enumerate(bound)}
-        own = [p for p in range(width) if p not in null and p not in number and p not in alias]
+        own = [p for p in range(width) if p not in literal and p not in number and p not in alias]
 
         def marks_of(row: int) -> str:
             first = len(bound) + row * len(own) + 1
             each = {p: f"?{first + j}" for j, p in enumerate(own)}
             marks = [
-                "NULL" if p in null else number.get(alias.get(p, p)) or each[alias.get(p, p)]
+                "NULL"
+                if p in null
+                else "x''"
+                if p in slot
+                else number.get(alias.get(p, p)) or each[alias.get(p, p)]
                 for p in range(width)
             ]
             return "(" + ", ".join(marks) + ")"

@@ -174,19 +174,34 @@ def _page_sql(kind: str, filters: tuple[str, ...], keyset: bool, select: str | N
     keys = PAGE_KINDS[kind]
     if kind in ("tasks", "artifacts"):
         return _clustered_page_sql(codec, filters, keyset)
-    where = [f'"pk" = {_PK}' if f == "pipeline_id" else f'"{f}" = ?' for f in filters]
+    where = [f't."pk" = {_PK}' if f == "pipeline_id" else f't."{f}" = ?' for f in filters]
     if keyset:
-        cols = ", ".join(f'"{k}"' for k in keys)
+        cols = ", ".join(f't."{k}"' for k in keys)
         marks = ", ".join("?" for _ in keys)
-        where.append(f"({cols}) > ({marks})" if len(keys) > 1 else f'"{keys[0]}" > ?')
+        where.append(f"({cols}) > ({marks})" if len(keys) > 1 else f't."{keys[0]}" > ?')
     clause = f" WHERE {' AND '.join(where)}" if where else ""
-    order = ", ".join(f'"{k}"' for k in keys)
-    return f'SELECT {select or codec.select_list} FROM "{kind}"{clause} ORDER BY {order} LIMIT ?'
+    order = ", ".join(f't."{k}"' for k in keys)
+    return f"SELECT {select or codec.read_list()} FROM {_source(codec)}{clause} ORDER BY {order} LIMIT ?"
+
+
+def _source(codec: RowCodec[Any]) -> str:
+    """``codec``'s table as ``t``, with the key table as ``k`` when it has derived ids."""
+    table = f'"{codec.table}" AS t'
+    return f"{table} LEFT JOIN pipeline_keys AS k ON k.pk = t.pk" if codec.derived else table
+
+
+def _rows_where(codec: RowCodec[Any], where: str) -> str:
+    """Whole rows of ``codec``'s table (derived ids rebuilt) matching ``where``, which names the
+    table's own columns unqualified (``... LIMIT 1`` included)."""
+    if not codec.derived:
+        return f'SELECT {codec.select_list} FROM "{codec.table}" WHERE {where}'
+    inner = f'(SELECT * FROM "{codec.table}" WHERE {where}) AS t'
+    return f"SELECT {codec.read_list()} FROM {inner} LEFT JOIN pipeline_keys AS k ON k.pk = t.pk"
 
 
 def _clustered_page_sql(codec: RowCodec[Any], filters: tuple[str, ...], keyset: bool) -> str:
     """(pipeline_id, seq) order through the key table's ordered index, then each pipeline's rows."""
-    cols = ", ".join(f't."{c}"' for c in codec.columns)
+    cols = codec.read_list()
     where = ['k."pipeline_id" = ?' if f == "pipeline_id" else f't."{f}" = ?' for f in filters]
     if keyset:
         where.append('(k."pipeline_id", t."seq") > (?, ?)')
@@ -207,7 +222,7 @@ def _children_sql(kind: str, n: int) -> str:
     """Tasks, artifacts or ledger rows of n pipeline ids, by pipeline id then seq (handoff id):
     one index probe of the key table per id, then that pipeline's rows."""
     codec = _CHILD_CODECS[kind]
-    cols = ", ".join(f't."{c}"' for c in codec.columns)
+    cols = codec.read_list()
     marks = ", ".join("?" for _ in range(n))
     return (
         f'SELECT {cols} FROM pipeline_keys AS k JOIN "{kind}" AS t ON t.pk = k.pk'
@@ -221,19 +236,21 @@ def _leases_sql(n: int) -> str:
     what it leased in the end): two columns, where a whole attempt row carries fifteen."""
     marks = ", ".join("?" for _ in range(n))
     return (
-        'SELECT t."task_run_id", t."leases_json" FROM pipeline_keys AS k JOIN attempts AS t ON t.pk = k.pk'
+        f'SELECT {_ATTEMPT_TASK}, t."leases_json" FROM pipeline_keys AS k JOIN attempts AS t ON t.pk = k.pk'
         f' WHERE k."pipeline_id" IN ({marks}) ORDER BY t."attempt_id"'
     )
 
 
 _LEASES = msgspec.json.Decoder(list[dict[str, Any]])
+#: an attempt's ``task_run_id`` as readers see it (derived, see ``rows.SLOT_ID``)
+_ATTEMPT_TASK = ATTEMPTS.read_columns()[ATTEMPTS.columns.index("task_run_id")]
 
 
 @lru_cache(maxsize=64)
 def _finals_sql(n: int) -> str:
     """The artifacts marked final of n pipeline ids, in (pipeline_id, seq) order: the filter runs
     in SQLite, so the other artifacts of a pipeline are never fetched or decoded."""
-    cols = ", ".join(f't."{c}"' for c in ARTIFACTS.columns)
+    cols = ARTIFACTS.read_list()
     marks = ", ".join("?" for _ in range(n))
     return (
         f"SELECT {cols} FROM pipeline_keys AS k JOIN artifacts AS t ON t.pk = k.pk"
@@ -294,11 +311,13 @@ _STATE_TYPED = PIPELINES.typed_sql(("state", "started_at", "finished_at", "attem
 _TASK_COUNT_TYPED = TASKS.typed_sql(("name", "state"), "t.")
 _TASK_STATS_TYPED = TASKS.typed_sql(("name", "state"))
 _SUMMARY_TYPES = {
-    "attempts": ATTEMPTS.typed_sql(("attempt_id", "duration_ms", "ended_at", "outcome")),
-    "events": EVENTS.typed_sql(("event_id", "kind", "pipeline_id", "ts")),
+    "attempts": ATTEMPTS.typed_sql(("attempt_id", "duration_ms", "ended_at", "outcome"), "t."),
+    "events": EVENTS.typed_sql(("event_id", "kind", "pipeline_id", "ts"), "t."),
 }
-_ATTEMPT_SUMMARY = '"attempt_id", "duration_ms", "ended_at", "outcome"'
-_EVENT_SUMMARY = '"event_id", "kind", "pipeline_id", "ts"'
+_ATTEMPT_SUMMARY = 't."attempt_id", t."duration_ms", t."ended_at", t."outcome"'
+_EVENT_SUMMARY = ", ".join(
+    EVENTS.read_columns()[EVENTS.columns.index(c)] for c in ("event_id", "kind", "pipeline_id", "ts")
+)
 #: task rows are looked at only in a file marked as possibly holding running ones (see schema)
 _TASKS_MARKED = f"SELECT 1 FROM store_meta WHERE key = '{schema.TASKS_RUNNING_KEY}'"
 _MARK_TASKS = f"INSERT OR REPLACE INTO store_meta (key, value) VALUES ('{schema.TASKS_RUNNING_KEY}', '1')"
@@ -620,7 +639,7 @@ class SqliteStore:
     def _raise_corrupt(self, codec: RowCodec[Any], where: str, params: Sequence[Any] = ()) -> None:
         """Raise the ``CorruptRow`` of the first row of ``codec``'s table matching ``where`` (a
         narrow read saw a bad value: decoding the whole row names its column)."""
-        rows = self._query(f'SELECT {codec.select_list} FROM "{codec.table}" WHERE {where} LIMIT 1', params)
+        rows = self._query(_rows_where(codec, f"{where} LIMIT 1"), params)
         if rows:
             raise codec.corrupt(rows[0]).at(self.path)
         raise CorruptRow(f"table {codec.table}: a row changed while it was read", self.path)
@@ -836,7 +855,8 @@ class SqliteStore:
     @_names_store
     def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
         rows = self._query(
-            f"SELECT {ARTIFACTS.select_list} FROM artifacts WHERE pk = {_PK} AND seq = ?",
+            f"SELECT {ARTIFACTS.read_list()} FROM pipeline_keys AS k JOIN artifacts AS t ON t.pk = k.pk"
+            ' WHERE k."pipeline_id" = ? AND t."seq" = ?',
             (pipeline_id, seq),
         )
         return ARTIFACTS.decode(rows[0]) if rows else None
@@ -1047,9 +1067,7 @@ def _check_counted(
     ``CorruptRow`` (without the store's path; ``stats`` adds it)."""
     if any(group[-1] for group in groups):
         and_run, params = _run_filter(run_id, " AND")
-        row = conn.execute(
-            f'SELECT {codec.select_list} FROM "{codec.table}" WHERE NOT {typed}{and_run} LIMIT 1', params
-        ).fetchone()
+        row = conn.execute(_rows_where(codec, f"NOT {typed}{and_run} LIMIT 1"), params).fetchone()
         if row is not None:
             raise codec.corrupt(row)
 
