@@ -181,13 +181,15 @@ def _page_sql(kind: str, filters: tuple[str, ...], keyset: bool, select: str | N
         where.append(f"({cols}) > ({marks})" if len(keys) > 1 else f't."{keys[0]}" > ?')
     clause = f" WHERE {' AND '.join(where)}" if where else ""
     order = ", ".join(f't."{k}"' for k in keys)
-    return f"SELECT {select or codec.read_list()} FROM {_source(codec)}{clause} ORDER BY {order} LIMIT ?"
+    columns = select or codec.read_list()
+    return f"SELECT {columns} FROM {_source(codec, columns)}{clause} ORDER BY {order} LIMIT ?"
 
 
-def _source(codec: RowCodec[Any]) -> str:
-    """``codec``'s table as ``t``, with the key table as ``k`` when it has derived ids."""
+def _source(codec: RowCodec[Any], columns: str) -> str:
+    """``codec``'s table as ``t``, with the key table as ``k`` when ``columns`` read from it (a
+    derived id; a narrow summary of attempts needs none)."""
     table = f'"{codec.table}" AS t'
-    return f"{table} LEFT JOIN pipeline_keys AS k ON k.pk = t.pk" if codec.derived else table
+    return f"{table} LEFT JOIN pipeline_keys AS k ON k.pk = t.pk" if "k." in columns else table
 
 
 def _rows_where(codec: RowCodec[Any], where: str) -> str:
