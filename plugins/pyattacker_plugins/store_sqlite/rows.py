@@ -139,7 +139,7 @@ class RowCodec(Generic[R]):
         )
 
         #: ``{position: kind}`` of the id columns a schema-4 writer leaves out when the row's
-        #: pipeline gives them (see ``DERIVED``); readers select ``read_list`` instead
+        #: pipeline gives them (``PIPELINE_ID``, ``SLOT_ID``); readers select ``read_list`` instead
         self.derived: dict[int, str] = {plain.index(c): kind for c, kind in derived}
         self._decode_row: Callable[[tuple[Any, ...]], R] = self._compile_decoder()
 

@@ -153,9 +153,10 @@ def _full_view(codec: RowCodec[Any]) -> str:
     )
 
 
-#: Version 4: the id columns a row's pipeline gives are derived, not stored (``rows.DERIVED``:
-#: NULL or ``x''`` in the row, rebuilt by every reader). The tables keep their columns, so rows
-#: written before stay as they are; ``*_full`` views show every row with its ids, for plain SQL.
+#: Version 4: the id columns a row's pipeline gives are derived, not stored (``rows.PIPELINE_ID``
+#: and ``SLOT_ID``: NULL or ``x''`` in the row, rebuilt by every reader). The tables keep their
+#: columns, so rows written before stay as they are; ``*_full`` views show every row with its
+#: ids, for plain SQL.
 _V4 = tuple(_full_view(codec) for codec in (TASKS, ATTEMPTS, ARTIFACTS, EVENTS))
 #: tables that came with a version after 1: a file of an older version lacks them by design
 ADDED_TABLES = {"handoffs": 3}

@@ -155,7 +155,9 @@ class Statement:
     Each record's key is its pattern (which columns are None, and which of the codec's
     ``aliases`` hold the very object of their source column) followed by the values of the
     codec's ``shared`` columns. Rows are grouped by pattern; a group whose rows also agree on
-    the shared values binds them once, and an alias reads its source's parameter.
+    the shared values binds them once, and an alias reads its source's parameter. The pattern
+    also says which of the codec's derived ids a row may leave out (schema 4): its pipeline id
+    when it has a ``pk`` (written ``NULL``), a slot id equal to ``pipeline_id:seq`` (``x''``).
     """
 
     __slots__ = (
