@@ -189,7 +189,7 @@ def _source(codec: RowCodec[Any], columns: str) -> str:
     """``codec``'s table as ``t``, with the key table as ``k`` when ``columns`` read from it (a
     derived id; a narrow summary of attempts needs none)."""
     table = f'"{codec.table}" AS t'
-    return f"{table} LEFT JOIN pipeline_keys AS k ON k.pk = t.pk" if "k." in columns else table
+    return f"{table} LEFT JOIN pipeline_keys AS k ON k.pk = t.pk" if 'k."' in columns else table
 
 
 def _rows_where(codec: RowCodec[Any], where: str) -> str:
