@@ -925,6 +925,63 @@ def test_a_thread_beside_the_writer_copies_the_log_into_the_database(tmp_path: P
     assert ckpt._thread not in threading.enumerate()
 
 
+def _log_counts(shm: int) -> tuple[int, int]:
+    """``(mxFrame, nBackfill)``: the log's last frame and the frames copied into the database,
+    read from the ``-shm`` file as sqlite.org/walformat.html lays it out (offsets 16 and 96)."""
+    last = int.from_bytes(os.pread(shm, 4, 16), sys.byteorder)
+    return last, int.from_bytes(os.pread(shm, 4, 96), sys.byteorder)
+
+
+def test_the_checkpoint_thread_is_woken_by_frames_not_yet_copied_not_by_the_log_size(tmp_path: Path) -> None:
+    """Once the thread has copied a grown log, commits that add a few frames wake it no more,
+    though the log stays past ``START_AT`` (a reader keeps the writer from restarting it): it
+    counts the frames no checkpoint has copied (``mxFrame - nBackfill`` in the ``-shm`` header),
+    so it does not sync both files after every commit to copy a few pages."""
+    from pyattacker_plugins.store_sqlite import checkpointer
+
+    path = tmp_path / "runs.db"
+    store = OPENER.open(str(path))
+    ckpt = store.checkpointer
+    assert ckpt is not None
+    payload = os.urandom(256 * 1024)
+    shm = -1
+    reader: sqlite3.Connection | None = None
+    try:
+        with ckpt.lock:  # the thread waits: the log grows past START_AT, nothing copied yet
+            for n in range(0, 32, 4):  # 8 MiB: about 2,100 frames, short of the writer's 4,000
+                rows = [artifact(f"p{n + i}", 0, payload) for i in range(4)]
+                commit(store, pipelines=[pipeline(r.pipeline_id) for r in rows], artifacts=rows)
+            assert ckpt.running
+            reader = sqlite3.connect(path, isolation_level=None)
+            reader.execute("BEGIN")
+            reader.execute("SELECT COUNT(*) FROM pipelines").fetchone()  # holds the log: no restart
+        shm = os.open(str(path) + "-shm", os.O_RDONLY)
+        deadline = time.monotonic() + 120  # generous: it only fails if nothing ever copies
+        while _log_counts(shm)[1] < _log_counts(shm)[0] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        last, copied_frames = _log_counts(shm)
+        assert last > checkpointer.START_AT and copied_frames == last
+        assert checkpointer.frames_to_copy(shm) == 0
+        copied = -1
+        while copied != ckpt.checkpoints:  # (a wake-up left from the blocked commits makes one more)
+            copied = ckpt.checkpoints
+            time.sleep(5 * checkpointer.GAP_S)
+        for i in range(5):
+            commit(store, pipelines=[pipeline(f"small{i}")])
+            time.sleep(5 * checkpointer.GAP_S)  # room for a checkpoint the thread would make
+        last, copied_frames = _log_counts(shm)
+        assert last > checkpointer.START_AT and 0 < last - copied_frames < checkpointer.START_AT
+        assert checkpointer.frames_to_copy(shm) == last - copied_frames
+        assert ckpt.checkpoints == copied  # the log is past START_AT; only a few frames wait
+        assert store.count_rows("pipelines") == 37
+    finally:
+        if reader is not None:
+            reader.close()
+        if shm >= 0:
+            os.close(shm)
+        store.close()
+
+
 def test_a_log_index_that_cannot_be_opened_leaves_the_checkpoints_to_the_writer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

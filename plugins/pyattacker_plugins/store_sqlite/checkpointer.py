@@ -5,8 +5,12 @@ writer's own automatic checkpoints, that was about 60 % of the writer's commit t
 benchmark's overhead workload (18-27 ms each, mostly the page writes and the syncs), and the
 event loop stood still meanwhile. SQLite runs a checkpoint on a connection of its own while a
 writer appends to the log, and CPython releases the GIL while it does. So once a commit leaves
-``START_AT`` frames or more in the log, the writer wakes this thread, which makes a PASSIVE
-checkpoint (one that never waits for the writer or for readers), at most one per ``GAP_S``.
+``START_AT`` frames or more in the log that no checkpoint has copied yet, the writer wakes this
+thread, which makes a PASSIVE checkpoint (one that never waits for the writer or for readers),
+at most one per ``GAP_S``. Counting the frames not yet copied, not all the frames of the log:
+a log that a checkpoint copied keeps growing until the writer restarts it, and a checkpoint per
+commit of that tail would sync both files each time to copy a few pages (a third of the
+checkpoints and their syncs on the overhead workload).
 The writer's own automatic checkpoint stays, as a backstop: it then finds the frames already
 copied, finishes the tail and lets the next commit restart the log. The thread starts at the
 first such commit, so a run that writes little (a resume with nothing to do) never has one.
@@ -21,24 +25,30 @@ import sqlite3
 import struct
 import threading
 
-__all__ = ["GAP_S", "START_AT", "Checkpointer", "log_frames"]
+__all__ = ["GAP_S", "START_AT", "Checkpointer", "frames_to_copy"]
 
-#: frames in the log from which the thread copies them (the writer's backstop is at 4,000)
+#: frames of the log not yet copied from which the thread copies them (the writer's backstop
+#: checkpoints a log of 4,000 frames)
 START_AT = 1000
 #: seconds between the starts of two checkpoints of the thread, at least
 GAP_S = 0.01
-#: ``mxFrame``, the last valid frame of the log, in the WAL-index header at the start of the
-#: ``-shm`` file (a u32 at offset 16, native byte order: sqlite.org/walformat.html)
-_MX_FRAME = struct.Struct("=I")
-_MX_FRAME_AT = 16
+#: The start of the ``-shm`` file (native byte order; sqlite.org/walformat.html): the WAL-index
+#: header, whose ``mxFrame`` (a u32 at offset 16) is the last valid frame of the log, twice
+#: (48 bytes each), then the checkpoint information, which starts with ``nBackfill`` (offset 96):
+#: the frames a checkpoint has copied into the database
+_HEADER = struct.Struct("=16xI76xI")
 #: a failing checkpoint (a disk error) is tried again after this many seconds at the earliest
 _BACKOFF_S = 1.0
 
 
-def log_frames(shm_fd: int) -> int:
-    """Frames in the log now, read without a lock (a hint: the writer may be appending)."""
-    data = os.pread(shm_fd, _MX_FRAME.size, _MX_FRAME_AT)
-    return _MX_FRAME.unpack(data)[0] if len(data) == _MX_FRAME.size else 0
+def frames_to_copy(shm_fd: int) -> int:
+    """Frames of the log that no checkpoint has copied yet, read without a lock (a hint: the
+    writer may be appending, or restarting the log, which sets both counts back)."""
+    data = os.pread(shm_fd, _HEADER.size, 0)
+    if len(data) < _HEADER.size:
+        return 0
+    last, copied = _HEADER.unpack(data)
+    return last - copied if last >= copied else last
 
 
 class Checkpointer:
@@ -67,7 +77,7 @@ class Checkpointer:
         return self._thread is not None and self._thread.is_alive()
 
     def after_commit(self) -> None:
-        """Wake the thread (start it the first time) if the log holds ``START_AT`` frames."""
+        """Wake the thread (start it the first time) if ``START_AT`` frames wait to be copied."""
         if self._stopped.is_set():
             return
         if self._shm < 0:
@@ -78,7 +88,7 @@ class Checkpointer:
                 self._stopped.set()
                 return
         try:
-            if log_frames(self._shm) < START_AT:
+            if frames_to_copy(self._shm) < START_AT:
                 return
         except OSError:
             self.errors += 1
