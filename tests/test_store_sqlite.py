@@ -925,6 +925,38 @@ def test_a_thread_beside_the_writer_copies_the_log_into_the_database(tmp_path: P
     assert ckpt._thread not in threading.enumerate()
 
 
+def test_the_checkpoint_thread_syncs_the_database_after_its_checkpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite syncs the database file only after a checkpoint that copied the whole log; the
+    thread's PASSIVE ones beside a writer seldom do, so the thread syncs the file itself after
+    each (else the writer's own checkpoint flushed all of it, on the event loop's time)."""
+    from pyattacker_plugins.store_sqlite import checkpointer
+
+    path = tmp_path / "runs.db"
+    synced: list[int] = []
+
+    def spy(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+
+    monkeypatch.setattr(checkpointer, "_sync_data", spy)
+    store = OPENER.open(str(path))
+    payload = os.urandom(256 * 1024)
+    try:
+        ckpt = store.checkpointer
+        assert ckpt is not None
+        for n in range(0, 32, 4):  # 8 MiB: about 2,100 frames, past START_AT
+            rows = [artifact(f"p{n + i}", 0, payload) for i in range(4)]
+            commit(store, pipelines=[pipeline(r.pipeline_id) for r in rows], artifacts=rows)
+        deadline = time.monotonic() + 60  # generous: it only fails if nothing is ever synced
+        while not synced and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert synced and set(synced) == {path.stat().st_ino}  # the database file, not the log
+    finally:
+        store.close()  # (ends the thread: its counts are final)
+    assert ckpt.syncs == len(synced) <= ckpt.checkpoints and ckpt.errors == 0
+
+
 def _log_counts(shm: int) -> tuple[int, int]:
     """``(mxFrame, nBackfill)``: the log's last frame and the frames copied into the database,
     read from the ``-shm`` file as sqlite.org/walformat.html lays it out (offsets 16 and 96)."""

@@ -39,6 +39,12 @@ GAP_S = 0.01
 _HEADER = struct.Struct("=16xI76xI")
 #: a failing checkpoint (a disk error) is tried again after this many seconds at the earliest
 _BACKOFF_S = 1.0
+#: How the thread syncs the database file after each of its checkpoints. SQLite syncs it only at
+#: the end of a checkpoint that copied the whole log, which a PASSIVE one beside a writer that
+#: keeps appending seldom does; the writer's own checkpoint (every 4,000 pages) then flushed all
+#: that the thread had copied since, on the event loop's time (about 6 ms, every ~60 commits of
+#: the overhead workload; about 3.5 ms with the thread's syncs).
+_sync_data = getattr(os, "fdatasync", os.fsync)
 
 
 def frames_to_copy(shm_fd: int) -> int:
@@ -62,6 +68,8 @@ class Checkpointer:
         #: the writer's automatic checkpoints cover for both
         self.checkpoints = 0
         self.errors = 0
+        #: syncs of the database file after a checkpoint of the thread (see ``_sync_data``)
+        self.syncs = 0
         #: held around each checkpoint of the thread; the writer's own restarts of the log take it
         #: too (SQLite would refuse one while the thread's is under way, without waiting)
         self.lock = threading.Lock()
@@ -115,6 +123,11 @@ class Checkpointer:
             self.errors += 1
             return  # the writer's automatic checkpoints still run
         try:
+            db = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            db = -1  # (not synced by the thread: the writer's checkpoints still sync it)
+            self.errors += 1
+        try:
             conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
             while True:
                 self._wake.wait()
@@ -126,7 +139,10 @@ class Checkpointer:
                     with self.lock:
                         conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                     self.checkpoints += 1
-                except sqlite3.Error:
+                    if db >= 0:
+                        _sync_data(db)
+                        self.syncs += 1
+                except (sqlite3.Error, OSError):
                     self.errors += 1
                     gap = _BACKOFF_S
                 if self._stopped.wait(gap):
@@ -134,4 +150,6 @@ class Checkpointer:
         except sqlite3.Error:
             self.errors += 1
         finally:
+            if db >= 0:
+                os.close(db)
             conn.close()
