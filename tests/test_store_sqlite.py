@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from pyattacker.errors import ConfigError, StoreUnavailable
-from pyattacker.model import HandoffRecord
+from pyattacker.model import OK_DECISION, HandoffRecord
 from pyattacker.store import resolve_opener
 from pyattacker_plugins.store_jsonl import JsonlStoreOpener
 from pyattacker_plugins.store_sqlite import APPLICATION_ID, SCHEMA_VERSION, SqliteStore, SqliteStoreOpener
@@ -489,7 +489,8 @@ def test_values_shared_by_a_group_are_bound_once_and_stored_as_given(
         store.commit(b)
         ok = '{"retry":false,"reason":"ok","delay_s":0.0}'
         # the tasks are two groups (with and without the alias), each sharing its values
-        assert shared_calls == [("r1", "succeeded", "apis")] * 2 + [("r1", "succeeded", ok)]
+        # (the attempts' shared OK decision is not bound at all: schema 4 writes a marker for it)
+        assert shared_calls == [("r1", "succeeded", "apis")] * 2 + [("r1", "succeeded")]
         b = Batch()
         b.attempts += [attempt("b", outcome="failed"), attempt("c")]  # outcomes differ
         b.tasks += [task("x", 0, run_id=1, state="s"), task("y", 0, run_id=1.0, state="s")]  # type: ignore[arg-type]
@@ -1402,6 +1403,9 @@ def _derived_batch() -> dict[str, list[Any]]:
     tasks.append(odd)
     attempts = [attempt("p1", 0), attempt("p1", 1, n=2), attempt("p2", 0)]
     attempts[2].task_run_id = "custom"
+    attempts[0].decision = OK_DECISION  # the runner's shared decision: a marker
+    attempts[1].decision = dict(OK_DECISION)  # an equal copy: stored as given
+    attempts[2].decision = {"retry": True, "reason": "boom", "delay_s": 1.5}
     artifacts = [artifact("p1", -1), artifact("p1", 0), artifact("p2", 0)]
     artifacts[2].artifact_id = "p2:0:copy"
     events = [event("run.started", pid=None), event("pipeline.started", pid="p1"), event("x", pid="")]
@@ -1449,6 +1453,8 @@ def test_ids_that_a_row_s_pipeline_gives_are_derived_not_stored(tmp_path: Path) 
         assert _raw(path, raw_attempts) == [
             ("null", "blob"), ("null", "blob"), ("null", "text"),
         ]  # fmt: skip
+        raw_decisions = "SELECT typeof(decision_json) FROM attempts ORDER BY attempt_id"
+        assert _raw(path, raw_decisions) == [("blob",), ("text",), ("text",)]
         assert _raw(path, "SELECT typeof(artifact_id), artifact_id FROM artifacts ORDER BY pk, seq") == [
             ("blob", b""), ("blob", b""), ("text", "p2:0:copy"),
         ]  # fmt: skip
@@ -1464,6 +1470,7 @@ def test_ids_that_a_row_s_pipeline_gives_are_derived_not_stored(tmp_path: Path) 
         attempt_ids = ("attempt_id", "pipeline_id", "task_run_id")
         assert ids(store.page("attempts"), *attempt_ids) == ids(rows["attempts"], *attempt_ids)
         assert ids(store.page("attempts", pipeline_id="p2"), *attempt_ids) == [(3, "p2", "custom")]
+        assert [a.decision for a in store.page("attempts")] == [a.decision for a in rows["attempts"]]
         art_ids = ("artifact_id", "pipeline_id", "seq")
         assert ids(store.page("artifacts"), *art_ids) == ids(rows["artifacts"], *art_ids)
         event_ids = ("event_id", "pipeline_id", "task_run_id")
@@ -1487,6 +1494,8 @@ def test_ids_that_a_row_s_pipeline_gives_are_derived_not_stored(tmp_path: Path) 
             "p2",
             "custom",
         )
+        full_decisions = _raw(path, "SELECT decision_json FROM attempts_full ORDER BY attempt_id")
+        assert full_decisions[0] == ('{"retry":false,"reason":"ok","delay_s":0.0}',)
         assert _raw(path, "SELECT pipeline_id FROM events_full ORDER BY event_id") == [
             (None,),
             ("p1",),

@@ -31,6 +31,7 @@ from pyattacker.model import (
 
 __all__ = [
     "ARTIFACTS",
+    "OK_DECISION_JSON",
     "PIPELINE_ID",
     "SLOT_ID",
     "compile_function",
@@ -48,14 +49,17 @@ __all__ = [
 
 R = TypeVar("R")
 
-#: Derived id columns (schema 4). Most rows repeat ids that their pipeline already gives: the
+#: Derived columns (schema 4). Most rows repeat values that their pipeline already gives: the
 #: pipeline's id (its ``pk`` names it in ``pipeline_keys``) and a slot's id, ``pipeline_id:seq``
-#: (a task's ``task_run_id`` and output, an artifact's id, an attempt's task). A writer stores
-#: ``NULL`` for a ``PIPELINE_ID`` column of a row that has a ``pk``, and an empty BLOB (``x''``,
-#: never a text) for a ``SLOT_ID`` column that holds exactly its slot's id; readers rebuild both
-#: (``RowCodec.read_columns``). About 30 % of a run's bytes (docs/stores.md).
+#: (a task's ``task_run_id`` and output, an artifact's id, an attempt's task); and nearly every
+#: attempt carries the same decision, the runner's ``OK_DECISION``. A writer stores ``NULL`` for
+#: a ``PIPELINE_ID`` column of a row that has a ``pk``, and an empty BLOB (``x''``, which no
+#: value of these text columns ever is) for a ``SLOT_ID`` column that holds exactly its slot's
+#: id and for an ``OK_DECISION_JSON`` column that holds that very decision; readers rebuild all
+#: three (``RowCodec.read_columns``). About a third of a run's bytes (docs/stores.md).
 PIPELINE_ID = "pipeline"
 SLOT_ID = "slot"
+OK_DECISION_JSON = "ok_decision"
 
 _encode = msgspec.json.Encoder().encode
 #: a successful attempt's decision (the runner's shared dict) as JSON, encoded once: the
@@ -140,7 +144,7 @@ class RowCodec(Generic[R]):
 
         #: ``{position: kind}`` of the id columns a schema-4 writer leaves out when the row's
         #: pipeline gives them (``PIPELINE_ID``, ``SLOT_ID``); readers select ``read_list`` instead
-        self.derived: dict[int, str] = {plain.index(c): kind for c, kind in derived}
+        self.derived: dict[int, str] = {self.columns.index(c): kind for c, kind in derived}
         self._decode_row: Callable[[tuple[Any, ...]], R] = self._compile_decoder()
 
     def read_columns(self, t: str = "t.", k: str = "k.") -> list[str]:
@@ -160,9 +164,22 @@ class RowCodec(Generic[R]):
                     f"(CASE WHEN typeof({stored}) = 'blob' THEN {k}\"pipeline_id\" || ':' || {t}\"seq\""
                     f" ELSE {stored} END)"
                 )
+            elif kind == OK_DECISION_JSON:
+                out.append(f"(CASE WHEN typeof({stored}) = 'blob' THEN '{_OK_JSON}' ELSE {stored} END)")
             else:
                 out.append(stored)
         return out
+
+    def marker_test(self, position: int) -> str:
+        """The Python test (over the record ``r``) under which the derived column at ``position``
+        is written as the ``x''`` marker; only for ``SLOT_ID`` and ``OK_DECISION_JSON`` columns."""
+        kind, column = self.derived[position], self.columns[position]
+        if kind == SLOT_ID:
+            return f'(r.pipeline_id and r.{column} == f"{{r.pipeline_id}}:{{r.seq}}") is True'
+        if kind == OK_DECISION_JSON:
+            field = self.json_fields[position - len(self.plain)]
+            return f"r.{field} is _ok"  # the runner's shared decision (``_ok_json`` is its text)
+        raise ValueError(f"column {column} of {self.table} is not written as a marker")
 
     def read_list(self, t: str = "t.", k: str = "k.") -> str:
         """``read_columns`` as one select list (``select_list`` order)."""
@@ -382,7 +399,7 @@ ATTEMPTS = RowCodec(
     ),
     ("decision", "leases"),
     shared=("run_id", "outcome", "decision"),
-    derived=(("pipeline_id", PIPELINE_ID), ("task_run_id", SLOT_ID)),
+    derived=(("pipeline_id", PIPELINE_ID), ("task_run_id", SLOT_ID), ("decision_json", OK_DECISION_JSON)),
 )  # fmt: skip
 
 EVENTS = RowCodec(

@@ -35,7 +35,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .rows import PIPELINE_ID, SLOT_ID, RowCodec, compile_block, compile_function
+from .rows import PIPELINE_ID, RowCodec, compile_block, compile_function
 
 __all__ = ["Statement", "write_rows", "write_shared_rows"]
 
@@ -156,8 +156,9 @@ class Statement:
     ``aliases`` hold the very object of their source column) followed by the values of the
     codec's ``shared`` columns. Rows are grouped by pattern; a group whose rows also agree on
     the shared values binds them once, and an alias reads its source's parameter. The pattern
-    also says which of the codec's derived ids a row may leave out (schema 4): its pipeline id
-    when it has a ``pk`` (written ``NULL``), a slot id equal to ``pipeline_id:seq`` (``x''``).
+    also says which of the codec's derived values a row may leave out (schema 4): its pipeline id
+    when it has a ``pk`` (written ``NULL``), a slot id equal to ``pipeline_id:seq`` and the
+    shared OK decision (``x''``).
     """
 
     __slots__ = (
@@ -184,13 +185,11 @@ class Statement:
         derived = codec.derived if clustered else {}
         #: parameter positions of the pipeline id columns (stored NULL when the row has a pk)
         self._of_pk = tuple(i + 1 for i, kind in derived.items() if kind == PIPELINE_ID)
-        #: parameter positions of the slot id columns (stored x'' when they hold the slot's id)
-        self._slots = tuple(i + 1 for i, kind in derived.items() if kind == SLOT_ID)
-        tests += [
-            f'(r.pipeline_id and r.{codec.columns[i]} == f"{{r.pipeline_id}}:{{r.seq}}") is True'
-            for i, kind in derived.items()
-            if kind == SLOT_ID
-        ]
+        markers = [i for i, kind in derived.items() if kind != PIPELINE_ID]
+        #: parameter positions of the columns stored as x'' when their value is the derived one
+        #: (a slot's own id, the shared OK decision)
+        self._slots = tuple(i + 1 for i in markers)
+        tests += [codec.marker_test(i) for i in markers]
         #: parameter positions of the shared columns, in the order their values end a key
         self._shared = tuple(i + clustered for i in codec.shared)
         #: the length of a key's pattern (the shared values follow it)
