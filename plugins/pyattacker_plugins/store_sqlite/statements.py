@@ -162,8 +162,8 @@ class Statement:
     """
 
     __slots__ = (
-        "_aliases", "_cache", "_codec", "_keys", "_m", "_nullable", "_of_pk", "_render", "_shared", "_slots",
-        "clustered", "full_sql",
+        "_aliases", "_cache", "_codec", "_keys", "_m", "_markers", "_nullable", "_of_pk", "_render",
+        "_shared", "clustered", "full_sql",
     )  # fmt: skip
 
     def __init__(self, render: Render, codec: RowCodec[Any], *, clustered: bool = False) -> None:
@@ -188,7 +188,7 @@ class Statement:
         markers = [i for i, kind in derived.items() if kind != PIPELINE_ID]
         #: parameter positions of the columns stored as x'' when their value is the derived one
         #: (a slot's own id, the shared OK decision)
-        self._slots = tuple(i + 1 for i in markers)
+        self._markers = tuple(i + 1 for i in markers)
         tests += [codec.marker_test(i) for i in markers]
         #: parameter positions of the shared columns, in the order their values end a key
         self._shared = tuple(i + clustered for i in codec.shared)
@@ -206,9 +206,9 @@ class Statement:
         null = {p for p, is_none in zip(self._nullable, pattern[:n_null], strict=True) if is_none}
         if self._of_pk and not pattern[0]:  # (the first test of a clustered row: no pk)
             null.update(self._of_pk)  # the pk names the pipeline
-        slot = {p for p, same in zip(self._slots, pattern[n_null + n_alias : self._m], strict=True) if same}
-        slot -= null
-        literal = null | slot
+        bits = pattern[n_null + n_alias : self._m]
+        marked = {p for p, same in zip(self._markers, bits, strict=True) if same} - null
+        literal = null | marked
         alias = {
             a: b
             for (a, b), same in zip(self._aliases, pattern[n_null : n_null + n_alias], strict=True)
@@ -229,7 +229,7 @@ class Statement:
                 "NULL"
                 if p in null
                 else "x''"
-                if p in slot
+                if p in marked
                 else number.get(alias.get(p, p)) or each[alias.get(p, p)]
                 for p in range(width)
             ]
