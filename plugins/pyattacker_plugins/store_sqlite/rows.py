@@ -63,7 +63,10 @@ OK_DECISION_JSON = "ok_decision"
 
 _encode = msgspec.json.Encoder().encode
 #: a successful attempt's decision (the runner's shared dict) as JSON, encoded once: the
-#: ``decision`` column tests for it by identity before encoding (one encode per attempt less)
+#: ``decision`` column tests for it by identity before encoding (one encode per attempt less).
+#: Schema 4 also reads this text wherever an attempt row holds the ``OK_DECISION_JSON`` marker,
+#: so it is part of the file format: changing ``OK_DECISION`` needs a new schema version (the
+#: derived-ids test pins the text).
 _OK_JSON = _encode(OK_DECISION).decode()
 
 #: Python types a column may come back as from SQLite, by the field's annotated type (a REAL

@@ -244,6 +244,11 @@ def _leases_sql(n: int) -> str:
 
 
 _LEASES = msgspec.json.Decoder(list[dict[str, Any]])
+#: one artifact by pipeline id and seq (built once: a resume reads one per pipeline it continues)
+_GET_ARTIFACT = (
+    f"SELECT {ARTIFACTS.read_list()} FROM pipeline_keys AS k JOIN artifacts AS t ON t.pk = k.pk"
+    ' WHERE k."pipeline_id" = ? AND t."seq" = ?'
+)
 #: an attempt's ``task_run_id`` as readers see it (derived, see ``rows.SLOT_ID``)
 _ATTEMPT_TASK = ATTEMPTS.read_columns()[ATTEMPTS.columns.index("task_run_id")]
 
@@ -856,11 +861,7 @@ class SqliteStore:
 
     @_names_store
     def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
-        rows = self._query(
-            f"SELECT {ARTIFACTS.read_list()} FROM pipeline_keys AS k JOIN artifacts AS t ON t.pk = k.pk"
-            ' WHERE k."pipeline_id" = ? AND t."seq" = ?',
-            (pipeline_id, seq),
-        )
+        rows = self._query(_GET_ARTIFACT, (pipeline_id, seq))
         return ARTIFACTS.decode(rows[0]) if rows else None
 
     @_names_store
