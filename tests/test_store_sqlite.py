@@ -20,6 +20,7 @@ from pyattacker.model import OK_DECISION, HandoffRecord
 from pyattacker.store import resolve_opener
 from pyattacker_plugins.store_jsonl import JsonlStoreOpener
 from pyattacker_plugins.store_sqlite import APPLICATION_ID, SCHEMA_VERSION, SqliteStore, SqliteStoreOpener
+from sqlite_downgrades import downgrade_to_v1, downgrade_to_v2, downgrade_to_v3
 from store_contract import artifact, attempt, commit, event, pipeline, task
 
 OPENER = SqliteStoreOpener()
@@ -54,7 +55,9 @@ def test_new_file_has_marker_version_and_tables(tmp_path: Path) -> None:
         assert {"metric_points", "resources", "store_meta"} <= tables
         indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
         assert {"pipelines_by_run_state", "pipelines_by_created"} <= indexes
-        assert {"attempts_by_run", "attempts_by_pipeline", "events_by_run", "events_by_pipeline"} <= indexes
+        assert {"attempts_by_pipeline", "events_by_pipeline"} <= indexes
+        # a run's attempts and events are found through its span of ids (schema 5), not an index
+        assert not {"attempts_by_run", "events_by_run"} & indexes and "run_spans" in tables
         # tasks and artifacts are clustered by (pipeline_id, seq): no extra index to maintain
         ddl = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type='table'").fetchall())
         assert "WITHOUT ROWID" in ddl["tasks"] and "WITHOUT ROWID" in ddl["artifacts"]
@@ -723,49 +726,6 @@ def test_interrupt_running_reads_only_the_stale_rows(tmp_path: Path) -> None:
         store.close()
 
 
-#: the tables whose ids schema 4 derives, and their views with the ids filled in
-_DERIVED_TABLES = ("tasks", "attempts", "artifacts", "events")
-
-
-def _downgrade_to_v3(path: Path) -> None:
-    """What a file written before schema version 4 looks like: every id stored as text, no views."""
-    conn = sqlite3.connect(path)
-    for table in _DERIVED_TABLES:
-        cols = ", ".join(
-            f'"{c}"' for c in [r[1] for r in conn.execute(f"SELECT * FROM pragma_table_info('{table}_full')")]
-        )
-        conn.execute(f'CREATE TEMP TABLE "old_{table}" AS SELECT {cols} FROM "{table}_full"')
-        conn.execute(f'DELETE FROM "{table}"')
-        conn.execute(f'INSERT INTO "{table}" ({cols}) SELECT {cols} FROM "old_{table}"')
-        conn.execute(f'DROP VIEW "{table}_full"')
-    conn.execute("UPDATE store_meta SET value = '3' WHERE key = 'schema_version'")
-    conn.execute("PRAGMA user_version = 3")
-    conn.commit()
-    conn.close()
-
-
-def _downgrade_to_v2(path: Path) -> None:
-    """What a file written before schema version 3 looks like (no control ledger)."""
-    _downgrade_to_v3(path)
-    conn = sqlite3.connect(path)
-    conn.execute("DROP TABLE handoffs")
-    conn.execute("UPDATE store_meta SET value = '2' WHERE key = 'schema_version'")
-    conn.execute("PRAGMA user_version = 2")
-    conn.commit()
-    conn.close()
-
-
-def _downgrade_to_v1(path: Path) -> None:
-    """What a file written before schema version 2 looks like (no ``tasks_running`` marker)."""
-    _downgrade_to_v2(path)
-    conn = sqlite3.connect(path)
-    conn.execute("DELETE FROM store_meta WHERE key = 'tasks_running'")
-    conn.execute("UPDATE store_meta SET value = '1' WHERE key = 'schema_version'")
-    conn.execute("PRAGMA user_version = 1")
-    conn.commit()
-    conn.close()
-
-
 def test_version_1_file_migrated_by_the_writer_only(tmp_path: Path) -> None:
     path = tmp_path / "v1.db"
     store = OPENER.open(str(path))
@@ -775,7 +735,7 @@ def test_version_1_file_migrated_by_the_writer_only(tmp_path: Path) -> None:
         tasks=[task("p1", 0, run_id="dead")],
     )
     store.close()
-    _downgrade_to_v1(path)
+    downgrade_to_v1(path)
     before = digest(path)
     reader = OPENER.open(str(path), read_only=True)  # readers read version 1 as it is
     try:
@@ -786,10 +746,10 @@ def test_version_1_file_migrated_by_the_writer_only(tmp_path: Path) -> None:
     writer = OPENER.open(str(path))
     try:
         conn = sqlite3.connect(path)
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         meta = dict(conn.execute("SELECT key, value FROM store_meta"))
         conn.close()
-        assert meta["schema_version"] == "4" and meta["tasks_running"] == "1"
+        assert meta["schema_version"] == "5" and meta["tasks_running"] == "1"
         assert writer.interrupt_running("next", 3.0) == 1  # the rows written before the migration
         assert [t.state for t in writer.page("tasks")] == ["interrupted"]
     finally:
@@ -1317,7 +1277,7 @@ def test_a_reader_kept_open_sees_the_ledger_once_a_writer_migrates_the_file(tmp_
     store = OPENER.open(str(path))
     commit(store, pipelines=[pipeline("p1", state="failed")])
     store.close()
-    _downgrade_to_v2(path)
+    downgrade_to_v2(path)
     reader = OPENER.open(str(path), read_only=True)
     try:
         assert not reader.has_ledger and reader.count_handoffs() == 0
@@ -1341,7 +1301,7 @@ def test_version_2_file_read_as_it_is_and_migrated_by_the_writer(tmp_path: Path)
     store = OPENER.open(str(path))
     commit(store, pipelines=[pipeline("p1", state="failed")])
     store.close()
-    _downgrade_to_v2(path)
+    downgrade_to_v2(path)
     before = digest(path)
     reader = OPENER.open(str(path), read_only=True)  # report, export, watch on an older file
     try:
@@ -1359,7 +1319,7 @@ def test_version_2_file_read_as_it_is_and_migrated_by_the_writer(tmp_path: Path)
     conn = sqlite3.connect(path)
     try:
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert "handoffs" in tables and conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert "handoffs" in tables and conn.execute("PRAGMA user_version").fetchone()[0] == 5
     finally:
         conn.close()
 
@@ -1513,7 +1473,7 @@ def test_version_3_file_read_as_it_is_and_migrated_by_the_writer(tmp_path: Path)
     commit(store, **_derived_batch())
     expected = {kind: [r for r in store.page(kind)] for kind in ("tasks", "attempts", "artifacts", "events")}
     store.close()
-    _downgrade_to_v3(path)
+    downgrade_to_v3(path)
     assert _raw(path, "SELECT typeof(task_run_id), typeof(pipeline_id) FROM tasks LIMIT 1") == [
         ("text", "text")
     ]
@@ -1540,4 +1500,4 @@ def test_version_3_file_read_as_it_is_and_migrated_by_the_writer(tmp_path: Path)
     assert _raw(
         path, "SELECT typeof(task_run_id), typeof(pipeline_id) FROM tasks ORDER BY pk DESC LIMIT 1"
     ) == [("blob", "null")]
-    assert _raw(path, "PRAGMA user_version") == [(4,)]
+    assert _raw(path, "PRAGMA user_version") == [(5,)]

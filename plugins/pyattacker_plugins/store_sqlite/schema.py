@@ -1,4 +1,4 @@
-"""The SQLite schema, its version marker, additive migrations, and the read-only file probe.
+"""The SQLite schema, its version marker, migrations that keep every row, and the read-only file probe.
 
 A file is ours only if ``PRAGMA application_id`` carries our id *and* ``store_meta`` names the
 application; anything else is refused before a single byte is written. The schema version
@@ -35,6 +35,7 @@ __all__ = [
     "APPLICATION_ID",
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "SPAN_KINDS",
     "TABLES",
     "TASKS_RUNNING_KEY",
     "migrate",
@@ -45,7 +46,7 @@ __all__ = [
 APPLICATION = "pyattacker"
 #: "PYAT" as a big-endian 32-bit integer, stored in the file header.
 APPLICATION_ID = 0x50594154
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _REAL = {
     "started_at", "ended_at", "heartbeat_at", "pid_started_at", "created_at", "finished_at", "ts",
@@ -158,11 +159,31 @@ def _full_view(codec: RowCodec[Any]) -> str:
 #: columns, so rows written before stay as they are; ``*_full`` views show every row with its
 #: ids, for plain SQL.
 _V4 = tuple(_full_view(codec) for codec in (TASKS, ATTEMPTS, ARTIFACTS, EVENTS))
-#: tables that came with a version after 1: a file of an older version lacks them by design
-ADDED_TABLES = {"handoffs": 3}
 
-#: version -> statements that bring a file from ``version - 1`` to ``version`` (additive only).
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
+#: the row kinds whose rows a run's ids bound (``run_spans``), and their id column
+SPAN_KINDS = {"attempts": "attempt_id", "events": "event_id"}
+
+#: Version 5: a run's attempts and events are found by the span of ids it wrote, not through an
+#: index on ``run_id``. One writer at a time numbers both tables in commit order, so the rows of
+#: a run sit in a few ranges of the rowid; ``run_spans`` keeps the lowest and highest id each run
+#: wrote per table (one upsert per commit, where the two indexes took an entry per row), and a
+#: read by run scans that range of the table, checking ``run_id`` on each row. No row is rewritten.
+_V5 = (
+    "CREATE TABLE run_spans (run_id TEXT NOT NULL, kind TEXT NOT NULL, lo INTEGER NOT NULL,"
+    " hi INTEGER NOT NULL, PRIMARY KEY (run_id, kind)) WITHOUT ROWID",
+    *(
+        f"INSERT INTO run_spans (run_id, kind, lo, hi) SELECT run_id, '{kind}', MIN({column}),"
+        f" MAX({column}) FROM {kind} WHERE run_id IS NOT NULL GROUP BY run_id"
+        for kind, column in SPAN_KINDS.items()
+    ),
+    "DROP INDEX attempts_by_run",
+    "DROP INDEX events_by_run",
+)
+#: tables that came with a version after 1: a file of an older version lacks them by design
+ADDED_TABLES = {"handoffs": 3, "run_spans": 5}
+
+#: version -> statements that bring a file from ``version - 1`` to ``version``
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
 
 
 def ro_uri(path: str) -> str:

@@ -36,7 +36,7 @@ from pyattacker.stats import duration_summary
 from pyattacker.store import PAGE_KINDS
 from pyattacker.writer_lock import WriterLock
 
-from . import schema
+from . import run_spans, schema
 from .checkpointer import Checkpointer
 from .rows import (
     ARTIFACTS,
@@ -168,13 +168,24 @@ _PAGE_FILTERS: dict[str, tuple[str, ...]] = {
 
 
 @lru_cache(maxsize=256)
-def _page_sql(kind: str, filters: tuple[str, ...], keyset: bool, select: str | None = None) -> str:
-    """``page``'s statement; ``select`` narrows the columns (rowid kinds only)."""
+def _page_sql(
+    kind: str, filters: tuple[str, ...], keyset: bool, select: str | None = None, spans: bool = False
+) -> str:
+    """``page``'s statement; ``select`` narrows the columns (rowid kinds only); ``spans``: the
+    file has ``run_spans`` (schema 5), which a filter on the run of attempts or events reads."""
     codec = _PAGE_CODECS[kind]
     keys = PAGE_KINDS[kind]
     if kind in ("tasks", "artifacts"):
         return _clustered_page_sql(codec, filters, keyset)
-    where = [f't."pk" = {_PK}' if f == "pipeline_id" else f't."{f}" = ?' for f in filters]
+    by_span = spans and "run_id" in filters and kind in schema.SPAN_KINDS
+    where = [
+        f't."pk" = {_PK}'
+        if f == "pipeline_id"
+        else run_spans.run_condition(kind)
+        if f == "run_id" and by_span
+        else f't."{f}" = ?'
+        for f in filters
+    ]
     if keyset:
         cols = ", ".join(f't."{k}"' for k in keys)
         marks = ", ".join("?" for _ in keys)
@@ -182,7 +193,8 @@ def _page_sql(kind: str, filters: tuple[str, ...], keyset: bool, select: str | N
     clause = f" WHERE {' AND '.join(where)}" if where else ""
     order = ", ".join(f't."{k}"' for k in keys)
     columns = select or codec.read_list()
-    return f"SELECT {columns} FROM {_source(codec, columns)}{clause} ORDER BY {order} LIMIT ?"
+    source = (run_spans.SOURCE if by_span else "") + _source(codec, columns)
+    return f"SELECT {columns} FROM {source}{clause} ORDER BY {order} LIMIT ?"
 
 
 def _source(codec: RowCodec[Any], columns: str) -> str:
@@ -387,6 +399,8 @@ class SqliteStore:
         #: a reader of a file of schema 2 or older has no ledger (a writer migrates it first)
         self._has_ledger = self._ledger_table()
         self._next_handoff_id = self._next_id("handoffs", "handoff_id") if self._has_ledger else 1
+        #: a reader of a file of schema 4 or older finds a run's rows through its run indexes
+        self._has_spans = self._span_table()
         #: pipeline id -> pk of committed key rows. Rows carry the pk itself (resolved here, not
         #: by a sub-select per row); bounded, since only pipelines in flight need to be here.
         self._known: dict[str, int] = {}
@@ -414,6 +428,16 @@ class SqliteStore:
 
     def _ledger_table(self) -> bool:
         return bool(self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'handoffs'"))
+
+    @property
+    def has_spans(self) -> bool:
+        """Whether the file has ``run_spans`` (see ``run_spans``); asked again like ``has_ledger``."""
+        if not self._has_spans and self.read_only and self._conn is not None:
+            self._has_spans = self._span_table()
+        return self._has_spans
+
+    def _span_table(self) -> bool:
+        return bool(self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'run_spans'"))
 
     # -- opening ----------------------------------------------------------------------------
     @classmethod
@@ -511,6 +535,13 @@ class SqliteStore:
                                 if p.pipeline_id in pks  # an unknown id is ignored
                             ],
                         )
+                spans = []
+                if batch.attempts:
+                    spans = run_spans.spans_of("attempts", batch.attempts, self._next_attempt_id)
+                if batch.events:
+                    spans += run_spans.spans_of("events", batch.events, self._next_event_id)
+                if spans:
+                    conn.executemany(run_spans.UPSERT, spans)
                 conn.execute("COMMIT")
             except BaseException as exc:
                 self._rollback(conn)
@@ -815,8 +846,9 @@ class SqliteStore:
         (optional method: a merged report needs the event count, not the events)."""
         if kind not in _PAGE_CODECS:
             raise ValueError(f"unknown row kind {kind!r}; expected one of {', '.join(PAGE_KINDS)}")
-        where, params = _run_filter(run_id if "run_id" in _PAGE_FILTERS[kind] else None)
-        return int(self._query(f'SELECT COUNT(*) FROM "{kind}"{where}', params)[0][0])
+        by_run = run_id is not None and "run_id" in _PAGE_FILTERS[kind]
+        sql = _count_sql(kind, by_run, self.has_spans)
+        return int(self._query(sql, (run_id,) if by_run else ())[0][0])
 
     def count_handoffs(self, run_id: str | None = None) -> int:
         """Handoffs committed by ``run_id`` (restarts of a traversal are not counted)."""
@@ -852,7 +884,8 @@ class SqliteStore:
         filters = ("run_id",) if run_id is not None else ()
         params = [*([run_id] if run_id is not None else []), *([after] if after is not None else []), limit]
         typed = _SUMMARY_TYPES[kind]
-        rows = self._query(_page_sql(kind, filters, after is not None, f"{select}, {typed}"), params)
+        sql = _page_sql(kind, filters, after is not None, f"{select}, {typed}", self.has_spans)
+        rows = self._query(sql, params)
         if not all(map(_LAST, rows)):
             codec = _PAGE_CODECS[kind]
             bad = next(r[0] for r in rows if not r[-1])
@@ -907,7 +940,8 @@ class SqliteStore:
             params.extend(after)
         params.append(limit)
         decode = _PAGE_CODECS[kind].decode
-        return [decode(r) for r in self._query(_page_sql(kind, filters, after is not None), params)]
+        sql = _page_sql(kind, filters, after is not None, None, self.has_spans)
+        return [decode(r) for r in self._query(sql, params)]
 
     @_names_store
     def metrics(self, run_id: str | None = None, pipeline_id: str | None = None) -> list[MetricRecord]:
@@ -954,7 +988,7 @@ class SqliteStore:
             try:
                 conn.execute("BEGIN")
                 try:
-                    return _stats(conn, run_id, self.has_ledger)
+                    return _stats(conn, run_id, self.has_ledger, self.has_spans)
                 finally:
                     conn.execute("COMMIT")
             except sqlite3.Error as exc:
@@ -1018,8 +1052,17 @@ def _sorted_durations(conn: sqlite3.Connection, run_id: str | None) -> array[flo
     return array("d", (d for (d,) in rows))
 
 
-def _stats(conn: sqlite3.Connection, run_id: str | None, ledger: bool) -> dict[str, Any]:
-    where, params = _run_filter(run_id)
+def _count_sql(kind: str, by_run: bool, spans: bool) -> str:
+    """Rows of ``kind``, or of run ``?`` (``by_run``) through its span when the file has them."""
+    if not by_run:
+        return f'SELECT COUNT(*) FROM "{kind}"'
+    if spans and kind in schema.SPAN_KINDS:
+        return f'SELECT COUNT(*) FROM {run_spans.SOURCE}"{kind}" AS t WHERE {run_spans.run_condition(kind)}'
+    return f'SELECT COUNT(*) FROM "{kind}" WHERE run_id = ?'
+
+
+def _stats(conn: sqlite3.Connection, run_id: str | None, ledger: bool, spans: bool) -> dict[str, Any]:
+    params = (run_id,) if run_id is not None else ()
     states = _typed_counts(conn, PIPELINES, _STATE_TYPED, "state", run_id)
     by_state = {state: n for state, n, _ in states}
     durations = _sorted_durations(conn, run_id)
@@ -1027,8 +1070,8 @@ def _stats(conn: sqlite3.Connection, run_id: str | None, ledger: bool) -> dict[s
     tasks = _typed_counts(conn, TASKS, _TASK_STATS_TYPED, "name, state", run_id)
     for name, state, n, _ in tasks:
         by_name.setdefault(name, {})[state] = n
-    attempts = conn.execute(f"SELECT COUNT(*) FROM attempts{where}", params).fetchone()[0]
-    events = conn.execute(f"SELECT COUNT(*) FROM events{where}", params).fetchone()[0]
+    attempts = conn.execute(_count_sql("attempts", run_id is not None, spans), params).fetchone()[0]
+    events = conn.execute(_count_sql("events", run_id is not None, spans), params).fetchone()[0]
     handoffs = 0
     if ledger:
         and_run, _ = _run_filter(run_id, " AND")
