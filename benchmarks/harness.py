@@ -239,10 +239,26 @@ def per_round_ratio(
 
 
 # ------------------------------------------------------------------------------- running
+def settle() -> None:
+    """Write back what earlier runs left dirty in the page cache, before the next run's clock
+    starts. The kernel writes dirty pages back some 30 s after they were written, so without this
+    a run paid, on its CPUs, for the stores of the runs before it (a run on two cores most: the
+    one-process variants had a spare core for it)."""
+    if hasattr(os, "sync"):
+        os.sync()
+
+
 def run_scenario(
-    sc: Scenario, rounds: int, root: Path, timeout: float, log: Callable[[str], None]
+    sc: Scenario,
+    rounds: int,
+    root: Path,
+    timeout: float,
+    log: Callable[[str], None],
+    keep: bool = False,
 ) -> dict[str, Any]:
-    """Prepare once, then ``rounds`` rounds; within a round every variant once, order rotated."""
+    """Prepare once, then ``rounds`` rounds; within a round every variant once, order rotated.
+    Each run starts settled (``settle``); its files are removed once read unless ``keep``
+    (removing a file also drops its dirty pages, which then are never written back)."""
     base = root / sc.name
     base.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
@@ -262,7 +278,11 @@ def run_scenario(
         for v in order:
             tmp = base / f"round{r}" / v.name
             tmp.mkdir(parents=True, exist_ok=True)
-            results = run_cmds(v.build(tmp), tmp, "run", timeout, v.ok_codes)
+            cmds = v.build(tmp)
+            settle()
+            results = run_cmds(cmds, tmp, "run", timeout, v.ok_codes)
+            if not keep:
+                shutil.rmtree(tmp, ignore_errors=True)
             bad = [res.error for res in results if res.error]
             if bad:
                 errors.extend(f"round {r} {v.name}: {e}" for e in bad)
@@ -670,6 +690,7 @@ def main(argv: list[str] | None = None) -> int:
                 root,
                 args.timeout,
                 log,
+                keep=args.keep_tmp,
             )
             res["params"]["scale"] = args.scale
             res["elapsed_s"] = round(time.perf_counter() - t0, 1)

@@ -295,3 +295,43 @@ def test_variants_table_shows_the_kernels_share_of_the_cpu_when_reported() -> No
     rows = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| overhead | ")}
     assert " | 22.7 (5.8) | " in rows["product"]
     assert " | 30.1 | " in rows["older"] and "(" not in rows["older"].split(" | ")[6]
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_each_run_starts_settled_and_leaves_no_store_behind_unless_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep: bool
+) -> None:
+    """A run must not pay for the pages earlier runs left dirty: the harness writes them back
+    before each run's clock starts, and removes a run's files once it has read them (``--keep-tmp``
+    keeps them)."""
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks import harness
+    finally:
+        sys.path.remove(str(REPO))
+    calls: list[str] = []
+    monkeypatch.setattr(harness, "settle", lambda: calls.append("settle"))
+    real_run_cmds = harness.run_cmds
+
+    def run_cmds(*args: object, **kwargs: object) -> object:
+        calls.append("run")
+        return real_run_cmds(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(harness, "run_cmds", run_cmds)
+    child = (
+        "import json, sys; open(sys.argv[1], 'wb').write(b'x' * 65536);"
+        " print(json.dumps({'pipelines_per_s': 1.0}))"
+    )
+
+    def build(tmp: Path) -> list[harness.Cmd]:
+        return [harness.Cmd([sys.executable, "-c", child, str(tmp / "store.db")])]
+
+    sc = harness.Scenario(
+        "s", "a child that writes a store", {}, [harness.Variant("a", build), harness.Variant("b", build)]
+    )
+    result = harness.run_scenario(sc, 2, tmp_path, 60.0, lambda _msg: None, keep=keep)
+    assert not result["errors"]
+    assert calls == ["settle", "run"] * 4  # two variants, two rounds
+    stores = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("store.db"))
+    expected = [f"s/round{r}/{v}/store.db" for r in range(2) for v in "ab"]
+    assert stores == (expected if keep else [])
