@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,6 +83,26 @@ class Poll:
     ) -> Any:
         while True:
             await pool.clock.sleep(1.0)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+class Block:
+    """Blocks the event loop: a synchronous ``time.sleep`` inside the async method (a bug the
+    wall budget must still stop)."""
+
+    name = "block"
+    #: seconds each call blocks for
+    seconds = 3600.0
+    #: calls whose sleep ran to its end (an interrupted one raised out of it)
+    completed = 0
+
+    async def acquire(
+        self, pool: Any, *, ctx: Any, where: Any, timeout: float | None, selector: Mapping[str, Any]
+    ) -> Any:
+        time.sleep(self.seconds)
+        type(self).completed += 1
 
     def fingerprint(self) -> dict[str, Any]:
         return {"name": self.name}

@@ -11,6 +11,7 @@ import dataclasses
 import gc
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from _bench_fixtures import DEAD, Poll, Spin, register_dead, registry_with
+from _bench_fixtures import DEAD, Block, Poll, Spin, register_dead, registry_with
 from pyattacker.errors import ConfigError
 from pyattacker.plugins import get_plugins
 from pyattacker.retry import Retrying
@@ -437,6 +438,46 @@ def test_a_spinning_algorithm_is_stopped_by_the_wall_budget_as_stalled() -> None
     )
     with pytest.raises(BenchmarkTimeout, match=r"wall budget of 1\.5s: stalled"):
         run_bench(plan)
+
+
+def test_an_algorithm_that_blocks_the_loop_is_stopped_by_the_wall_budget() -> None:
+    """``time.sleep(3600)`` inside an async method never lets the loop run the cancel: the
+    watchdog interrupts the blocked thread, and the run ends with the blocked-loop error."""
+
+    class Short(Block):
+        # long enough that the budget (1 s) and the grace (2 s) end first; short enough that,
+        # were no call interrupted, the test would fail on ``completed`` within its timeout
+        seconds = 15.0
+        completed = 0
+
+    before = signal.getsignal(signal.SIGUSR1)
+    plan = make_plan(
+        BenchOptions(jobs=5, seeds=1, algorithms=["block"], wall_budget_s=1.0),
+        registry=registry_with(block=Short),
+    )
+    with pytest.raises(BenchmarkTimeout, match=r"wall budget of 1s: the event loop was blocked"):
+        run_bench(plan)
+    assert Short.completed == 0  # every blocking call was cut short, none slept to its end
+    assert signal.getsignal(signal.SIGUSR1) is before  # the handler is put back
+
+
+def test_a_blocking_algorithm_from_the_command_line_is_exit_2() -> None:
+    """The same through ``pyattacker bench`` in a real process, where the run is on the main
+    thread of the command (the test fails by its timeout if the process is never stopped)."""
+    code = (
+        "from _bench_fixtures import Block\n"
+        "from pyattacker.plugins import get_plugins\n"
+        "from pyattacker.registry import Provided\n"
+        "get_plugins().algorithms.add(Provided('algorithms', 'block', Block, 'test-plugin', False))\n"
+        "from pyattacker.cli import main\n"
+        "main(['bench', '--algorithms', 'block', '--seeds', '1', '--jobs', '4', '--wall-budget', '1'])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=TESTS
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "BenchmarkTimeout" in proc.stderr and "the event loop was blocked" in proc.stderr
+    assert proc.stdout == ""
 
 
 def test_jobs_that_never_drain_after_the_horizon_are_a_stall() -> None:

@@ -15,7 +15,6 @@ retry delays, like a client that sleeps between attempts.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from .clocks import make_clock
 from .errors import AlgorithmFault, BenchmarkError, BenchmarkStalled, BenchmarkTimeout
 from .keys import keyed_rng
 from .scenario import Scenario
+from .watchdog import BLOCKED_GRACE_S, LoopBlocked, Watchdog, interruptible
 from .world import NOT_ADMITTED, REFUSED, World
 
 __all__ = ["BenchContext", "RunResult", "RunSettings", "run_once"]
@@ -376,89 +376,56 @@ class _Run:
         return r
 
 
-class _Watchdog:
-    """Cancels the run from a thread when the wall budget is spent.
-
-    A thread, because the event loop cannot time itself: a loop spinning on ready callbacks
-    never reaches a timer, and a virtual clock's timers do not follow real time. It also
-    watches the run's progress counter, to say whether the run was stalled or merely slow.
-    """
-
-    def __init__(self, run: _Run, budget_s: float) -> None:
-        self.run = run
-        self.budget_s = budget_s
-        self.fired = False
-        self.idle_s = 0.0
-        self._stop = threading.Event()
-        self._loop = asyncio.get_running_loop()
-        self._task = asyncio.current_task()
-        self._thread = threading.Thread(target=self._watch, name="bench-watchdog", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _watch(self) -> None:
-        start = time.monotonic()
-        deadline = start + self.budget_s
-        interval = min(0.25, self.budget_s / 4)
-        seen = self.run.progress
-        changed = start
-        while True:
-            left = deadline - time.monotonic()
-            if self._stop.wait(max(0.0, min(interval, left))):
-                return
-            now = time.monotonic()
-            progress = self.run.progress
-            if progress != seen:
-                seen, changed = progress, now
-            if now >= deadline:
-                self.idle_s = now - changed
-                self.fired = True
-                if self._task is not None:
-                    self._loop.call_soon_threadsafe(self._task.cancel)
-                return
-
-    def error(self) -> BenchmarkTimeout:
-        run = self.run
-        r = run.result
-        sim = run.clock.now()
-        horizon = run.scenario.horizon_s
-        head = f"{run._where()}: did not finish within the wall budget of {self.budget_s:g}s"
-        state = f"simulated t={sim:.1f}s of a {horizon:g}s horizon, {r.jobs_done}/{r.jobs_total} jobs done"
-        if self.idle_s >= max(STALL_AFTER_S, self.budget_s / 10):
-            return BenchmarkTimeout(
-                f"{head}: stalled, nothing finished during its last {self.idle_s:.1f}s ({state});"
-                " an algorithm or scenario that never lets a request through"
-            )
+def _timeout_error(run: _Run, watchdog: Watchdog) -> BenchmarkTimeout:
+    """What the wall budget stopped: a blocked loop, a stalled run or a slow one."""
+    r = run.result
+    sim = run.clock.now()
+    horizon = run.scenario.horizon_s
+    head = f"{run._where()}: did not finish within the wall budget of {watchdog.budget_s:g}s"
+    state = f"simulated t={sim:.1f}s of a {horizon:g}s horizon, {r.jobs_done}/{r.jobs_total} jobs done"
+    if watchdog.blocked:
         return BenchmarkTimeout(
-            f"{head}: still making progress but too slowly ({state}); raise --wall-budget,"
-            " or lower --jobs or --horizon"
+            f"{head}: the event loop was blocked ({state}); synchronous code in an async method,"
+            " such as time.sleep or blocking I/O in the algorithm, held it for more than"
+            f" {BLOCKED_GRACE_S:g}s after the run was cancelled"
         )
+    if watchdog.idle_s >= max(STALL_AFTER_S, watchdog.budget_s / 10):
+        return BenchmarkTimeout(
+            f"{head}: stalled, nothing finished during its last {watchdog.idle_s:.1f}s ({state});"
+            " an algorithm or scenario that never lets a request through"
+        )
+    return BenchmarkTimeout(
+        f"{head}: still making progress but too slowly ({state}); raise --wall-budget,"
+        " or lower --jobs or --horizon"
+    )
 
 
 def run_once(settings: RunSettings, registry: Registry) -> RunResult:
     """Run one (scenario, algorithm, seed) to the end, or raise a ``BenchmarkError``."""
     run = _Run(settings, registry)
 
-    async def supervised() -> None:
-        watchdog = _Watchdog(run, settings.wall_budget_s)
+    watchdogs: list[Watchdog] = []
+
+    async def supervised(interrupt: int | None) -> None:
+        watchdog = Watchdog(lambda: run.progress, settings.wall_budget_s, interrupt)
+        watchdogs.append(watchdog)
         watchdog.start()
         try:
             await run.main()
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, LoopBlocked):
             if watchdog.fired:
-                raise watchdog.error() from None
+                raise _timeout_error(run, watchdog) from None
             raise
         finally:
             watchdog.stop()
 
     started = time.perf_counter()
-    with asyncio.Runner(loop_factory=run.clock.new_event_loop) as runner:
-        runner.run(supervised())
+    with interruptible() as interrupt:
+        try:
+            with asyncio.Runner(loop_factory=run.clock.new_event_loop) as runner:
+                runner.run(supervised(interrupt))
+        except LoopBlocked:  # (raised where the loop was blocked, on its way out of the loop)
+            raise _timeout_error(run, watchdogs[0]) from None
     if not run.result.jobs_started:
         # only the real clock can get here: the horizon passed (in compressed time) before the
         # first worker ran; every metric would be a zero or undefined under the right heading
