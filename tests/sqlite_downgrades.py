@@ -10,54 +10,62 @@ from pathlib import Path
 DERIVED_TABLES = ("tasks", "attempts", "artifacts", "events")
 
 
+def _downgrade(path: Path, version: int, *statements: str) -> None:
+    """Run ``statements`` on the file and mark it as of schema ``version``, in one transaction."""
+    conn = sqlite3.connect(path)
+    try:
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute(f"UPDATE store_meta SET value = '{version}' WHERE key = 'schema_version'")
+        conn.execute(f"PRAGMA user_version = {version}")
+        conn.commit()
+    finally:
+        conn.close()
+
+
 def downgrade_to_v4(path: Path) -> None:
     """What a file written before schema version 5 looks like: indexes on the run of attempts
     and events, no ``run_spans``."""
-    conn = sqlite3.connect(path)
-    conn.execute("DROP TABLE run_spans")
-    conn.execute("CREATE INDEX attempts_by_run ON attempts (run_id)")
-    conn.execute("CREATE INDEX events_by_run ON events (run_id)")
-    conn.execute("UPDATE store_meta SET value = '4' WHERE key = 'schema_version'")
-    conn.execute("PRAGMA user_version = 4")
-    conn.commit()
-    conn.close()
+    _downgrade(
+        path,
+        4,
+        "DROP TABLE run_spans",
+        "CREATE INDEX attempts_by_run ON attempts (run_id)",
+        "CREATE INDEX events_by_run ON events (run_id)",
+    )
 
 
 def downgrade_to_v3(path: Path) -> None:
     """What a file written before schema version 4 looks like: every id stored as text, no views."""
     downgrade_to_v4(path)
     conn = sqlite3.connect(path)
-    for table in DERIVED_TABLES:
-        cols = ", ".join(
-            f'"{c}"' for c in [r[1] for r in conn.execute(f"SELECT * FROM pragma_table_info('{table}_full')")]
-        )
-        conn.execute(f'CREATE TEMP TABLE "old_{table}" AS SELECT {cols} FROM "{table}_full"')
-        conn.execute(f'DELETE FROM "{table}"')
-        conn.execute(f'INSERT INTO "{table}" ({cols}) SELECT {cols} FROM "old_{table}"')
-        conn.execute(f'DROP VIEW "{table}_full"')
-    conn.execute("UPDATE store_meta SET value = '3' WHERE key = 'schema_version'")
-    conn.execute("PRAGMA user_version = 3")
-    conn.commit()
-    conn.close()
+    try:
+        columns = {
+            table: ", ".join(
+                f'"{r[1]}"' for r in conn.execute(f"SELECT * FROM pragma_table_info('{table}_full')")
+            )
+            for table in DERIVED_TABLES
+        }
+    finally:
+        conn.close()
+    statements = []
+    for table, cols in columns.items():
+        statements += [
+            f'CREATE TEMP TABLE "old_{table}" AS SELECT {cols} FROM "{table}_full"',
+            f'DELETE FROM "{table}"',
+            f'INSERT INTO "{table}" ({cols}) SELECT {cols} FROM "old_{table}"',
+            f'DROP VIEW "{table}_full"',
+        ]
+    _downgrade(path, 3, *statements)
 
 
 def downgrade_to_v2(path: Path) -> None:
     """What a file written before schema version 3 looks like (no control ledger)."""
     downgrade_to_v3(path)
-    conn = sqlite3.connect(path)
-    conn.execute("DROP TABLE handoffs")
-    conn.execute("UPDATE store_meta SET value = '2' WHERE key = 'schema_version'")
-    conn.execute("PRAGMA user_version = 2")
-    conn.commit()
-    conn.close()
+    _downgrade(path, 2, "DROP TABLE handoffs")
 
 
 def downgrade_to_v1(path: Path) -> None:
     """What a file written before schema version 2 looks like (no ``tasks_running`` marker)."""
     downgrade_to_v2(path)
-    conn = sqlite3.connect(path)
-    conn.execute("DELETE FROM store_meta WHERE key = 'tasks_running'")
-    conn.execute("UPDATE store_meta SET value = '1' WHERE key = 'schema_version'")
-    conn.execute("PRAGMA user_version = 1")
-    conn.commit()
-    conn.close()
+    _downgrade(path, 1, "DELETE FROM store_meta WHERE key = 'tasks_running'")
