@@ -73,3 +73,24 @@ def test_a_cancelled_putter_hands_its_wake_up_on() -> None:
         return [queue.take()]
 
     assert asyncio.run(main()) == ["c"]
+
+
+def test_push_front_puts_items_back_ahead_in_order_past_the_bound_and_wakes_getters() -> None:
+    async def main() -> tuple[list[object], list[object]]:
+        queue: WorkQueue[int] = WorkQueue(2)
+        woken: list[object] = []
+
+        async def consumer() -> None:
+            woken.append(await queue.get())
+
+        waiting = [asyncio.create_task(consumer()) for _ in range(2)]
+        await asyncio.sleep(0)  # both wait on the empty queue
+        queue.push_front([7, 8])
+        await asyncio.gather(*waiting)
+        assert queue.offer(1) and queue.offer(2)
+        queue.push_front([5, 6])  # beyond the bound of 2: these were counted when first admitted
+        rest = [queue.take() for _ in range(queue.qsize())]
+        return sorted(woken), rest
+
+    woken, rest = asyncio.run(main())
+    assert woken == [7, 8] and rest == [5, 6, 1, 2]

@@ -10,6 +10,7 @@ from the first task without a durable artifact, so a paid request is never sent 
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import logging
@@ -464,6 +465,10 @@ class Runner:
         self._done = 0
         self._parked: list[tuple[float, int, _Pipeline]] = []
         self._tie = itertools.count()
+        #: pipelines whose checkpoint a group commit has yet to make durable, per commit
+        #: (``_awaiting_commit``); ``_group``: the latest, which new checkpoints join
+        self._awaiting: dict[int, tuple[asyncio.Future[None], list[_Pipeline]]] = {}
+        self._group: tuple[asyncio.Future[None], list[_Pipeline]] | None = None
         #: admitted and not finished: key -> its spec (a second spec under the key is compared)
         self._active: dict[str, PipelineSpec] = {}
         self._record_types: dict[int, dict[str, type]] = {}
@@ -884,11 +889,16 @@ class Runner:
                 w.cancel()
             _, pending = await asyncio.wait(pending, timeout=_RECANCEL_S)
         await asyncio.gather(*workers, producer, pump, return_exceptions=True)
-        # pipelines still queued (hard stop) or parked are resumable: mark them interrupted
+        # pipelines still queued (hard stop), waiting for a commit or parked are resumable: mark
+        # them interrupted (their rows follow the checkpoints they wait for, in the same order)
         while not queue.empty():
             state = queue.get_nowait()
             if state is not None:
                 self._interrupt(state, "queued")
+        for _ticket, states in self._awaiting.values():
+            for state in states:
+                self._interrupt(state, "queued")
+        self._awaiting.clear()
         for _, _, state in self._parked:
             self._event(
                 "pipeline.deferred_interrupted",
@@ -1590,14 +1600,22 @@ class Runner:
                             break
                         else:
                             assert self._recorder is not None
-                            await self._recorder.commit_ticket()  # durable before the next task starts
+                            ticket = self._recorder.commit_ticket()
                             # the cursor moves (``_advance`` inline: once per task); the last task finishes
                             state.seq += 1
                             state.value = value
                             state.attempt = 0
                             state.task_started = state.task_started_wall = None
                             if state.seq < state.n:
-                                continue
+                                # durable before the pipeline's next task starts: the pipeline waits
+                                # for its group commit off this worker, which takes the next one
+                                # (``_resume_after``); the worker never idles through a commit
+                                group = self._group
+                                if group is None or group[0] is not ticket:
+                                    group = self._group = self._awaiting_commit(ticket, queue)
+                                group[1].append(state)
+                                break
+                            await ticket
                             self._succeeded(state, art)
                             break
                     if not await self._attempt_failed(state, ctx, t0, wall0, error, n_leaked):
@@ -1618,6 +1636,39 @@ class Runner:
                 )
                 raise
             me.held = None
+
+    def _awaiting_commit(
+        self, ticket: asyncio.Future[None], queue: WorkQueue[_Pipeline | None]
+    ) -> tuple[asyncio.Future[None], list[_Pipeline]]:
+        """The pipelines whose checkpoint ``ticket``'s group commit carries (one list and one
+        callback per commit, never per pipeline)."""
+        group: tuple[asyncio.Future[None], list[_Pipeline]] = (ticket, [])
+        key = next(self._tie)
+        self._awaiting[key] = group
+        ticket.add_done_callback(functools.partial(self._resume_after, queue, key))
+        return group
+
+    def _resume_after(
+        self, queue: WorkQueue[_Pipeline | None], key: int, ticket: asyncio.Future[None]
+    ) -> None:
+        """A group commit ended: its pipelines go back to the front of the queue, in order, for
+        their next task (or, if it failed, the run stops as for any store failure)."""
+        group = self._awaiting.pop(key, None)
+        if group is None:  # the run shut down first and left them interrupted
+            return
+        if ticket.cancelled() or ticket.exception() is not None:
+            exc = (
+                StoreUnavailable("the commit of a checkpoint was cancelled")
+                if ticket.cancelled()
+                else ticket.exception()
+            )
+            self._fatal = self._fatal or exc
+            self._hard_stop("store_unavailable")
+            return
+        states = group[1]
+        queue.push_front(states)
+        for _ in states:  # workers for them, up to ``concurrency`` (idle ones take them first)
+            self._staff(queue)
 
     def _internal_error(self, state: _Pipeline, exc: Exception) -> None:
         self._event(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 __all__ = ["EMPTY", "WorkQueue"]
@@ -77,6 +77,16 @@ class WorkQueue(Generic[T]):
         if self._getters:
             _wake_one(self._getters)
         return True
+
+    def push_front(self, items: Sequence[T]) -> None:
+        """Queue ``items`` ahead of everything, in their order, whatever the bound: items that
+        were taken from the queue before and come back (counted in the bound when admitted)."""
+        self._items.extendleft(reversed(items))
+        getters = self._getters
+        for _ in items:
+            if not getters:
+                break
+            _wake_one(getters)
 
     async def put(self, item: T) -> None:
         """Queue ``item``, waiting while the queue is full."""

@@ -1,0 +1,118 @@
+"""A worker does not wait through a group commit: the pipeline whose checkpoint is being made
+durable waits off the worker, which runs another pipeline's task meanwhile. What must hold is
+per pipeline: its next task starts only once the previous task's checkpoint is committed."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.runner_helpers import seeds, vrunner
+
+from pyattacker.errors import StoreUnavailable
+from pyattacker.model import Batch
+from pyattacker.pipeline import pipeline
+from pyattacker.runner import Runner
+from pyattacker.task import task
+from pyattacker_plugins.store_memory import MemoryStore
+
+
+class _Log(MemoryStore):
+    """A memory store that logs each commit's task rows, in the order of everything else."""
+
+    def __init__(self, log: list[tuple[str, ...]], fail_with_task: int | None = None) -> None:
+        super().__init__()
+        self.log = log
+        #: the commit that carries this many task rows in all (counting it) fails
+        self.fail_with_task = fail_with_task
+        self.tasks = 0
+
+    def commit(self, batch: Batch) -> None:
+        before, self.tasks = self.tasks, self.tasks + len(batch.tasks)
+        if self.fail_with_task is not None and before < self.fail_with_task <= self.tasks:
+            raise OSError("disk gone")
+        super().commit(batch)
+        for t in batch.tasks:
+            self.log.append(("durable", t.pipeline_id, str(t.seq)))
+
+
+def test_one_worker_runs_another_pipeline_while_a_checkpoint_commits() -> None:
+    """Concurrency 1, two pipelines of two tasks: the worker starts the second pipeline's first
+    task while the first one's checkpoint waits for its commit, and each pipeline's second task
+    starts only after its first task is durable."""
+    log: list[tuple[str, ...]] = []
+
+    @task
+    async def step(x: Any, ctx: Any) -> Any:
+        log.append(("start", ctx.pipeline_id, str(ctx.seq)))
+        return x
+
+    store = _Log(log)
+    with vrunner(store, concurrency=1) as r:
+        assert r.run(pipeline("p", step, step.with_overrides(name="again")).map(seeds(2))).succeeded == 2
+    starts = [(pid, seq) for what, pid, seq in log if what == "start"]
+    first, second = starts[0][0], starts[1][0]
+    assert first != second  # the worker moved on after the first checkpoint
+    assert starts == [(first, "0"), (second, "0"), (first, "1"), (second, "1")]
+    for what, pid, seq in log:
+        if what == "start" and seq == "1":
+            assert log.index(("durable", pid, "0")) < log.index((what, pid, seq))
+
+
+def test_every_task_starts_after_its_predecessor_is_in_the_file(tmp_path: Path) -> None:
+    """A real SQLite file and a reader of its own: whenever a task after the first starts, the
+    row of the task before it is already committed, with many pipelines interleaving."""
+    path = tmp_path / "s.db"
+    seen: list[tuple[str, int, bool]] = []
+    reader: list[sqlite3.Connection] = []
+    rng = random.Random(7)
+
+    @task
+    async def step(x: Any, ctx: Any) -> Any:
+        if ctx.seq:
+            if not reader:
+                reader.append(sqlite3.connect(f"file:{path}?mode=ro", uri=True))
+            row = (
+                reader[0]
+                .execute(
+                    "SELECT state FROM tasks_full WHERE pipeline_id = ? AND seq = ?",
+                    (ctx.pipeline_id, ctx.seq - 1),
+                )
+                .fetchone()
+            )
+            seen.append((ctx.pipeline_id, ctx.seq, row == ("succeeded",)))
+        await asyncio.sleep(rng.choice((0.0, 0.0005, 0.001)))
+        return x
+
+    tasks = [step.with_overrides(name=f"t{k}") for k in range(3)]
+    try:
+        with Runner(store=str(path), concurrency=8, handle_signals=False) as r:
+            assert r.run(pipeline("p", *tasks).map(seeds(60))).succeeded == 60
+    finally:
+        for conn in reader:
+            conn.close()
+    assert len(seen) == 120 and all(durable for _, _, durable in seen)
+
+
+@pytest.mark.parametrize("concurrency, n", [(1, 1), (2, 6)])
+def test_a_commit_that_fails_while_pipelines_wait_for_it_stops_the_run(concurrency: int, n: int) -> None:
+    """The pipelines waiting for a failed commit are not left waiting (with one worker and one
+    pipeline nobody else would notice: the worker is idle), and no task of theirs runs after it:
+    the run stops as for any store failure."""
+    log: list[tuple[str, ...]] = []
+
+    @task
+    async def step(x: Any, ctx: Any) -> Any:
+        log.append(("start", ctx.pipeline_id, str(ctx.seq)))
+        return x
+
+    store = _Log(log, fail_with_task=1)
+    chain = pipeline("p", step, step.with_overrides(name="b"), step.with_overrides(name="c"))
+    with vrunner(store, concurrency=concurrency) as r, pytest.raises(StoreUnavailable):
+        r.run(chain.map(seeds(n)))
+    assert [entry for entry in log if entry[0] == "durable"] == []
+    assert {seq for what, _, seq in log if what == "start"} == {"0"}  # no second task ran
