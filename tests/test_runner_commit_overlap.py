@@ -40,16 +40,23 @@ class _Log(MemoryStore):
             self.log.append(("durable", t.pipeline_id, str(t.seq)))
 
 
-def test_one_worker_runs_another_pipeline_while_a_checkpoint_commits() -> None:
-    """Concurrency 1, two pipelines of two tasks: the worker starts the second pipeline's first
-    task while the first one's checkpoint waits for its commit, and each pipeline's second task
-    starts only after its first task is durable."""
-    log: list[tuple[str, ...]] = []
+def _logging_step(log: list[tuple[str, ...]]) -> Any:
+    """A task that logs its pipeline and seq when it starts, and passes its input on."""
 
     @task
     async def step(x: Any, ctx: Any) -> Any:
         log.append(("start", ctx.pipeline_id, str(ctx.seq)))
         return x
+
+    return step
+
+
+def test_one_worker_runs_another_pipeline_while_a_checkpoint_commits() -> None:
+    """Concurrency 1, two pipelines of two tasks: the worker starts the second pipeline's first
+    task while the first one's checkpoint waits for its commit, and each pipeline's second task
+    starts only after its first task is durable."""
+    log: list[tuple[str, ...]] = []
+    step = _logging_step(log)
 
     store = _Log(log)
     with vrunner(store, concurrency=1) as r:
@@ -104,11 +111,7 @@ def test_a_commit_that_fails_while_pipelines_wait_for_it_stops_the_run(concurren
     pipeline nobody else would notice: the worker is idle), and no task of theirs runs after it:
     the run stops as for any store failure."""
     log: list[tuple[str, ...]] = []
-
-    @task
-    async def step(x: Any, ctx: Any) -> Any:
-        log.append(("start", ctx.pipeline_id, str(ctx.seq)))
-        return x
+    step = _logging_step(log)
 
     store = _Log(log, fail_with_task=1)
     chain = pipeline("p", step, step.with_overrides(name="b"), step.with_overrides(name="c"))
