@@ -82,8 +82,7 @@ class Watchdog:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
+        self._thread.join()
 
     def _watch(self) -> None:
         start = time.monotonic()
