@@ -69,12 +69,14 @@ CHILD = textwrap.dedent(
         def dying_commit(self, batch):
             if batch.handoffs and MODE == "before_commit":
                 os._exit(17)
-            commit(self, batch)
+            result = commit(self, batch)
             if batch.handoffs and MODE == "after_commit":
                 os._exit(17)
+            return result
         return dying_commit
 
-    SqliteStore.commit = dying(SqliteStore.commit)
+    # every SQLite commit goes through commit_behind (commit calls it, and waits if it must)
+    SqliteStore.commit_behind = dying(SqliteStore.commit_behind)
     JsonlStore.commit = dying(JsonlStore.commit)
     tpl = pipeline("qa", fetch, ask, judge, report, control={"edges": {"ask": ["report", "end"]}})
     with Runner(store=DB, concurrency=1, handle_signals=False) as runner:

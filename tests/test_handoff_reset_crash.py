@@ -84,13 +84,15 @@ CHILD = textwrap.dedent(
             if batch.resets and MODE == "before_reset":
                 note(batch)
                 os._exit(17)
-            commit(self, batch)
+            result = commit(self, batch)
             if batch.resets and MODE == "after_reset":
                 note(batch)
                 os._exit(17)
+            return result
         return dying_commit
 
-    SqliteStore.commit = dying(SqliteStore.commit)
+    # every SQLite commit goes through commit_behind (commit calls it, and waits if it must)
+    SqliteStore.commit_behind = dying(SqliteStore.commit_behind)
     JsonlStore.commit = dying(JsonlStore.commit)
     tpl = pipeline("qa", fetch, ask, judge, polish, report, control={"edges": {"judge": ["report", "end"]}})
     again = ROUTE != "report"

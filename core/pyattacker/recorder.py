@@ -8,6 +8,11 @@ and ride along with the next commit, or are flushed when the buffer is full, whe
 ``flush_interval`` passed, on the heartbeat and at the end of the run. A SIGKILL may lose the
 last unflushed history, never an acknowledged checkpoint. Event sinks get events after they
 are committed, one call per batch.
+
+A store may make a commit durable after it returns (``commit_behind``, e.g. SQLite with
+``synchronous=full`` syncs its log on a thread): the group commit's waiters are then resolved
+when the store says so, and the loop runs other pipelines, and the next group commit, meanwhile.
+Synchronous ``flush()`` calls (heartbeat, end of run, ``--no-write-behind``) always wait.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from .errors import StoreUnavailable
@@ -55,6 +61,12 @@ class Recorder:
         self._failed: BaseException | None = None
         self.sink_errors = 0
         self.on_sink_error: Callable[[Any, BaseException], None] | None = None
+        #: resolved once (never per commit): the store's commit that may be durable later. Looked
+        #: up on the class: a wrapper that forwards attributes (``__getattr__``) around a store
+        #: that has one would otherwise send group commits past its own ``commit``
+        self._commit_behind: Callable[[Batch], Future[None] | None] | None = (
+            store.commit_behind if getattr(type(store), "commit_behind", None) is not None else None  # type: ignore[attr-defined]
+        )
 
     # -- history (write-behind) -----------------------------------------------------------
     def attempt(self, row: AttemptRecord) -> None:
@@ -93,7 +105,7 @@ class Recorder:
     def _flush_soon(self) -> None:
         self._scheduled = False
         try:
-            self.flush()
+            self._flush(behind=self._commit_behind is not None)
         except BaseException as exc:  # resolved into the waiting futures; never lost silently
             log.error("pyattacker: store write failed: %s", exc)
 
@@ -122,26 +134,55 @@ class Recorder:
         return fut
 
     def flush(self) -> None:
-        """Commit everything pending now (synchronously)."""
+        """Commit everything pending now and return once it is durable."""
+        self._flush(behind=False)
+
+    def _flush(self, *, behind: bool) -> None:
         batch, self.pending = self.pending, Batch()
         fut, self._waiters = self._waiters, None
         if not len(batch):
             if fut is not None and not fut.done():
                 fut.set_result(None)
             return
+        later: Future[None] | None = None
         try:
-            self.store.commit(batch)
+            if behind and self._commit_behind is not None:
+                later = self._commit_behind(batch)
+            else:
+                self.store.commit(batch)
         except BaseException as exc:
-            self._failed = exc
-            if fut is not None and not fut.done():
-                fut.set_exception(StoreUnavailable(f"store commit failed: {type(exc).__name__}: {exc}"))
-                fut.exception()  # mark retrieved: every waiter re-raises it anyway
+            self._fail(fut, exc)
             raise StoreUnavailable(f"store commit failed: {type(exc).__name__}: {exc}") from exc
         self._last_flush = self._now()
+        if later is None:
+            self._committed(fut, batch.events)
+            return
+        loop = asyncio.get_running_loop()  # (behind only from the loop's own callback)
+        later.add_done_callback(lambda done: _call_in(loop, self._durable, done, fut, batch.events))
+
+    def _durable(
+        self, done: Future[None], fut: asyncio.Future[None] | None, events: list[EventRecord]
+    ) -> None:
+        """On the loop: a commit made earlier is durable now (or its sync failed)."""
+        exc = done.exception()
+        if exc is None:
+            self._committed(fut, events)
+            return
+        self._fail(fut, exc)
+        log.error("pyattacker: store write failed: %s", exc)
+
+    def _committed(self, fut: asyncio.Future[None] | None, events: list[EventRecord]) -> None:
         if fut is not None and not fut.done():
             fut.set_result(None)
-        if batch.events and self.sinks:
-            self._deliver(batch.events)
+        if events and self.sinks:
+            self._deliver(events)
+
+    def _fail(self, fut: asyncio.Future[None] | None, exc: BaseException) -> None:
+        if self._failed is None:
+            self._failed = exc
+        if fut is not None and not fut.done():
+            fut.set_exception(StoreUnavailable(f"store commit failed: {type(exc).__name__}: {exc}"))
+            fut.exception()  # mark retrieved: every waiter re-raises it anyway
 
     def _deliver(self, events: list[EventRecord]) -> None:
         for sink in self.sinks:
@@ -169,3 +210,12 @@ class Recorder:
             except BaseException as exc:
                 self.sink_errors += 1
                 log.warning("pyattacker: event sink %r failed to close: %s", sink, exc)
+
+
+def _call_in(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
+    """Run ``fn(*args)`` on ``loop`` from the store's sync thread (dropped if the loop closed:
+    nothing waits on it any more then, the run's last flush having waited for its own sync)."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        pass

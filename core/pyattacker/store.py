@@ -53,7 +53,11 @@ class Store(Protocol):
 
     Optional capabilities are probed, not declared here (a protocol member would make every
     store need it): pipelines with control need ``handoffs(pipeline_id)`` and the class
-    attribute ``applies_resets = True`` (``commit`` applies ``Batch.resets``).
+    attribute ``applies_resets = True`` (``commit`` applies ``Batch.resets``). A store whose
+    durability comes after the commit returns may offer ``commit_behind(batch)``, returning
+    ``None`` (durable already) or a ``concurrent.futures.Future`` resolved once it is; the
+    recorder then uses it for group commits (``commit`` must still return durable); it is
+    looked up on the class, so a wrapper that forwards attributes does not bypass its ``commit``.
     """
 
     #: the location it was opened from (for messages and reports)

@@ -9,6 +9,7 @@ writer. Every SQL string is built once; rows travel as tuples.
 from __future__ import annotations
 
 import functools
+import logging
 import operator
 import os
 import sqlite3
@@ -16,6 +17,7 @@ import threading
 import time
 from array import array
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -53,10 +55,12 @@ from .rows import (
 )
 from .state_lookup import StateLookup
 from .statements import Statement, write_rows
+from .sync_behind import SyncBehind
 from .wal_bound import WalBound, truncate_wal
 
 __all__ = ["LOOKUP_CHUNK", "WAL_CHECKPOINT_PAGES", "WAL_SIZE_LIMIT", "SqliteStore"]
 
+log = logging.getLogger("pyattacker")
 #: ids per ``IN (...)`` query in ``lookup_pipelines`` (well under SQLite's variable limit)
 LOOKUP_CHUNK = 512
 BUSY_TIMEOUT_MS = 10_000
@@ -417,6 +421,8 @@ class SqliteStore:
             if self.checkpointer is None
             else WalBound(path + "-wal", BUSY_TIMEOUT_MS, exclusive=self.checkpointer.lock)
         )
+        #: FULL makes its commits durable on a thread (``sync_behind``) from the second commit on
+        self.sync_behind = SyncBehind(path + "-wal") if not read_only and synchronous == "full" else None
 
     @property
     def has_ledger(self) -> bool:
@@ -504,7 +510,44 @@ class SqliteStore:
 
     # -- writes -----------------------------------------------------------------------------
     def commit(self, batch: Batch) -> None:
-        """Apply ``batch`` in one transaction; on failure nothing is kept and ids are reset."""
+        """Apply ``batch`` in one transaction and return once it is durable; on failure nothing
+        is kept and ids are reset."""
+        pending = self.commit_behind(batch)
+        if pending is not None:
+            self._durable(pending)
+
+    def commit_behind(self, batch: Batch) -> Future[None] | None:
+        """``commit`` that may return before the transaction is durable (``synchronous=full``:
+        see ``sync_behind``): then with a future that resolves once it is, or fails with the
+        sync's error. ``None``: durable already (NORMAL is as durable as it gets on return)."""
+        self._apply(batch)
+        syncer = self.sync_behind
+        if syncer is None:
+            return None
+        if not syncer.opened:
+            self._start_sync_behind(syncer)  # this first commit was synced by SQLite itself
+            return None
+        return syncer.request()
+
+    def _start_sync_behind(self, syncer: SyncBehind) -> None:
+        with self._mutex:
+            try:
+                syncer.open()
+            except OSError as exc:  # the log cannot be opened here: SQLite keeps syncing it
+                log.warning("pyattacker: %s: commits are synced by SQLite itself (%s)", self.path, exc)
+                self.sync_behind = None
+                return
+            self._writer().execute("PRAGMA synchronous = NORMAL")
+
+    def _durable(self, pending: Future[None]) -> None:
+        try:
+            pending.result()
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"store {self.path}: commit written but not made durable ({type(exc).__name__}: {exc})"
+            ) from exc
+
+    def _apply(self, batch: Batch) -> None:
         with self._mutex:
             conn = self._writer()
             for i, attempt in enumerate(batch.attempts, self._next_attempt_id):
@@ -1001,6 +1044,8 @@ class SqliteStore:
         """Close the connection (WAL checkpointed by SQLite) and free the writer lock."""
         with self._mutex:
             conn, self._conn = self._conn, None
+            if self.sync_behind is not None:
+                self.sync_behind.stop()  # after the syncs requested so far
             if self.checkpointer is not None:
                 self.checkpointer.stop()
             try:
