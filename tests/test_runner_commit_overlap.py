@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import random
 import sqlite3
+import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +121,58 @@ def test_a_commit_that_fails_while_pipelines_wait_for_it_stops_the_run(concurren
         r.run(chain.map(seeds(n)))
     assert [entry for entry in log if entry[0] == "durable"] == []
     assert {seq for what, _, seq in log if what == "start"} == {"0"}  # no second task ran
+
+
+class _HeldSync(MemoryStore):
+    """A memory store whose group commits are applied at once but made durable only when the
+    test says (``commit_behind``, as the SQLite store with ``synchronous=full`` does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[Future[None]] = []
+        self.waiting = threading.Event()
+
+    def commit_behind(self, batch: Batch) -> Future[None] | None:
+        super().commit(batch)
+        fut: Future[None] = Future()
+        self.held.append(fut)
+        if batch.tasks:
+            self.waiting.set()
+        return fut
+
+    def release(self) -> None:
+        for fut in self.held:
+            if not fut.done():
+                fut.set_result(None)
+
+
+def test_a_stop_that_cancels_a_worker_waiting_for_a_commit_is_not_a_store_failure() -> None:
+    """Two pipelines checkpoint in the same group commit, which stays unsynced: the one-task
+    pipeline's worker awaits it, the two-task one waits off its worker. A stop whose grace runs
+    out cancels that worker, and with it the shared commit future: the run ends stopped, both
+    pipelines resumable (interrupted), not as a store failure."""
+    store = _HeldSync()
+
+    @task
+    async def one(x: Any, ctx: Any) -> Any:
+        return x
+
+    specs = [
+        pipeline("long", one, one.with_overrides(name="two")).bind({"i": 0}),
+        pipeline("short", one).bind({"i": 1}),
+    ]
+    runner = Runner(store=store, concurrency=2, handle_signals=False, grace_s=0.1)
+
+    async def main() -> Any:
+        run = asyncio.ensure_future(runner.run_async(specs))
+        while not store.waiting.is_set():
+            await asyncio.sleep(0.001)
+        runner.stop("user")
+        try:
+            return await run
+        finally:
+            store.release()
+
+    report = asyncio.run(main())
+    assert report.stop_reason == "user"
+    assert report.counters["pipelines_interrupted"] == 2, report.counters

@@ -6,6 +6,7 @@ sync (and goes on with other pipelines meanwhile). Real SQLite files; the sync i
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from concurrent.futures import Future
@@ -16,10 +17,12 @@ import pytest
 from tests.runner_helpers import seeds
 
 from pyattacker.errors import StoreUnavailable
-from pyattacker.model import Batch
+from pyattacker.model import Batch, EventRecord
 from pyattacker.pipeline import pipeline as chain
+from pyattacker.recorder import Recorder
 from pyattacker.runner import Runner
 from pyattacker.task import task
+from pyattacker_plugins.store_memory import MemoryStore
 from pyattacker_plugins.store_sqlite import SqliteStore, sync_behind
 from pyattacker_plugins.store_sqlite.sync_behind import SyncBehind
 from store_contract import batch_of, commit, pipeline
@@ -302,3 +305,120 @@ def test_a_failed_sync_stops_the_run_before_any_later_task(
     ):
         r.run(chain("p", step, step.with_overrides(name="b")).map(seeds(1)))
     assert {e[2] for e in log if e[0] == "start"} == {0}
+
+
+class _Later(MemoryStore):
+    """A memory store whose group commits are applied at once and made durable when the test
+    resolves their futures (in any order); a synchronous ``commit`` returns durable."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.later: list[Future[None]] = []
+
+    def commit_behind(self, batch: Batch) -> Future[None] | None:
+        super().commit(batch)
+        fut: Future[None] = Future()
+        self.later.append(fut)
+        return fut
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+        self.closed = False
+
+    def handle(self, events: list[EventRecord]) -> None:
+        assert not self.closed, "events after close"
+        self.batches.append([e.kind for e in events])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _event(kind: str) -> EventRecord:
+    return EventRecord(ts=0.0, kind=kind, scope="run")
+
+
+def test_commits_made_durable_out_of_order_are_settled_in_commit_order() -> None:
+    """Waiters of a later commit are not woken, and its events not handed out, before every
+    earlier commit is durable too."""
+    store = _Later()
+    sink = _Sink()
+    rec = Recorder(store, sinks=[sink])
+
+    async def main() -> None:
+        tickets = []
+        for k in ("a", "b", "c"):
+            rec.event(_event(k))
+            tickets.append(rec.commit_ticket())
+            await asyncio.sleep(0)  # one group commit each
+        assert len(store.later) == 3 and not any(t.done() for t in tickets)
+        store.later[2].set_result(None)
+        store.later[1].set_result(None)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not any(t.done() for t in tickets) and sink.batches == []
+        store.later[0].set_result(None)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert all(t.done() for t in tickets) and sink.batches == [["a"], ["b"], ["c"]]
+
+    asyncio.run(main())
+
+
+def test_a_ticket_with_nothing_new_waits_for_the_commit_still_syncing() -> None:
+    store = _Later()
+    rec = Recorder(store)
+
+    async def main() -> None:
+        rec.event(_event("a"))
+        first = rec.commit_ticket()
+        await asyncio.sleep(0)  # committed, not yet durable
+        second = rec.commit_ticket()  # nothing pending: it still means "all so far is durable"
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert len(store.later) == 1 and not first.done() and not second.done()
+        store.later[0].set_result(None)
+        await asyncio.wait_for(asyncio.gather(first, second), 30)
+
+    asyncio.run(main())
+
+
+def test_the_last_synchronous_flush_settles_every_commit_before_it() -> None:
+    """A run's last flush is a synchronous commit: the events of group commits made durable
+    before it reach the sinks before it returns (and so before the sinks are closed), even if
+    the loop never ran their callbacks."""
+    store = _Later()
+    sink = _Sink()
+    rec = Recorder(store, sinks=[sink])
+
+    async def main() -> None:
+        rec.event(_event("grouped"))
+        rec.commit_ticket()
+        await asyncio.sleep(0)
+        assert len(store.later) == 1
+        store.later[0].set_result(None)  # durable; its callback is queued on the loop, not run
+        rec.event(_event("last"))
+        rec.flush()
+        rec.close_sinks()
+        assert sink.batches == [["grouped"], ["last"]]
+        await asyncio.sleep(0)  # the queued callback finds nothing left to do
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_sync_fails_its_waiters_and_the_later_commits() -> None:
+    store = _Later()
+    rec = Recorder(store)
+
+    async def main() -> None:
+        rec.event(_event("a"))
+        ticket = rec.commit_ticket()
+        await asyncio.sleep(0)
+        store.later[0].cancel()
+        with pytest.raises(StoreUnavailable, match="cancelled a sync"):
+            await asyncio.wait_for(ticket, 30)
+        with pytest.raises(StoreUnavailable):
+            rec.commit_ticket()
+
+    asyncio.run(main())

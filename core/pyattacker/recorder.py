@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -67,6 +68,9 @@ class Recorder:
         self._commit_behind: Callable[[Batch], Future[None] | None] | None = (
             store.commit_behind if getattr(type(store), "commit_behind", None) is not None else None  # type: ignore[attr-defined]
         )
+        #: commits made by ``commit_behind`` and not yet durable, oldest first: (the store's
+        #: future, the waiters' future, the events for the sinks)
+        self._behind: deque[tuple[Future[None], asyncio.Future[None] | None, list[EventRecord]]] = deque()
 
     # -- history (write-behind) -----------------------------------------------------------
     def attempt(self, row: AttemptRecord) -> None:
@@ -142,7 +146,10 @@ class Recorder:
         fut, self._waiters = self._waiters, None
         if not len(batch):
             if fut is not None and not fut.done():
-                fut.set_result(None)
+                if self._behind:  # nothing new: durable with the last commit still syncing
+                    self._behind.append((self._behind[-1][0], fut, []))
+                else:
+                    fut.set_result(None)
             return
         later: Future[None] | None = None
         try:
@@ -155,21 +162,26 @@ class Recorder:
             raise StoreUnavailable(f"store commit failed: {type(exc).__name__}: {exc}") from exc
         self._last_flush = self._now()
         if later is None:
+            self._settle()  # commits made durable before this one come first (and their events)
             self._committed(fut, batch.events)
             return
+        self._behind.append((later, fut, batch.events))
         loop = asyncio.get_running_loop()  # (behind only from the loop's own callback)
-        later.add_done_callback(lambda done: _call_in(loop, self._durable, done, fut, batch.events))
+        later.add_done_callback(lambda _: _call_in(loop, self._settle))
 
-    def _durable(
-        self, done: Future[None], fut: asyncio.Future[None] | None, events: list[EventRecord]
-    ) -> None:
-        """On the loop: a commit made earlier is durable now (or its sync failed)."""
-        exc = done.exception()
-        if exc is None:
-            self._committed(fut, events)
-            return
-        self._fail(fut, exc)
-        log.error("pyattacker: store write failed: %s", exc)
+    def _settle(self) -> None:
+        """On the loop: resolve, in commit order, the commits made durable since (waiters woken,
+        events handed to the sinks). Called by each one's sync and by every synchronous commit,
+        which returns durable, so the last flush of a run leaves none behind for closed sinks."""
+        behind = self._behind
+        while behind and behind[0][0].done():
+            later, fut, events = behind.popleft()
+            exc = StoreUnavailable("the store cancelled a sync") if later.cancelled() else later.exception()
+            if exc is None:
+                self._committed(fut, events)
+            else:
+                self._fail(fut, exc)
+                log.error("pyattacker: store write failed: %s", exc)
 
     def _committed(self, fut: asyncio.Future[None] | None, events: list[EventRecord]) -> None:
         if fut is not None and not fut.done():
@@ -212,10 +224,10 @@ class Recorder:
                 log.warning("pyattacker: event sink %r failed to close: %s", sink, exc)
 
 
-def _call_in(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
-    """Run ``fn(*args)`` on ``loop`` from the store's sync thread (dropped if the loop closed:
-    nothing waits on it any more then, the run's last flush having waited for its own sync)."""
+def _call_in(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
+    """Run ``fn()`` on ``loop`` from the store's sync thread (dropped if the loop closed: the
+    run's last flush, a synchronous commit, settled every commit before it)."""
     try:
-        loop.call_soon_threadsafe(fn, *args)
+        loop.call_soon_threadsafe(fn)
     except RuntimeError:
         pass

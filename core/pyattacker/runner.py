@@ -1653,6 +1653,11 @@ class Runner:
     ) -> None:
         """A group commit ended: its pipelines go back to the front of the queue, in order, for
         their next task (or, if it failed, the run stops as for any store failure)."""
+        if ticket.cancelled() and (self._stopping or self._hard):
+            # a stop cancelled a worker that awaited this same commit (a last task's checkpoint),
+            # and the shared future with it: the commit itself goes on. Its pipelines stay here
+            # and the shutdown marks them interrupted (resumable), as any it finds waiting
+            return
         group = self._awaiting.pop(key, None)
         if group is None:  # the run shut down first and left them interrupted
             return
