@@ -24,6 +24,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -159,17 +160,46 @@ class SelfKillingStore:
         return getattr(self._inner, name)
 
     def commit(self, batch: Batch) -> None:
+        self._before(batch)
+        self._inner.commit(batch)
+        self.commits += 1
+        dying = self._count(batch)
+        if dying is not None:
+            self._die(batch, dying)
+
+    def commit_behind(self, batch: Batch) -> Future[None] | None:
+        """The store's group commit that is durable later (SQLite with ``synchronous=full``): the
+        chosen commit kills the process once it is durable, from the store's sync thread, while
+        the loop may have written later commits (unacknowledged) meanwhile."""
+        if getattr(type(self._inner), "commit_behind", None) is None:
+            self.commit(batch)
+            return None
+        self._before(batch)
+        later: Future[None] | None = self._inner.commit_behind(batch)
+        self.commits += 1
+        dying = self._count(batch)
+        if dying is not None:
+            if later is None:
+                self._die(batch, dying)
+            else:
+                later.add_done_callback(lambda f: None if f.exception() else self._die(batch, dying))
+        return later
+
+    def _before(self, batch: Batch) -> None:
         if self.enospc_after is not None and self.commits >= self.enospc_after:
             self.refused += 1
             raise OSError(errno.ENOSPC, "No space left on device (injected)")
         if self.torn_at == self.commits:
             self._arm_torn_write(batch)
-        self._inner.commit(batch)
-        self.commits += 1
+
+    def _count(self, batch: Batch) -> str | None:
+        """Count the batch's write kinds (in commit order); the kind to die after, if chosen."""
+        dying = None
         for kind in kinds_of(batch):
             if kind == self.kind and self.counts[kind] == self.at:
-                self._die(batch, kind)
+                dying = kind
             self.counts[kind] += 1
+        return dying
 
     def _arm_torn_write(self, batch: Batch) -> None:
         real = os.pwrite

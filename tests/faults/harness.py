@@ -46,7 +46,9 @@ FAULT_KINDS = (
     "drift_chain",
     "drift_seed",
 )
-STORES = ("sqlite", "jsonl")
+#: ``sqlite-full``: the SQLite store with ``synchronous=full``, whose group commits are made
+#: durable by a thread of their own (a crash then lands while later commits are being written)
+STORES = ("sqlite", "jsonl", "sqlite-full")
 BACKENDS = ("inline", "file")
 
 
@@ -143,7 +145,7 @@ class Snapshot:
 
 
 def snapshot(store: str, path: Path) -> Snapshot:
-    return _snapshot_sqlite(path) if store == "sqlite" else _snapshot_jsonl(path)
+    return _snapshot_sqlite(path) if store.startswith("sqlite") else _snapshot_jsonl(path)
 
 
 def _snapshot_sqlite(path: Path) -> Snapshot:
@@ -269,10 +271,12 @@ class Paths:
 
     @property
     def store_path(self) -> Path:
-        return self.root / ("store.db" if self.store == "sqlite" else "store")
+        return self.root / ("store.db" if self.store.startswith("sqlite") else "store")
 
     @property
     def uri(self) -> str:
+        if self.store == "sqlite-full":
+            return f"sqlite:{self.store_path}?synchronous=full"
         return f"{self.store}:{self.store_path}"
 
     @property
@@ -816,6 +820,9 @@ def ci_matrix() -> list[Scenario]:
         Scenario("sink_error", "sqlite", "inline", seed=29),
         Scenario("drift_chain", "sqlite", "file", seed=30, via="cli"),
         Scenario("drift_seed", "jsonl", "inline", seed=31, via="cli"),
+        Scenario("crash", "sqlite-full", "inline", kind="checkpoint", occurrence="middle", seed=33),
+        Scenario("crash", "sqlite-full", "file", kind="terminal", occurrence="last", seed=34),
+        Scenario("sigkill", "sqlite-full", "inline", occurrence=150, seed=35),
     ]
     return out
 
