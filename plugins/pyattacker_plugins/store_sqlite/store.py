@@ -533,11 +533,11 @@ class SqliteStore:
         with self._mutex:
             try:
                 syncer.open()
-            except OSError as exc:  # the log cannot be opened here: SQLite keeps syncing it
+                self._writer().execute("PRAGMA synchronous = NORMAL")
+            except (OSError, sqlite3.Error) as exc:  # (the log cannot be opened here, say)
                 log.warning("pyattacker: %s: commits are synced by SQLite itself (%s)", self.path, exc)
-                self.sync_behind = None
-                return
-            self._writer().execute("PRAGMA synchronous = NORMAL")
+                syncer.stop()
+                self.sync_behind = None  # and the connection is still FULL: SQLite syncs each commit
 
     def _durable(self, pending: Future[None]) -> None:
         try:
