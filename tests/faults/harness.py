@@ -823,6 +823,7 @@ def ci_matrix() -> list[Scenario]:
         Scenario("crash", "sqlite-full", "inline", kind="checkpoint", occurrence="middle", seed=33),
         Scenario("crash", "sqlite-full", "file", kind="terminal", occurrence="last", seed=34),
         Scenario("sigkill", "sqlite-full", "inline", occurrence=150, seed=35),
+        Scenario("sigint", "sqlite-full", "file", occurrence=110, seed=36, via="cli"),
     ]
     return out
 
