@@ -7,6 +7,7 @@ sync (and goes on with other pipelines meanwhile). Real SQLite files; the sync i
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 from concurrent.futures import Future
@@ -422,3 +423,20 @@ def test_a_cancelled_sync_fails_its_waiters_and_the_later_commits() -> None:
             rec.commit_ticket()
 
     asyncio.run(main())
+
+
+def test_a_sync_that_ends_after_the_loop_closed_is_dropped_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    """A commit still syncing when its loop closed (nothing waits on it any more) does not make
+    the sync thread's callback raise (``concurrent.futures`` would log that as an error)."""
+    store = _Later()
+    rec = Recorder(store)
+
+    async def main() -> None:
+        rec.event(_event("a"))
+        rec.commit_ticket()
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    with caplog.at_level(logging.DEBUG):
+        store.later[0].set_result(None)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
