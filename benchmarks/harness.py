@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .machine import calibrate, describe
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "benchmarks" / "results"
 DOCS = REPO / "docs" / "performance.md"
@@ -487,6 +489,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"Generated {results.get('generated_at', '?')} by `python -m benchmarks`"
         f" (git {m.get('git_commit') or '?'}, Python {m.get('python', '?')}, SQLite {m.get('sqlite', '?')},"
         f" {m.get('cpus', '?')} CPUs){quick}.",
+        *_machine_lines(m),
         "",
         "### Targets",
         "",
@@ -555,7 +558,20 @@ def update_docs(markdown: str, path: Path = DOCS) -> None:
     path.write_text("# Performance\n\n## Latest results\n\n" + block + "\n")
 
 
+def _machine_lines(machine: dict[str, Any]) -> list[str]:
+    """The machine's speed and steadiness at the start and the end of the suite (``machine``)."""
+    lines = []
+    for when in ("start", "end"):
+        text = describe(machine.get(f"calibration_{when}"))
+        if text:
+            lines.append(f"Machine at the {when}: {text}.")
+    return ["", " ".join(lines)] if lines else []
+
+
 def print_table(results: dict[str, Any]) -> None:
+    for line in _machine_lines(results.get("machine", {})):
+        if line:
+            print(line)
     for name, sc in results["scenarios"].items():
         print(f"\n== {name}: {sc['workload']}")
         for vname, v in sc["variants"].items():
@@ -671,6 +687,8 @@ def main(argv: list[str] | None = None) -> int:
         "scenarios": {},
     }
     results["machine"]["bytecode_warmed"] = warm_bytecode()
+    if not args.quick:  # (a smoke run is not a measurement: no reading of the machine either)
+        results["machine"]["calibration_start"] = calibrate(root)
     failed = False
     try:
         built: dict[str, Any] = {}
@@ -698,6 +716,8 @@ def main(argv: list[str] | None = None) -> int:
             res["git_commit"] = results["machine"].get("git_commit")
             results["scenarios"][name] = built[name] = res
             failed = failed or bool(res["errors"])
+        if not args.quick:
+            results["machine"]["calibration_end"] = calibrate(root)
     finally:
         if not args.keep_tmp:
             shutil.rmtree(root, ignore_errors=True)

@@ -335,3 +335,33 @@ def test_each_run_starts_settled_and_leaves_no_store_behind_unless_kept(
     stores = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("store.db"))
     expected = [f"s/round{r}/{v}/store.db" for r in range(2) for v in "ab"]
     assert stores == (expected if keep else [])
+
+
+def test_the_machine_is_read_at_both_ends_of_a_suite_and_shown_with_the_tables(tmp_path: Path) -> None:
+    """A real reading (a CPU loop, real syncs of a file in ``tmp_path``) is summarized as
+    fractions and milliseconds; the generated header shows the start and end readings, and
+    results without them (quick runs, older files) show no such line."""
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks.harness import render_markdown
+        from benchmarks.machine import calibrate, describe
+    finally:
+        sys.path.remove(str(REPO))
+
+    reading = calibrate(tmp_path)
+    assert reading["loop_mips"] > 0 and 0 < reading["loop_slowest"] <= reading["loop_p10"] <= 1
+    assert 0 < reading["sync_ms"] <= reading["sync_p90_ms"]
+    assert list(tmp_path.iterdir()) == []  # the probe file is gone
+    later = {**reading, "loop_slowest": 0.5}
+    text = render_markdown(
+        {
+            "schema": 1,
+            "quick": False,
+            "machine": {"calibration_start": reading, "calibration_end": later},
+            "scenarios": {},
+        }
+    )
+    line = next(x for x in text.splitlines() if x.startswith("Machine at the start: "))
+    assert f"Machine at the end: {describe(later)}." in line and "slowest 50 ms window 0.50 of" in line
+    bare = render_markdown({"schema": 1, "quick": True, "machine": {}, "scenarios": {}})
+    assert "Machine at" not in bare
