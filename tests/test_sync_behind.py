@@ -10,6 +10,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -285,7 +286,10 @@ def test_the_worker_runs_another_pipeline_while_a_sync_holds(
     runner = threading.Thread(target=run)
     runner.start()
     assert gate.entered.wait(30)
-    runner.join(0.3)
+    deadline = time.monotonic() + 30  # (a deadline, not a timing assertion)
+    while sum(e[0] == "start" for e in log) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    runner.join(0.3)  # room for a second task that must not start
     held = [e for e in log if e[0] == "start"]
     gate.release.set()
     runner.join(60)
