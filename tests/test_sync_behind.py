@@ -344,6 +344,14 @@ def _event(kind: str) -> EventRecord:
     return EventRecord(ts=0.0, kind=kind, scope="run")
 
 
+async def _group_commit(rec: Recorder, kind: str) -> asyncio.Future[None]:
+    """One event of ``kind`` and a ticket, and the loop turn whose group commit takes them."""
+    rec.event(_event(kind))
+    ticket = rec.commit_ticket()
+    await asyncio.sleep(0)
+    return ticket
+
+
 def test_commits_made_durable_out_of_order_are_settled_in_commit_order() -> None:
     """Waiters of a later commit are not woken, and its events not handed out, before every
     earlier commit is durable too."""
@@ -376,9 +384,7 @@ def test_a_ticket_with_nothing_new_waits_for_the_commit_still_syncing() -> None:
     rec = Recorder(store)
 
     async def main() -> None:
-        rec.event(_event("a"))
-        first = rec.commit_ticket()
-        await asyncio.sleep(0)  # committed, not yet durable
+        first = await _group_commit(rec, "a")  # committed, not yet durable
         second = rec.commit_ticket()  # nothing pending: it still means "all so far is durable"
         await asyncio.sleep(0)
         await asyncio.sleep(0)
@@ -398,9 +404,7 @@ def test_the_last_synchronous_flush_settles_every_commit_before_it() -> None:
     rec = Recorder(store, sinks=[sink])
 
     async def main() -> None:
-        rec.event(_event("grouped"))
-        rec.commit_ticket()
-        await asyncio.sleep(0)
+        await _group_commit(rec, "grouped")
         assert len(store.later) == 1
         store.later[0].set_result(None)  # durable; its callback is queued on the loop, not run
         rec.event(_event("last"))
@@ -417,9 +421,7 @@ def test_a_cancelled_sync_fails_its_waiters_and_the_later_commits() -> None:
     rec = Recorder(store)
 
     async def main() -> None:
-        rec.event(_event("a"))
-        ticket = rec.commit_ticket()
-        await asyncio.sleep(0)
+        ticket = await _group_commit(rec, "a")
         store.later[0].cancel()
         with pytest.raises(StoreUnavailable, match="cancelled a sync"):
             await asyncio.wait_for(ticket, 30)
@@ -436,9 +438,7 @@ def test_a_sync_that_ends_after_the_loop_closed_is_dropped_quietly(caplog: pytes
     rec = Recorder(store)
 
     async def main() -> None:
-        rec.event(_event("a"))
-        rec.commit_ticket()
-        await asyncio.sleep(0)
+        await _group_commit(rec, "a")
 
     asyncio.run(main())
     with caplog.at_level(logging.DEBUG):
