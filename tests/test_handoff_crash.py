@@ -75,9 +75,9 @@ CHILD = textwrap.dedent(
             return result
         return dying_commit
 
-    # every SQLite commit goes through commit_behind (commit calls it, and waits if it must)
+    # every commit of both stores goes through commit_behind (commit calls it, then waits)
     SqliteStore.commit_behind = dying(SqliteStore.commit_behind)
-    JsonlStore.commit = dying(JsonlStore.commit)
+    JsonlStore.commit_behind = dying(JsonlStore.commit_behind)
     tpl = pipeline("qa", fetch, ask, judge, report, control={"edges": {"ask": ["report", "end"]}})
     with Runner(store=DB, concurrency=1, handle_signals=False) as runner:
         report_ = runner.run(tpl.map(range(int(sys.argv[4]))))

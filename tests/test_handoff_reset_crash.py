@@ -91,9 +91,9 @@ CHILD = textwrap.dedent(
             return result
         return dying_commit
 
-    # every SQLite commit goes through commit_behind (commit calls it, and waits if it must)
+    # every commit of both stores goes through commit_behind (commit calls it, then waits)
     SqliteStore.commit_behind = dying(SqliteStore.commit_behind)
-    JsonlStore.commit = dying(JsonlStore.commit)
+    JsonlStore.commit_behind = dying(JsonlStore.commit_behind)
     tpl = pipeline("qa", fetch, ask, judge, polish, report, control={"edges": {"judge": ["report", "end"]}})
     again = ROUTE != "report"
     with Runner(store=DB, concurrency=1, handle_signals=False, retry_succeeded=again) as runner:

@@ -184,15 +184,16 @@ def test_failed_write_truncates_back(tmp_path: Path, monkeypatch: pytest.MonkeyP
     store = OPENER.open(str(path))
     commit(store, pipelines=[pipeline("p1")])
     before = journal(path).read_bytes()
-    real_fsync = os.fsync
+    real_pwrite = os.pwrite
 
-    def failing_fsync(fd: int) -> None:
-        raise OSError(5, "injected EIO")
+    def failing_pwrite(fd: int, data: bytes, offset: int) -> int:
+        real_pwrite(fd, bytes(data[: len(data) // 2]), offset)  # half of it reached the file
+        raise OSError(28, "injected ENOSPC")
 
-    monkeypatch.setattr(os, "fsync", failing_fsync)
-    with pytest.raises(StoreUnavailable, match="injected EIO"):
+    monkeypatch.setattr(os, "pwrite", failing_pwrite)
+    with pytest.raises(StoreUnavailable, match="injected ENOSPC"):
         commit(store, pipelines=[pipeline("p2")], attempts=[attempt("p2")])
-    monkeypatch.setattr(os, "fsync", real_fsync)
+    monkeypatch.setattr(os, "pwrite", real_pwrite)
     assert journal(path).read_bytes() == before
     assert set(store.lookup_pipelines(["p1", "p2"])) == {"p1"}
     b = commit(store, attempts=[attempt("p3")])
@@ -229,3 +230,28 @@ def test_a_directory_in_place_of_the_journal_is_refused(tmp_path: Path) -> None:
     journal(path).mkdir()
     with pytest.raises(ConfigError, match="is not a file"):
         OPENER.open(str(path), read_only=True)
+
+
+def test_a_failed_sync_fails_its_commit_and_refuses_every_later_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal is synced behind its appends: a sync that fails is never tried again (after a
+    failed fsync a later success proves nothing), so the store writes nothing more."""
+    from pyattacker_plugins import sync_behind
+
+    path = tmp_path / "s"
+    store = OPENER.open(str(path))
+    commit(store, pipelines=[pipeline("p1")])
+
+    def failing_sync(fd: int) -> None:
+        raise OSError(5, "injected EIO")
+
+    monkeypatch.setattr(sync_behind, "_sync_data", failing_sync)
+    with pytest.raises(StoreUnavailable, match=r"commit written but not made durable.*injected EIO"):
+        commit(store, pipelines=[pipeline("p2")])
+    size = journal(path).stat().st_size
+    refused = r"a sync of .*journal.* failed earlier.*nothing more is written"
+    with pytest.raises(StoreUnavailable, match=refused):
+        commit(store, pipelines=[pipeline("p3")])
+    assert journal(path).stat().st_size == size
+    store.close()

@@ -24,9 +24,10 @@ from pyattacker.pipeline import pipeline as chain
 from pyattacker.recorder import Recorder
 from pyattacker.runner import Runner
 from pyattacker.task import task
+from pyattacker_plugins import sync_behind
 from pyattacker_plugins.store_memory import MemoryStore
-from pyattacker_plugins.store_sqlite import SqliteStore, sync_behind
-from pyattacker_plugins.store_sqlite.sync_behind import SyncBehind
+from pyattacker_plugins.store_sqlite import SqliteStore
+from pyattacker_plugins.sync_behind import SyncBehind
 from store_contract import batch_of, commit, pipeline
 
 _real_sync = sync_behind._sync_data

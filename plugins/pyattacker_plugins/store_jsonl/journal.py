@@ -6,6 +6,15 @@ unknown kind inside the committed region is refused like corruption, never skipp
 lines followed by their commit marker count: a crash mid-append leaves lines without a marker
 (or a torn last line without its newline), and those are treated as never written. A line
 inside the committed region that does not parse is corruption and is reported by line number.
+
+A marker may carry a fourth number, ``["commit", <n>, <lines>, <durable>]``: the byte offset up
+to which the journal was known synced when the batch was written. The writer syncs behind its
+appends (``sync_behind``), so after a power loss a batch written after an unsynced one may be
+on disk while the earlier one is not (a hole: zeros or old bytes). A damaged batch at offset X
+is therefore a torn tail, never written as far as anyone was told, unless some later marker
+says the journal was synced past X: then X had been durable and the damage is corruption. A
+marker without the number (written by an older version, which synced inside every commit)
+vouches for everything before it.
 """
 
 from __future__ import annotations
@@ -98,7 +107,7 @@ def _line_decoder(cls: type[Any]) -> msgspec.json.Decoder[Any]:
 _DECODERS: dict[bytes, msgspec.json.Decoder[Any]] = {
     tag.encode(): _line_decoder(cls) for tag, cls in TAGS.items()
 }
-_COMMIT_DECODER = msgspec.json.Decoder(tuple[str, int, int])
+_COMMIT_DECODER = msgspec.json.Decoder(list[str | int])
 _FULL_ARTIFACT = msgspec.json.Decoder(tuple[str, ArtifactRecord])
 _encoder = msgspec.json.Encoder()
 
@@ -117,8 +126,10 @@ def encode_line(tag: str, record: Any) -> bytes:
     return _encoder.encode((tag, record))
 
 
-def encode_commit(number: int, lines: int) -> bytes:
-    return _encoder.encode((COMMIT_TAG, number, lines))
+def encode_commit(number: int, lines: int, durable: int) -> bytes:
+    """The marker closing batch ``number`` of ``lines`` lines, written when the journal was known
+    synced up to byte ``durable``."""
+    return _encoder.encode((COMMIT_TAG, number, lines, durable))
 
 
 def decode_payload(line: bytes) -> ArtifactRecord:
@@ -191,26 +202,41 @@ def scan(fd: int, start: int, first_line: int, commits: int, name: str, apply: A
     """
     pending: list[Entry] = []
     bad: tuple[int, str] | None = None
+    #: where the first damaged batch starts (None: none so far); past it nothing is applied
+    hole: int | None = None
+    corruption = ""  # the error a hole becomes if a later marker vouches for it
+    batch_start = start
     end = start
     line_no = first_line
     committed_lines = first_line
     for offset, line in _lines(fd, start):
         line_no += 1
         if line.startswith(_COMMIT_PREFIX):
-            count = _commit_count(line)
-            if bad is not None:
-                raise ConfigError(
+            marker = _commit_marker(line)
+            marker_end = offset + len(line) + 1
+            # how far this marker says the journal was synced (an older marker: all before it)
+            durable = marker_end if marker is None or marker[1] is None else marker[1]
+            if hole is not None:
+                if durable > hole:  # the damaged batch had been synced: corruption, not a hole
+                    raise ConfigError(corruption)
+                continue
+            if bad is not None or marker is None or marker[0] != len(pending):
+                corruption = (
                     f"store {name}: line {bad[0]} is corrupt ({bad[1]}) inside a committed batch"
+                    if bad is not None
+                    else f"store {name}: line {line_no} is a corrupt commit marker"
                 )
-            if count is None or count != len(pending):
-                raise ConfigError(f"store {name}: line {line_no} is a corrupt commit marker")
+                if durable > batch_start:
+                    raise ConfigError(corruption)
+                hole = batch_start  # written after the last sync and damaged: a torn tail
+                continue
             commits += 1
-            end = offset + len(line) + 1
+            end = batch_start = marker_end
             committed_lines = line_no
             apply(pending, ScanResult(end, committed_lines, commits))
             pending = []
             continue
-        if bad is not None:
+        if bad is not None or hole is not None:
             continue
         try:
             pending.append(_decode_record(line, offset))
@@ -219,9 +245,15 @@ def scan(fd: int, start: int, first_line: int, commits: int, name: str, apply: A
     return ScanResult(end, committed_lines, commits)
 
 
-def _commit_count(line: bytes) -> int | None:
+def _commit_marker(line: bytes) -> tuple[int, int | None] | None:
+    """``(lines, durable)`` of a commit marker (``durable`` None in an older marker); None if
+    the line does not decode as one."""
     try:
-        _tag, _number, count = _COMMIT_DECODER.decode(line)
+        decoded = _COMMIT_DECODER.decode(line)
     except msgspec.DecodeError:
         return None
-    return count
+    if len(decoded) not in (3, 4) or not all(type(v) is int for v in decoded[1:]):
+        return None
+    count, durable = decoded[2], (decoded[3] if len(decoded) == 4 else None)
+    assert isinstance(count, int) and (durable is None or isinstance(durable, int))  # (for mypy)
+    return count, durable

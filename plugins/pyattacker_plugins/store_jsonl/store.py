@@ -1,10 +1,13 @@
 """``JsonlStore``: a directory holding an append-only JSON Lines journal.
 
-Each ``commit`` appends its rows plus a commit marker with a single write and one ``fsync``
-(the kernel already groups rows, so this is group fsync). On open the journal is replayed into
-an in-memory ``Index``; an uncommitted or torn tail is ignored, and a writer truncates it before
-appending so the committed prefix of the file is never rewritten. Readers never write and catch
-up with a live writer by reading the journal's new committed bytes before each read.
+Each ``commit`` appends its rows plus a commit marker with a single write and one sync (the
+kernel already groups rows, so this is group fsync); the recorder's group commits are synced
+behind on a thread (``commit_behind``, ``sync_behind``: acknowledged once synced), which is why
+a marker records how far the journal was synced when it was written (``journal``). On open the
+journal is replayed into an in-memory ``Index``; an uncommitted or torn tail is ignored, and a
+writer truncates it before appending so the committed prefix of the file is never rewritten.
+Readers never write and catch up with a live writer by reading the journal's new committed
+bytes before each read.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import os
 import stat
 import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import msgspec
@@ -31,6 +35,7 @@ from pyattacker.model import (
 from pyattacker.store import PAGE_KINDS
 from pyattacker.writer_lock import WriterLock
 
+from ..sync_behind import SyncBehind
 from .index import Index, copy
 from .journal import (
     Entry,
@@ -142,6 +147,10 @@ class JsonlStore:
         self._lines = 0
         self._commits = 0
         self._closed = False
+        #: syncs the journal behind the appends (a writer's; opened with the journal)
+        self.sync_behind: SyncBehind | None = None
+        #: the journal's end when the writer opened it, synced then
+        self._synced_at_open = 0
 
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
@@ -181,7 +190,10 @@ class JsonlStore:
             self._catch_up()
             if os.fstat(self._fd).st_size > self._end:  # an uncommitted or torn tail: never written
                 os.ftruncate(self._fd, self._end)
-                os.fsync(self._fd)
+            os.fsync(self._fd)  # what is replayed is durable: the markers from here vouch for it
+            self._synced_at_open = self._end
+            self.sync_behind = SyncBehind(self.journal)
+            self.sync_behind.open()
         except BaseException:
             os.close(self._fd)
             self._fd = None
@@ -252,7 +264,31 @@ class JsonlStore:
         return self._fd
 
     def commit(self, batch: Batch) -> None:
-        """Append the batch and its commit marker, fsync once, then update the index."""
+        """Append the batch and its commit marker, update the index, and return once the journal
+        is synced."""
+        pending = self.commit_behind(batch)
+        if pending is not None:
+            try:
+                pending.result()
+            except OSError as exc:
+                raise StoreUnavailable(
+                    f"store {self.path}: commit written but not made durable ({type(exc).__name__}: {exc})"
+                ) from exc
+
+    def commit_behind(self, batch: Batch) -> Future[None] | None:
+        """``commit`` returning once the batch is appended (and readable), with a future that
+        resolves once the journal is synced up to its end (``sync_behind``)."""
+        with self._mutex:
+            syncer = self.sync_behind
+            if syncer is not None and syncer.failed is not None:  # the journal's tail is unknown
+                raise StoreUnavailable(
+                    f"store {self.path}: a sync of {self.journal} failed earlier ({syncer.failed}):"
+                    " nothing more is written"
+                )
+            self._append_batch(batch)
+            return None if syncer is None else syncer.request(self._end)
+
+    def _append_batch(self, batch: Batch) -> None:
         with self._mutex:
             fd = self._writable_fd()
             next_attempt = len(self._index.attempts.rows) + 1
@@ -307,7 +343,8 @@ class JsonlStore:
                 entries.append(Entry(tag, row, offset, len(line), has_payload))
                 lines.append(line)
                 offset += len(line) + 1
-        lines.append(encode_commit(self._commits + 1, len(entries)))
+        durable = self.sync_behind.synced_mark if self.sync_behind is not None else 0
+        lines.append(encode_commit(self._commits + 1, len(entries), max(durable, self._synced_at_open)))
         return b"\n".join(lines) + b"\n", entries
 
     def _append(self, fd: int, data: bytes) -> None:
@@ -315,7 +352,6 @@ class JsonlStore:
             written = 0
             while written < len(data):
                 written += os.pwrite(fd, data[written:], self._end + written)
-            os.fsync(fd)
         except OSError:
             try:
                 os.ftruncate(fd, self._end)  # leave no partial batch for the next append to follow
@@ -479,6 +515,8 @@ class JsonlStore:
     def close(self) -> None:
         with self._mutex:
             self._closed = True
+            if self.sync_behind is not None:
+                self.sync_behind.stop()  # after the syncs requested so far
             fd, self._fd = self._fd, None
             try:
                 if fd is not None:

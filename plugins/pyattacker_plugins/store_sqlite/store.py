@@ -38,6 +38,7 @@ from pyattacker.stats import duration_summary
 from pyattacker.store import PAGE_KINDS
 from pyattacker.writer_lock import WriterLock
 
+from ..sync_behind import SyncBehind
 from . import run_spans, schema
 from .checkpointer import Checkpointer
 from .rows import (
@@ -55,7 +56,6 @@ from .rows import (
 )
 from .state_lookup import StateLookup
 from .statements import Statement, write_rows
-from .sync_behind import SyncBehind
 from .wal_bound import WalBound, truncate_wal
 
 __all__ = ["LOOKUP_CHUNK", "WAL_CHECKPOINT_PAGES", "WAL_SIZE_LIMIT", "SqliteStore"]

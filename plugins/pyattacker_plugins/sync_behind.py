@@ -1,4 +1,5 @@
-"""Make commits durable on a thread of their own (``synchronous=full``), beside the writer.
+"""Make commits durable on a thread of their own, beside the writer (the SQLite store with
+``synchronous=full``, the JSONL store).
 
 With ``synchronous=FULL`` SQLite syncs the write-ahead log inside each ``COMMIT``: about
 0.2-0.4 ms of ``fdatasync`` here, during which the event loop stands still, once per group
@@ -31,8 +32,8 @@ _sync_data = getattr(os, "fdatasync", os.fsync)
 
 
 class SyncBehind:
-    """Syncs one file (the ``-wal`` of a writer) on request; ``request()`` from the writer's
-    thread after each commit, ``stop()`` before the writer closes."""
+    """Syncs one file (a SQLite writer's ``-wal``, a JSONL journal) on request; ``request()``
+    from the writer's thread after each commit, ``stop()`` before the writer closes."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -41,7 +42,9 @@ class SyncBehind:
         self.covered = 0
         self._fd = -1
         self._cond = threading.Condition(threading.Lock())
-        self._queue: list[Future[None]] = []
+        self._queue: list[tuple[Future[None], int]] = []
+        #: the highest ``mark`` (see ``request``) that a finished sync covered
+        self.synced_mark = 0
         self._failed: OSError | None = None
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -65,9 +68,15 @@ class SyncBehind:
     def opened(self) -> bool:
         return self._fd >= 0
 
-    def request(self) -> Future[None]:
+    @property
+    def failed(self) -> OSError | None:
+        """The error of a sync that failed (every later request fails with it)."""
+        return self._failed
+
+    def request(self, mark: int = 0) -> Future[None]:
         """A future resolved once everything written to the file before this call is durable
-        (or failed with the ``OSError`` of the sync)."""
+        (or failed with the ``OSError`` of the sync). ``mark`` (a writer's end offset, say) is
+        what ``synced_mark`` rises to once that sync is done."""
         fut: Future[None] = Future()
         with self._cond:
             if self._failed is not None:
@@ -76,7 +85,7 @@ class SyncBehind:
             if self._stopping:
                 fut.set_exception(OSError(f"{self.path}: the store is closing"))
                 return fut
-            self._queue.append(fut)
+            self._queue.append((fut, mark))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="pyattacker-sync", daemon=True)
                 self._thread.start()
@@ -113,7 +122,9 @@ class SyncBehind:
                         self._failed = exc
             self.syncs += 1
             self.covered += len(batch)
-            for fut in batch:
+            if failed is None:
+                self.synced_mark = max(self.synced_mark, *(mark for _, mark in batch))
+            for fut, _ in batch:
                 if failed is None:
                     fut.set_result(None)
                 else:

@@ -1,0 +1,188 @@
+"""The JSONL journal synced behind its appends: what a power loss may leave, and how a replay
+tells a torn tail from corruption. A marker records how far the journal was synced when its
+batch was written; a damaged batch that no later marker vouches for was never acknowledged (a
+hole: the kernel wrote a later batch's pages back before an earlier one's) and is dropped with
+everything after it; one that a later marker vouches for is corruption, refused as before.
+
+The "power loss" is simulated on a copy of the journal taken while syncs are held (the bytes a
+reader sees then), with the unsynced batch's bytes replaced by zeros."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from pyattacker.errors import ConfigError
+from pyattacker.model import Batch
+from pyattacker_plugins import sync_behind
+from pyattacker_plugins.store_jsonl import JOURNAL, JsonlStoreOpener
+from store_contract import batch_of, commit, pipeline
+
+OPENER = JsonlStoreOpener()
+_real_sync = sync_behind._sync_data
+
+
+def _batches(raw: bytes) -> list[tuple[int, int, list[int]]]:
+    """``(start, end, marker numbers)`` of each committed batch of a journal."""
+    out, start, pos = [], 0, 0
+    for line in raw.split(b"\n")[:-1]:
+        end = pos + len(line) + 1
+        if line.startswith(b'["commit",'):
+            out.append((start, end, json.loads(line)[1:]))
+            start = end
+        pos = end
+    return out
+
+
+def _ids(path: Path) -> set[str]:
+    store = OPENER.open(str(path))  # a writer: it also truncates what it does not replay
+    try:
+        return {p.pipeline_id for p in store.page("pipelines")}
+    finally:
+        store.close()
+
+
+def _copy_with_hole(src: Path, dst: Path, raw: bytes, start: int, end: int) -> None:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.lock"))
+    (dst / JOURNAL).write_bytes(raw[:start] + b"\0" * (end - start) + raw[end:])
+
+
+def test_a_batch_lost_before_a_later_unacknowledged_one_is_a_torn_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+
+    def held(fd: int) -> None:
+        release.wait()
+        _real_sync(fd)
+
+    src = tmp_path / "s"
+    store = OPENER.open(str(src))
+    try:
+        commit(store, pipelines=[pipeline("p1")])  # synced: the markers after it vouch for it
+        monkeypatch.setattr(sync_behind, "_sync_data", held)
+        first = store.commit_behind(batch_of(pipelines=[pipeline("p2")]))
+        second = store.commit_behind(batch_of(pipelines=[pipeline("p3")]))
+        assert first is not None and second is not None and not first.done() and not second.done()
+        raw = (src / JOURNAL).read_bytes()  # what the page cache holds: all three batches
+    finally:
+        release.set()
+        store.close()
+    batches = _batches(raw)
+    assert len(batches) == 3
+    p1_end = batches[0][1]
+    assert batches[1][2][2] <= batches[1][0] and batches[2][2][2] <= batches[1][0]  # no vouching
+    hole = tmp_path / "hole"
+    _copy_with_hole(src, hole, raw, batches[1][0], batches[1][1])  # p2 never reached the disk
+    assert _ids(hole) == {"p1"}  # p3, written after it and never acknowledged, goes with it
+    assert (hole / JOURNAL).read_bytes() == raw[:p1_end]  # the writer cut the tail off
+    last = tmp_path / "last"  # the newest batch lost: the plain torn tail, as always
+    _copy_with_hole(src, last, raw, batches[2][0], batches[2][1])
+    assert _ids(last) == {"p1", "p2"}
+
+
+def test_a_damaged_batch_that_a_later_marker_vouches_for_is_corruption(tmp_path: Path) -> None:
+    src = tmp_path / "s"
+    store = OPENER.open(str(src))
+    for pid in ("p1", "p2", "p3"):
+        commit(store, pipelines=[pipeline(pid)])  # each waits for its sync
+    store.close()
+    raw = (src / JOURNAL).read_bytes()
+    batches = _batches(raw)
+    assert batches[2][2][2] >= batches[1][1]  # the third marker says the second batch was synced
+    damaged = tmp_path / "damaged"
+    _copy_with_hole(src, damaged, raw, batches[1][0], batches[1][1])
+    with pytest.raises(ConfigError, match="corrupt"):
+        _ids(damaged)
+    assert (damaged / JOURNAL).read_bytes() == raw[: batches[1][0]] + b"\0" * (
+        batches[1][1] - batches[1][0]
+    ) + raw[batches[1][1] :]  # refused, nothing rewritten
+
+
+def test_markers_of_an_older_journal_vouch_for_everything_before_them(tmp_path: Path) -> None:
+    """A journal written before markers carried the synced offset (three numbers) replays as
+    before, and damage before any of its markers is corruption, as it was."""
+    src = tmp_path / "s"
+    store = OPENER.open(str(src))
+    for pid in ("p1", "p2", "p3"):
+        commit(store, pipelines=[pipeline(pid)])
+    store.close()
+    lines = []
+    for line in (src / JOURNAL).read_bytes().split(b"\n")[:-1]:
+        if line.startswith(b'["commit",'):
+            line = json.dumps(json.loads(line)[:3], separators=(",", ":")).encode()
+        lines.append(line)
+    old = b"\n".join(lines) + b"\n"
+    (src / JOURNAL).write_bytes(old)
+    assert _ids(src) == {"p1", "p2", "p3"}
+    batches = _batches(old)
+    assert all(len(numbers) == 2 for _, _, numbers in batches)
+    damaged = tmp_path / "damaged"
+    _copy_with_hole(src, damaged, old, batches[1][0], batches[1][1])
+    with pytest.raises(ConfigError, match="corrupt"):
+        _ids(damaged)
+
+
+def test_a_group_commit_is_acknowledged_once_the_journal_is_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+    synced: list[int] = []
+
+    def held(fd: int) -> None:
+        release.wait()
+        _real_sync(fd)
+        synced.append(fd)
+
+    store = OPENER.open(str(tmp_path / "s"))
+    try:
+        monkeypatch.setattr(sync_behind, "_sync_data", held)
+        pending = store.commit_behind(Batch())
+        assert pending is not None
+        assert not pending.done()
+        release.set()
+        pending.result(timeout=30)
+        assert synced  # resolved by a sync that ran after the append
+    finally:
+        release.set()
+        store.close()
+
+
+def test_a_batch_written_unsynced_but_vouched_for_later_is_corruption_when_damaged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second and third batches were written before any sync covered them, so neither of
+    their markers vouches for the second; the fourth's, written after that sync, does. Damage
+    to the second batch is then corruption, even though the marker right after it looked like
+    a hole's."""
+    release = threading.Event()
+
+    def held(fd: int) -> None:
+        release.wait()
+        _real_sync(fd)
+
+    src = tmp_path / "s"
+    store = OPENER.open(str(src))
+    try:
+        commit(store, pipelines=[pipeline("p1")])
+        monkeypatch.setattr(sync_behind, "_sync_data", held)
+        unsynced = [store.commit_behind(batch_of(pipelines=[pipeline(p)])) for p in ("p2", "p3")]
+        release.set()
+        for fut in unsynced:
+            assert fut is not None
+            fut.result(timeout=30)
+        commit(store, pipelines=[pipeline("p4")])
+    finally:
+        release.set()
+        store.close()
+    raw = (src / JOURNAL).read_bytes()
+    batches = _batches(raw)
+    assert batches[2][2][2] <= batches[1][0] < batches[1][1] <= batches[3][2][2]
+    damaged = tmp_path / "damaged"
+    _copy_with_hole(src, damaged, raw, batches[1][0], batches[1][1])
+    with pytest.raises(ConfigError, match="corrupt"):
+        _ids(damaged)
