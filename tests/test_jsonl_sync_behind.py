@@ -10,6 +10,7 @@ reader sees then), with the unsynced batch's bytes replaced by zeros."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -186,3 +187,23 @@ def test_a_batch_written_unsynced_but_vouched_for_later_is_corruption_when_damag
     _copy_with_hole(src, damaged, raw, batches[1][0], batches[1][1])
     with pytest.raises(ConfigError, match="corrupt"):
         _ids(damaged)
+
+
+def test_a_journal_that_cannot_be_opened_for_syncing_is_synced_in_each_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(self: sync_behind.SyncBehind) -> None:
+        raise PermissionError(13, "Permission denied", self.path)
+
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(sync_behind.SyncBehind, "open", refuse)
+    store = OPENER.open(str(tmp_path / "s"))
+    try:
+        assert store.sync_behind is None
+        monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+        assert store.commit_behind(batch_of(pipelines=[pipeline("p1")])) is None  # durable now
+        assert len(synced) == 1
+    finally:
+        store.close()
+    assert _ids(tmp_path / "s") == {"p1"}

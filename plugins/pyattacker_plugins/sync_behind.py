@@ -26,9 +26,17 @@ import os
 import threading
 from concurrent.futures import Future
 
-__all__ = ["SyncBehind"]
+from pyattacker.errors import StoreUnavailable
+
+__all__ = ["SyncBehind", "not_durable"]
 
 _sync_data = getattr(os, "fdatasync", os.fsync)
+
+
+def not_durable(store: str, exc: OSError) -> StoreUnavailable:
+    """The error of a commit whose bytes were written but whose sync failed."""
+    why = f"{type(exc).__name__}: {exc}"
+    return StoreUnavailable(f"store {store}: commit written but not made durable ({why})")
 
 
 class SyncBehind:

@@ -35,7 +35,7 @@ from pyattacker.model import (
 from pyattacker.store import PAGE_KINDS
 from pyattacker.writer_lock import WriterLock
 
-from ..sync_behind import SyncBehind
+from ..sync_behind import SyncBehind, not_durable
 from .index import Index, copy
 from .journal import (
     Entry,
@@ -192,8 +192,12 @@ class JsonlStore:
                 os.ftruncate(self._fd, self._end)
             os.fsync(self._fd)  # what is replayed is durable: the markers from here vouch for it
             self._synced_at_open = self._end
-            self.sync_behind = SyncBehind(self.journal)
-            self.sync_behind.open()
+            syncer = SyncBehind(self.journal)
+            try:
+                syncer.open()
+                self.sync_behind = syncer
+            except OSError:  # (cannot open it twice here): every commit syncs inline, as before
+                self.sync_behind = None
         except BaseException:
             os.close(self._fd)
             self._fd = None
@@ -271,9 +275,7 @@ class JsonlStore:
             try:
                 pending.result()
             except OSError as exc:
-                raise StoreUnavailable(
-                    f"store {self.path}: commit written but not made durable ({type(exc).__name__}: {exc})"
-                ) from exc
+                raise not_durable(self.path, exc) from exc
 
     def commit_behind(self, batch: Batch) -> Future[None] | None:
         """``commit`` returning once the batch is appended (and readable), with a future that
@@ -286,7 +288,14 @@ class JsonlStore:
                     " nothing more is written"
                 )
             self._append_batch(batch)
-            return None if syncer is None else syncer.request(self._end)
+            if syncer is None:
+                try:
+                    os.fsync(self._writable_fd())
+                except OSError as exc:
+                    self._closed = True  # as after a failed sync: the tail's durability is unknown
+                    raise not_durable(self.path, exc) from exc
+                return None
+            return syncer.request(self._end)
 
     def _append_batch(self, batch: Batch) -> None:
         with self._mutex:

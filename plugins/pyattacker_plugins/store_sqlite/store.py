@@ -38,7 +38,7 @@ from pyattacker.stats import duration_summary
 from pyattacker.store import PAGE_KINDS
 from pyattacker.writer_lock import WriterLock
 
-from ..sync_behind import SyncBehind
+from ..sync_behind import SyncBehind, not_durable
 from . import run_spans, schema
 from .checkpointer import Checkpointer
 from .rows import (
@@ -543,9 +543,7 @@ class SqliteStore:
         try:
             pending.result()
         except OSError as exc:
-            raise StoreUnavailable(
-                f"store {self.path}: commit written but not made durable ({type(exc).__name__}: {exc})"
-            ) from exc
+            raise not_durable(self.path, exc) from exc
 
     def _apply(self, batch: Batch) -> None:
         with self._mutex:
