@@ -207,3 +207,22 @@ def test_a_journal_that_cannot_be_opened_for_syncing_is_synced_in_each_commit(
     finally:
         store.close()
     assert _ids(tmp_path / "s") == {"p1"}
+
+
+def test_damage_other_than_zeros_in_the_newest_batch_is_still_corruption(tmp_path: Path) -> None:
+    """Only a hole reads as zeros (the journal is only appended to, and no line we write holds a
+    zero byte): a garbled byte in the newest batch, which no marker can vouch for yet, is
+    refused as corruption, never dropped as a torn tail."""
+    src = tmp_path / "s"
+    store = OPENER.open(str(src))
+    for pid in ("p1", "p2"):
+        commit(store, pipelines=[pipeline(pid)])
+    store.close()
+    raw = (src / JOURNAL).read_bytes()
+    start, _end, numbers = _batches(raw)[-1]
+    assert numbers[2] <= start  # its own marker does not vouch for it
+    garbled = raw[:start] + b"{" + raw[start + 1 :]  # the first byte of its first line
+    (src / JOURNAL).write_bytes(garbled)
+    with pytest.raises(ConfigError, match="corrupt"):
+        _ids(src)
+    assert (src / JOURNAL).read_bytes() == garbled  # refused, nothing rewritten

@@ -10,11 +10,12 @@ inside the committed region that does not parse is corruption and is reported by
 A marker may carry a fourth number, ``["commit", <n>, <lines>, <durable>]``: the byte offset up
 to which the journal was known synced when the batch was written. The writer syncs behind its
 appends (``sync_behind``), so after a power loss a batch written after an unsynced one may be
-on disk while the earlier one is not (a hole: zeros or old bytes). A damaged batch at offset X
-is therefore a torn tail, never written as far as anyone was told, unless some later marker
-says the journal was synced past X: then X had been durable and the damage is corruption. A
-marker without the number (written by an older version, which synced inside every commit)
-vouches for everything before it.
+on disk while the earlier one is not (a hole, which reads as zeros: the journal is only ever
+appended to). A batch damaged by zeros at offset X is therefore a torn tail, never written as
+far as anyone was told, unless some later marker says the journal was synced past X: then X
+had been durable and the damage is corruption. Damage of any other kind (an unknown line kind
+above all) is corruption wherever it is. A marker without the number (written by an older
+version, which synced inside every commit) vouches for everything before it.
 """
 
 from __future__ import annotations
@@ -205,6 +206,7 @@ def scan(fd: int, start: int, first_line: int, commits: int, name: str, apply: A
     #: where the first damaged batch starts (None: none so far); past it nothing is applied
     hole: int | None = None
     corruption = ""  # the error a hole becomes if a later marker vouches for it
+    bad_zeros = False
     batch_start = start
     end = start
     line_no = first_line
@@ -226,7 +228,10 @@ def scan(fd: int, start: int, first_line: int, commits: int, name: str, apply: A
                     if bad is not None
                     else f"store {name}: line {line_no} is a corrupt commit marker"
                 )
-                if durable > batch_start:
+                # a hole reads as zeros (never in a line we write: control bytes are escaped);
+                # anything else, an unknown line kind above all, is refused wherever it is
+                zeros = bad_zeros if bad is not None else b"\0" in line
+                if durable > batch_start or not zeros:
                     raise ConfigError(corruption)
                 hole = batch_start  # written after the last sync and damaged: a torn tail
                 continue
@@ -242,6 +247,7 @@ def scan(fd: int, start: int, first_line: int, commits: int, name: str, apply: A
             pending.append(_decode_record(line, offset))
         except (msgspec.DecodeError, ValueError) as exc:
             bad = (line_no, str(exc))
+            bad_zeros = b"\0" in line
     return ScanResult(end, committed_lines, commits)
 
 
