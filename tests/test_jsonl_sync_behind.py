@@ -204,9 +204,12 @@ def test_a_journal_that_cannot_be_opened_for_syncing_is_synced_in_each_commit(
         monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
         assert store.commit_behind(batch_of(pipelines=[pipeline("p1")])) is None  # durable now
         assert len(synced) == 1
+        commit(store, pipelines=[pipeline("p2")])
     finally:
         store.close()
-    assert _ids(tmp_path / "s") == {"p1"}
+    assert _ids(tmp_path / "s") == {"p1", "p2"}
+    batches = _batches((tmp_path / "s" / JOURNAL).read_bytes())
+    assert batches[1][2][2] == batches[0][1]  # each marker vouches for the batches synced before it
 
 
 def test_damage_other_than_zeros_in_the_newest_batch_is_still_corruption(tmp_path: Path) -> None:

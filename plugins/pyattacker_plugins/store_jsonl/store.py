@@ -149,8 +149,8 @@ class JsonlStore:
         self._closed = False
         #: syncs the journal behind the appends (a writer's; opened with the journal)
         self.sync_behind: SyncBehind | None = None
-        #: the journal's end when the writer opened it, synced then
-        self._synced_at_open = 0
+        #: how far this writer synced the journal itself (at open; in each commit without a thread)
+        self._synced_to = 0
 
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
@@ -191,7 +191,7 @@ class JsonlStore:
             if os.fstat(self._fd).st_size > self._end:  # an uncommitted or torn tail: never written
                 os.ftruncate(self._fd, self._end)
             os.fsync(self._fd)  # what is replayed is durable: the markers from here vouch for it
-            self._synced_at_open = self._end
+            self._synced_to = self._end
             syncer = SyncBehind(self.journal)
             try:
                 syncer.open()
@@ -294,6 +294,7 @@ class JsonlStore:
                 except OSError as exc:
                     self._closed = True  # as after a failed sync: the tail's durability is unknown
                     raise not_durable(self.path, exc) from exc
+                self._synced_to = self._end
                 return None
             return syncer.request(self._end)
 
@@ -353,7 +354,7 @@ class JsonlStore:
                 lines.append(line)
                 offset += len(line) + 1
         durable = self.sync_behind.synced_mark if self.sync_behind is not None else 0
-        lines.append(encode_commit(self._commits + 1, len(entries), max(durable, self._synced_at_open)))
+        lines.append(encode_commit(self._commits + 1, len(entries), max(durable, self._synced_to)))
         return b"\n".join(lines) + b"\n", entries
 
     def _append(self, fd: int, data: bytes) -> None:
