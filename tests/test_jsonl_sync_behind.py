@@ -47,25 +47,41 @@ def _ids(path: Path) -> set[str]:
         store.close()
 
 
-def _copy_with_hole(src: Path, dst: Path, raw: bytes, start: int, end: int) -> None:
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.lock"))
-    (dst / JOURNAL).write_bytes(raw[:start] + b"\0" * (end - start) + raw[end:])
-
-
-def test_a_batch_lost_before_a_later_unacknowledged_one_is_a_torn_tail(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _hold_syncs(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """From now on each sync waits for the returned event (then syncs for real)."""
     release = threading.Event()
 
     def held(fd: int) -> None:
         release.wait()
         _real_sync(fd)
 
+    monkeypatch.setattr(sync_behind, "_sync_data", held)
+    return release
+
+
+def _copy_with_hole(src: Path, dst: Path, raw: bytes, start: int, end: int) -> None:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.lock"))
+    (dst / JOURNAL).write_bytes(raw[:start] + b"\0" * (end - start) + raw[end:])
+
+
+def _refused_with_hole(src: Path, dst: Path, raw: bytes, start: int, end: int) -> None:
+    """A copy of ``src`` with zeros over ``raw[start:end]`` is refused as corrupt, unchanged."""
+    _copy_with_hole(src, dst, raw, start, end)
+    damaged = (dst / JOURNAL).read_bytes()
+    with pytest.raises(ConfigError, match="corrupt"):
+        _ids(dst)
+    assert (dst / JOURNAL).read_bytes() == damaged  # refused, nothing rewritten
+
+
+def test_a_batch_lost_before_a_later_unacknowledged_one_is_a_torn_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     src = tmp_path / "s"
     store = OPENER.open(str(src))
+    release = threading.Event()
     try:
         commit(store, pipelines=[pipeline("p1")])  # synced: the markers after it vouch for it
-        monkeypatch.setattr(sync_behind, "_sync_data", held)
+        release = _hold_syncs(monkeypatch)
         first = store.commit_behind(batch_of(pipelines=[pipeline("p2")]))
         second = store.commit_behind(batch_of(pipelines=[pipeline("p3")]))
         assert first is not None and second is not None and not first.done() and not second.done()
@@ -95,13 +111,7 @@ def test_a_damaged_batch_that_a_later_marker_vouches_for_is_corruption(tmp_path:
     raw = (src / JOURNAL).read_bytes()
     batches = _batches(raw)
     assert batches[2][2][2] >= batches[1][1]  # the third marker says the second batch was synced
-    damaged = tmp_path / "damaged"
-    _copy_with_hole(src, damaged, raw, batches[1][0], batches[1][1])
-    with pytest.raises(ConfigError, match="corrupt"):
-        _ids(damaged)
-    assert (damaged / JOURNAL).read_bytes() == raw[: batches[1][0]] + b"\0" * (
-        batches[1][1] - batches[1][0]
-    ) + raw[batches[1][1] :]  # refused, nothing rewritten
+    _refused_with_hole(src, tmp_path / "damaged", raw, batches[1][0], batches[1][1])
 
 
 def test_markers_of_an_older_journal_vouch_for_everything_before_them(tmp_path: Path) -> None:
@@ -122,10 +132,7 @@ def test_markers_of_an_older_journal_vouch_for_everything_before_them(tmp_path: 
     assert _ids(src) == {"p1", "p2", "p3"}
     batches = _batches(old)
     assert all(len(numbers) == 2 for _, _, numbers in batches)
-    damaged = tmp_path / "damaged"
-    _copy_with_hole(src, damaged, old, batches[1][0], batches[1][1])
-    with pytest.raises(ConfigError, match="corrupt"):
-        _ids(damaged)
+    _refused_with_hole(src, tmp_path / "damaged", old, batches[1][0], batches[1][1])
 
 
 def test_a_group_commit_is_acknowledged_once_the_journal_is_synced(
@@ -160,17 +167,12 @@ def test_a_batch_written_unsynced_but_vouched_for_later_is_corruption_when_damag
     their markers vouches for the second; the fourth's, written after that sync, does. Damage
     to the second batch is then corruption, even though the marker right after it looked like
     a hole's."""
-    release = threading.Event()
-
-    def held(fd: int) -> None:
-        release.wait()
-        _real_sync(fd)
-
     src = tmp_path / "s"
     store = OPENER.open(str(src))
+    release = threading.Event()
     try:
         commit(store, pipelines=[pipeline("p1")])
-        monkeypatch.setattr(sync_behind, "_sync_data", held)
+        release = _hold_syncs(monkeypatch)
         unsynced = [store.commit_behind(batch_of(pipelines=[pipeline(p)])) for p in ("p2", "p3")]
         release.set()
         for fut in unsynced:
@@ -183,10 +185,7 @@ def test_a_batch_written_unsynced_but_vouched_for_later_is_corruption_when_damag
     raw = (src / JOURNAL).read_bytes()
     batches = _batches(raw)
     assert batches[2][2][2] <= batches[1][0] < batches[1][1] <= batches[3][2][2]
-    damaged = tmp_path / "damaged"
-    _copy_with_hole(src, damaged, raw, batches[1][0], batches[1][1])
-    with pytest.raises(ConfigError, match="corrupt"):
-        _ids(damaged)
+    _refused_with_hole(src, tmp_path / "damaged", raw, batches[1][0], batches[1][1])
 
 
 def test_a_journal_that_cannot_be_opened_for_syncing_is_synced_in_each_commit(
