@@ -97,6 +97,9 @@ def test_a_batch_lost_before_a_later_unacknowledged_one_is_a_torn_tail(
     _copy_with_hole(src, hole, raw, batches[1][0], batches[1][1])  # p2 never reached the disk
     assert _ids(hole) == {"p1"}  # p3, written after it and never acknowledged, goes with it
     assert (hole / JOURNAL).read_bytes() == raw[:p1_end]  # the writer cut the tail off
+    cut = tmp_path / "cut"  # the hole starts inside the batch's marker (a page boundary there)
+    _copy_with_hole(src, cut, raw, batches[1][1] - 5, batches[1][1])
+    assert _ids(cut) == {"p1"}
     last = tmp_path / "last"  # the newest batch lost: the plain torn tail, as always
     _copy_with_hole(src, last, raw, batches[2][0], batches[2][1])
     assert _ids(last) == {"p1", "p2"}

@@ -216,8 +216,9 @@ def scan(fd: int, start: int, first_line: int, commits: int, name: str, apply: A
         if line.startswith(_COMMIT_PREFIX):
             marker = _commit_marker(line)
             marker_end = offset + len(line) + 1
-            # how far this marker says the journal was synced (an older marker: all before it)
-            durable = marker_end if marker is None or marker[1] is None else marker[1]
+            # how far this marker says the journal was synced (an older marker: all before it; a
+            # marker that does not decode vouches for nothing)
+            durable = -1 if marker is None else marker_end if marker[1] is None else marker[1]
             if hole is not None:
                 if durable > hole:  # the damaged batch had been synced: corruption, not a hole
                     raise ConfigError(corruption)
