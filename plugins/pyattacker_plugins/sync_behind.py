@@ -28,7 +28,7 @@ from concurrent.futures import Future
 
 from pyattacker.errors import StoreUnavailable
 
-__all__ = ["SyncBehind", "not_durable"]
+__all__ = ["SyncBehind", "not_durable", "wait_durable"]
 
 _sync_data = getattr(os, "fdatasync", os.fsync)
 
@@ -39,13 +39,23 @@ def not_durable(store: str, exc: OSError) -> StoreUnavailable:
     return StoreUnavailable(f"store {store}: commit written but not made durable ({why})")
 
 
+def wait_durable(store: str, pending: Future[None] | None) -> None:
+    """Return once a ``commit_behind`` of ``store`` is durable (a store's plain ``commit``)."""
+    if pending is None:
+        return
+    try:
+        pending.result()
+    except OSError as exc:
+        raise not_durable(store, exc) from exc
+
+
 class SyncBehind:
     """Syncs one file (a SQLite writer's ``-wal``, a JSONL journal) on request; ``request()``
     from the writer's thread after each commit, ``stop()`` before the writer closes."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        #: syncs made, and commits they covered (a test and the docs read them)
+        #: syncs made, and requests answered (a test and the docs read them)
         self.syncs = 0
         self.covered = 0
         self._fd = -1
@@ -58,8 +68,8 @@ class SyncBehind:
         self._thread: threading.Thread | None = None
 
     def open(self) -> None:
-        """Open the file (it must exist: the first commit wrote it) and sync its directory once,
-        so that the file itself survives a power loss. Raises ``OSError`` if it cannot."""
+        """Open the file (it must exist: the writer created it) and sync its directory once, so
+        that the file itself survives a power loss. Raises ``OSError`` if it cannot."""
         self._fd = os.open(self.path, os.O_RDWR)
         try:
             folder = os.open(os.path.dirname(self.path) or ".", os.O_RDONLY)
@@ -121,14 +131,14 @@ class SyncBehind:
                     return
                 batch, self._queue = self._queue, []
                 failed = self._failed
-            if failed is None:
+            if failed is None:  # (after a failed sync, never again: the queued ones fail with it)
+                self.syncs += 1
                 try:
                     _sync_data(self._fd)
                 except OSError as exc:
                     failed = exc
                     with self._cond:
                         self._failed = exc
-            self.syncs += 1
             self.covered += len(batch)
             if failed is None:
                 self.synced_mark = max(self.synced_mark, *(mark for _, mark in batch))

@@ -35,7 +35,7 @@ from pyattacker.model import (
 from pyattacker.store import PAGE_KINDS
 from pyattacker.writer_lock import WriterLock
 
-from ..sync_behind import SyncBehind, not_durable
+from ..sync_behind import SyncBehind, not_durable, wait_durable
 from .index import Index, copy
 from .journal import (
     Entry,
@@ -270,12 +270,7 @@ class JsonlStore:
     def commit(self, batch: Batch) -> None:
         """Append the batch and its commit marker, update the index, and return once the journal
         is synced."""
-        pending = self.commit_behind(batch)
-        if pending is not None:
-            try:
-                pending.result()
-            except OSError as exc:
-                raise not_durable(self.path, exc) from exc
+        wait_durable(self.path, self.commit_behind(batch))
 
     def commit_behind(self, batch: Batch) -> Future[None] | None:
         """``commit`` returning once the batch is appended (and readable), with a future that

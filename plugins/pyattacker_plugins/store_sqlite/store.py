@@ -38,7 +38,7 @@ from pyattacker.stats import duration_summary
 from pyattacker.store import PAGE_KINDS
 from pyattacker.writer_lock import WriterLock
 
-from ..sync_behind import SyncBehind, not_durable
+from ..sync_behind import SyncBehind, wait_durable
 from . import run_spans, schema
 from .checkpointer import Checkpointer
 from .rows import (
@@ -512,9 +512,7 @@ class SqliteStore:
     def commit(self, batch: Batch) -> None:
         """Apply ``batch`` in one transaction and return once it is durable; on failure nothing
         is kept and ids are reset."""
-        pending = self.commit_behind(batch)
-        if pending is not None:
-            self._durable(pending)
+        wait_durable(self.path, self.commit_behind(batch))
 
     def commit_behind(self, batch: Batch) -> Future[None] | None:
         """``commit`` that may return before the transaction is durable (``synchronous=full``:
@@ -538,12 +536,6 @@ class SqliteStore:
                 log.warning("pyattacker: %s: commits are synced by SQLite itself (%s)", self.path, exc)
                 syncer.stop()
                 self.sync_behind = None  # and the connection is still FULL: SQLite syncs each commit
-
-    def _durable(self, pending: Future[None]) -> None:
-        try:
-            pending.result()
-        except OSError as exc:
-            raise not_durable(self.path, exc) from exc
 
     def _apply(self, batch: Batch) -> None:
         with self._mutex:
