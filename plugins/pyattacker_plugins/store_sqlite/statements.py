@@ -25,6 +25,13 @@ SQLite reads without a copy, where a text bound per row is copied into fresh mem
 group whose rows differ there binds every value. In the same way a column that holds the very
 object of another column of its row (``RowCodec.aliases``: a task's output artifact id is its
 slot's id) names that column's parameter. Either way the same values are stored.
+
+Numbered parameters need a ``sqlite3`` that takes them from a sequence quietly. CPython 3.12.0 to
+3.12.3 (Ubuntu 24.04's Python among them) read ``?1`` as a named parameter and issue a
+``DeprecationWarning`` per value bound (gh-117995, fixed in 3.12.4): about 600 per statement
+here, which halved the store's speed and, under ``-W error``, failed every commit. Where the
+module does that (``NUMBERED``, probed once), statements use plain ``?`` markers in the order of
+their values, every row binding its own: the same rows, without the shared binding.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from __future__ import annotations
 import itertools
 import operator
 import sqlite3
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,6 +55,26 @@ _chain = itertools.chain.from_iterable
 _TEXT = {str}
 #: (one-row SQL, rows) -> the same statement with its VALUES row repeated
 _MULTI: dict[tuple[str, int], str] = {}
+
+
+def numbered_parameters_ok(connect: Callable[[str], Any] = sqlite3.connect) -> bool:
+    """Whether ``?N`` parameters may be bound from a sequence without a warning or an error
+    (False with CPython 3.12.0-3.12.3's ``sqlite3``, gh-117995). A probe, not a version check:
+    a distribution may have backported the fix, or not."""
+    conn = connect(":memory:")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            conn.execute("SELECT ?1", (1,))
+    except sqlite3.ProgrammingError:
+        return False
+    finally:
+        conn.close()
+    return not any(issubclass(w.category, DeprecationWarning) for w in caught)
+
+
+#: the answer of ``numbered_parameters_ok`` for this process's ``sqlite3`` (see the module's doc)
+NUMBERED = numbered_parameters_ok()
 
 
 def _rows_per_statement(conn: sqlite3.Connection, width: int, extra: int = 0) -> int:
@@ -163,13 +191,17 @@ class Statement:
 
     __slots__ = (
         "_aliases", "_cache", "_codec", "_keys", "_m", "_markers", "_nullable", "_of_pk", "_render",
-        "_shared", "clustered", "full_sql",
+        "_shared", "clustered", "full_sql", "numbered",
     )  # fmt: skip
 
-    def __init__(self, render: Render, codec: RowCodec[Any], *, clustered: bool = False) -> None:
+    def __init__(
+        self, render: Render, codec: RowCodec[Any], *, clustered: bool = False, numbered: bool | None = None
+    ) -> None:
         self._render = render
         self._codec = codec
         self.clustered = clustered
+        #: numbered parameters (shared values bound once, aliases); False: plain ``?`` markers
+        self.numbered = NUMBERED if numbered is None else numbered
         width = len(codec.columns) + clustered
         self.full_sql = render(("?",) * width)
         tests = [f"r.{f} is None" for f in codec.nullable_fields]
@@ -212,19 +244,20 @@ class Statement:
         alias = {
             a: b
             for (a, b), same in zip(self._aliases, pattern[n_null : n_null + n_alias], strict=True)
-            if same and a not in literal and b not in literal
+            if same and a not in literal and b not in literal and self.numbered
         }
         width = len(self._codec.columns) + self.clustered
         exprs = ((_PK,) if self.clustered else ()) + self._codec.expressions
         #: where a shared column's value is in the key (computed once per row, never twice)
         at = {p: self._m + j for j, p in enumerate(self._shared)}
-        bound = [p for p in self._shared if p not in literal] if shared else []
+        bound = [p for p in self._shared if p not in literal] if shared and self.numbered else []
         number = {p: f"?{j + 1}" for j, p in enumerate(bound)}
         own = [p for p in range(width) if p not in literal and p not in number and p not in alias]
 
         def marks_of(row: int) -> str:
             first = len(bound) + row * len(own) + 1
-            each = {p: f"?{first + j}" for j, p in enumerate(own)}
+            # plain markers: nothing bound once, no alias, so the numbers run in the text's order
+            each = {p: f"?{first + j}" if self.numbered else "?" for j, p in enumerate(own)}
             marks = [
                 "NULL"
                 if p in null
@@ -292,7 +325,7 @@ class Statement:
         """Write rows of one pattern; ``same``: their keys are equal (shared values too)."""
         pattern = keys[0][: self._m]
         cache = self._cache
-        if same and self._shared and len(keys) > 1:
+        if same and self._shared and len(keys) > 1 and self.numbered:
             sql_for, params, picked = cache.get((pattern, True)) or self._variant(pattern, True)
             key = keys[0]
             values = tuple([key[i] for i in picked])
