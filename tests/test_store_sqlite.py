@@ -460,22 +460,21 @@ def test_multi_row_statements_keep_order_across_chunks(tmp_path: Path) -> None:
         store.close()
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # numbered markers, forced on any Python
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # binding once, forced on any Python
 def test_values_shared_by_a_group_are_bound_once_and_stored_as_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Rows of one NULL pattern that agree on a table's shared text columns (run id, state...)
     bind those once per statement (``write_shared_rows``); rows that differ there, or hold
-    equal values that are not texts (1 and 1.0 store differently), bind every value. A column
-    holding the very object of its alias source (a task's output artifact id, its slot's id)
-    reads the source's parameter. Either way each row is stored as given. (Numbered markers,
-    which a ``sqlite3`` that warns about them does not get: test_store_sqlite_placeholders.)"""
+    equal values that are not texts (1 and 1.0 store differently), bind every value. Either way
+    each row is stored as given. (Where ``sqlite3`` warns about numbered markers nothing is bound
+    once by default: test_store_sqlite_placeholders.)"""
     from pyattacker.model import OK_DECISION, Batch
     from pyattacker_plugins.store_sqlite import statements
     from pyattacker_plugins.store_sqlite import store as store_module
 
     for _attr, statement in store_module._WRITES:
-        monkeypatch.setattr(statement, "numbered", True)
+        monkeypatch.setattr(statement, "bind_once", True)
         monkeypatch.setattr(statement, "_cache", {})
 
     shared_calls: list[tuple[object, ...]] = []
@@ -492,13 +491,13 @@ def test_values_shared_by_a_group_are_bound_once_and_stored_as_given(
         b = Batch()
         b.tasks += [task(f"a{i}", 0, state="succeeded", resource="apis") for i in range(70)]
         for t in b.tasks[:40]:
-            t.output_artifact_id = t.task_run_id  # the same object: bound once
+            t.output_artifact_id = t.task_run_id  # the slot id: derived (x'')
         for t in b.tasks[40:]:
             t.output_artifact_id = f"out-{t.pipeline_id}"
         b.attempts += [attempt(f"a{i}", decision=OK_DECISION) for i in range(3)]
         store.commit(b)
         ok = '{"retry":false,"reason":"ok","delay_s":0.0}'
-        # the tasks are two groups (with and without the alias), each sharing its values
+        # the tasks are two groups (output id derived or not), each sharing its values
         # (the attempts' shared OK decision is not bound at all: schema 4 writes a marker for it)
         assert shared_calls == [("r1", "succeeded", "apis")] * 2 + [("r1", "succeeded")]
         b = Batch()

@@ -1,17 +1,19 @@
-"""Plain ``?`` markers where ``sqlite3`` warns about numbered ones (CPython 3.12.0-3.12.3).
+"""The markers of the store's write statements: shared values declared once, every other one plain.
 
-Those versions read ``?1`` as a named parameter and issue a ``DeprecationWarning`` for every
-value bound from a sequence (gh-117995): hundreds per group commit, which halved the store's
-speed and failed every commit under ``-W error``. The store probes the module once
-(``statements.NUMBERED``) and then writes with plain markers. These tests force either mode on
-whatever Python runs them and check that both store the very same rows; on an affected Python
-the last one also checks that a commit issues no warning at all.
+A statement binds the texts a group of rows shares once, as ``?1..?k`` declared ahead of the
+INSERT, and every other value through a plain ``?``. Numbering every value (as before) cost
+O(n²) per statement from Python 3.12 on (``sqlite3`` asks SQLite for each value's name, and
+SQLite searches the numbered ones linearly): a quarter of a run's CPU on 3.13. CPython 3.12.0 to
+3.12.3 warn once per numbered value (gh-117995), so there nothing is bound once. These tests
+force either mode on whatever Python runs them and check that both store the very same rows,
+and that the default mode issues no warning on this Python.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,13 +28,13 @@ from pyattacker_plugins.store_sqlite import store as store_mod
 from store_contract import artifact, attempt, event, pipeline, run, task
 
 OPENER = SqliteStoreOpener()
-_NUMBERED_MARK = re.compile(r"\?\d")
+_NUMBER = re.compile(r"\?(\d+)")
 
 
 def _batches() -> Iterator[Batch]:
-    """Commits that take every branch of a statement: groups that share their texts (bound once
-    when numbered), the alias of the same object, NULL patterns, groups whose values differ,
-    more rows than one statement holds, an upsert of one key twice in a batch."""
+    """Commits that take every branch of a statement: groups that share their texts (bound once),
+    NULL patterns, ids stored as given and derived ones, groups whose values differ, more rows
+    than one statement holds, an upsert of one key twice in a batch."""
     b = Batch()
     b.runs.append(run("r1"))
     b.pipelines += [pipeline(f"p{i}", state="running") for i in range(70)]
@@ -49,7 +51,7 @@ def _batches() -> Iterator[Batch]:
     b.attempts += [attempt("p1", outcome="failed", n=2), attempt("p2"), attempt("p3", run_id="r2")]
     b.tasks += [task("p1", 1, state="failed"), task("p2", 1, run_id="r2", state="succeeded")]
     b.tasks += [task("p3", 1, state="succeeded", resource=None)]  # a NULL in a shared column
-    for i in range(4, 8):  # an id that is not the slot's (stored as given), and its alias
+    for i in range(4, 8):  # an id that is not the slot's: stored as given, twice
         t = task(f"p{i}", 1, state="succeeded")
         t.task_run_id = t.output_artifact_id = f"custom-{i}"
         b.tasks.append(t)
@@ -73,10 +75,10 @@ def _contents(path: Path) -> dict[str, list[tuple[Any, ...]]]:
         conn.close()
 
 
-def _force(monkeypatch: pytest.MonkeyPatch, numbered: bool) -> None:
+def _force(monkeypatch: pytest.MonkeyPatch, bind_once: bool) -> None:
     """Every write statement of the store in one mode, its variants built afresh."""
     for _attr, statement in store_mod._WRITES:
-        monkeypatch.setattr(statement, "numbered", numbered)
+        monkeypatch.setattr(statement, "bind_once", bind_once)
         monkeypatch.setattr(statement, "_cache", {})
 
 
@@ -99,77 +101,46 @@ def _write(path: Path, spy: list[tuple[str, int]], monkeypatch: pytest.MonkeyPat
             store.close()
 
 
-def test_plain_markers_store_the_same_rows_as_numbered_ones(
+def _numbers(sql: str) -> set[int]:
+    return {int(n) for n in _NUMBER.findall(sql)}
+
+
+def test_values_bound_once_or_not_the_same_rows_are_stored(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: dict[bool, list[tuple[str, int]]] = {True: [], False: []}
-    for numbered in (True, False):
-        _force(monkeypatch, numbered)
+    for bind_once in (True, False):
+        _force(monkeypatch, bind_once)
         with warnings.catch_warnings():
-            # (forcing numbered markers on a Python that warns about them is this test's doing)
+            # (binding once on a Python that warns about numbered markers is this test's doing)
             warnings.simplefilter("ignore", DeprecationWarning)
-            _write(tmp_path / f"{numbered}.db", seen[numbered], monkeypatch)
-    numbered_rows, plain_rows = _contents(tmp_path / "True.db"), _contents(tmp_path / "False.db")
-    for rows in (numbered_rows, plain_rows):  # (the files' own creation times differ)
+            _write(tmp_path / f"{bind_once}.db", seen[bind_once], monkeypatch)
+    once, plain = _contents(tmp_path / "True.db"), _contents(tmp_path / "False.db")
+    for rows in (once, plain):  # (the files' own creation times differ)
         rows["store_meta"] = [r for r in rows["store_meta"] if r[0] != "created_at"]
-    assert numbered_rows == plain_rows
-    assert len(plain_rows["tasks"]) == 77 and len(plain_rows["attempts"]) == 73
-    # numbered: some groups bound their shared texts once, every marker numbered
-    assert any(k for _sql, k in seen[True])
-    assert all(_NUMBERED_MARK.search(sql) for sql, _k in seen[True])
-    # plain: no marker numbered and nothing bound once, so the values follow the text's order
-    assert seen[False] and not any(k for _sql, k in seen[False])
-    assert not any(_NUMBERED_MARK.search(sql) for sql, _k in seen[False])
+    assert once == plain
+    assert len(plain["tasks"]) == 77 and len(plain["attempts"]) == 73
+    # bound once: the k shared values declared first, as the only numbered markers (the cost of
+    # a marker's name lookup grows with their count); groups that differ bind every value
+    assert any(k for _sql, k in seen[True]) and any(not k for _sql, k in seen[True])
+    for sql, k in seen[True]:
+        assert _numbers(sql) == set(range(1, k + 1)), sql
+        assert sql.startswith(
+            f"WITH _shared AS (SELECT {', '.join(f'?{j}' for j in range(1, k + 1))}) "
+        ) is bool(k)
+    # not bound once: plain markers only
+    assert seen[False] and not any(k or _numbers(sql) for sql, k in seen[False])
 
 
-def test_a_commit_issues_no_deprecation_warning_on_this_python(
+def test_the_default_mode_is_the_one_for_this_python_and_warns_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The mode the probe chose: on CPython 3.12.0-3.12.3 numbered markers would warn per value."""
+    """Bound once except on CPython 3.12.0-3.12.3, which warn per numbered value (gh-117995)."""
+    seen: list[tuple[str, int]] = []
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
-        _write(tmp_path / "s.db", [], monkeypatch)
+        _write(tmp_path / "s.db", seen, monkeypatch)
     assert _contents(tmp_path / "s.db")["tasks"]
-
-
-class _Probe:
-    """A connection whose ``execute`` does what an affected or a future ``sqlite3`` does."""
-
-    def __init__(self, outcome: str) -> None:
-        self.outcome = outcome
-        self.closed = False
-
-    def execute(self, sql: str, params: tuple[Any, ...]) -> None:
-        assert sql == "SELECT ?1" and params == (1,)
-        if self.outcome == "warns":
-            warnings.warn("Binding 1 ('?1') is a named parameter", DeprecationWarning, stacklevel=1)
-        elif self.outcome == "refuses":
-            raise sqlite3.ProgrammingError("numbered parameters from a sequence")
-
-    def close(self) -> None:
-        self.closed = True
-
-
-@pytest.mark.parametrize(("outcome", "ok"), [("quiet", True), ("warns", False), ("refuses", False)])
-def test_the_probe_reads_what_the_module_does(outcome: str, ok: bool) -> None:
-    conn = _Probe(outcome)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the probe records the warning: it never escapes
-        assert statements_mod.numbered_parameters_ok(lambda _path: conn) is ok
-    assert conn.closed
-
-
-def test_the_probe_agrees_with_the_real_module() -> None:
-    """What the store uses is what this interpreter's ``sqlite3`` does."""
-    conn = sqlite3.connect(":memory:")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            conn.execute("SELECT ?1", (1,))
-    except sqlite3.ProgrammingError:
-        quiet = False
-    else:
-        quiet = not caught
-    finally:
-        conn.close()
-    assert statements_mod.NUMBERED is quiet
+    affected = (3, 12, 0) <= sys.version_info[:3] < (3, 12, 4)
+    assert statements_mod.BIND_ONCE is not affected
+    assert any(k for _sql, k in seen) is not affected

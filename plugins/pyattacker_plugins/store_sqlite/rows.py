@@ -108,7 +108,6 @@ class RowCodec(Generic[R]):
         blob_fields: tuple[str, ...] = (),
         key: tuple[str, ...] | None = None,
         shared: tuple[str, ...] = (),
-        aliases: tuple[tuple[str, str], ...] = (),
         derived: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.table = table
@@ -138,13 +137,6 @@ class RowCodec(Generic[R]):
         self.shared: tuple[int, ...] = tuple(
             plain.index(f) if f in plain else len(plain) + json_fields.index(f) for f in shared
         )
-        #: ``(column, source)`` positions of plain columns that usually hold the very object of
-        #: another column of the row (a task's output artifact id is its slot's id): a row where
-        #: it does binds the value once
-        self.aliases: tuple[tuple[int, int], ...] = tuple(
-            (plain.index(a), plain.index(b)) for a, b in aliases
-        )
-
         #: ``{position: kind}`` of the id columns a schema-4 writer leaves out when the row's
         #: pipeline gives them (``PIPELINE_ID``, ``SLOT_ID``); readers select ``read_list`` instead
         self.derived: dict[int, str] = {self.columns.index(c): kind for c, kind in derived}
@@ -376,7 +368,6 @@ PIPELINES = RowCodec(
     ),
     ("tags",),
     shared=("run_id", "name", "state", "spec_digest", "tags"),
-    aliases=(("key", "pipeline_id"),),
 )  # fmt: skip
 
 TASKS = RowCodec(
@@ -388,7 +379,6 @@ TASKS = RowCodec(
         "resource",
     ),
     shared=("run_id", "state", "resource"),
-    aliases=(("output_artifact_id", "task_run_id"),),
     derived=(("task_run_id", SLOT_ID), ("pipeline_id", PIPELINE_ID), ("output_artifact_id", SLOT_ID)),
 )  # fmt: skip
 

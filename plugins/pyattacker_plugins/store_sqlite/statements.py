@@ -19,19 +19,21 @@ docs/performance.md, eleventh pass).
 
 Text columns whose value the rows of one commit usually share (a table's ``RowCodec.shared``:
 the run id, a state, the decision of a success) are bound once per statement when every row of
-a group holds the same text: each VALUES row names the one numbered parameter (``?1``), which
-SQLite reads without a copy, where a text bound per row is copied into fresh memory
-(``write_shared_rows``: about 5 % of the instructions per task on the overhead workload). A
-group whose rows differ there binds every value. In the same way a column that holds the very
-object of another column of its row (``RowCodec.aliases``: a task's output artifact id is its
-slot's id) names that column's parameter. Either way the same values are stored.
+a group holds the same text: SQLite reads a bound parameter without a copy, where a text bound
+per row is copied into fresh memory (``write_shared_rows``: about 7 % of the instructions per
+task on the overhead workload). Such a statement declares the shared values first, in a common
+table expression nobody reads (``WITH _shared AS (SELECT ?1, ?2) INSERT ... VALUES (?1, ?, ?2,
+?), ...``), so that they take the numbers 1..k and every other marker is a plain ``?`` that
+SQLite numbers after them in the text's order. Only those k markers have a name: from Python
+3.12 on, ``sqlite3`` asks SQLite for the name of every value it binds from a sequence (to warn
+about named placeholders, gh-101693), and SQLite looks a numbered parameter's name up by a
+linear search of the statement's named ones, so a statement that numbered each of its n values
+cost O(n²): a quarter of all the CPU of a run on 3.13 (docs/performance.md, twenty-first pass).
+A group whose rows differ there binds every value. Either way the same values are stored.
 
-Numbered parameters need a ``sqlite3`` that takes them from a sequence quietly. CPython 3.12.0 to
-3.12.3 (Ubuntu 24.04's Python among them) read ``?1`` as a named parameter and issue a
-``DeprecationWarning`` per value bound (gh-117995, fixed in 3.12.4): about 600 per statement
-here, which halved the store's speed and, under ``-W error``, failed every commit. Where the
-module does that (``NUMBERED``, probed once), statements use plain ``?`` markers in the order of
-their values, every row binding its own: the same rows, without the shared binding.
+CPython 3.12.0 to 3.12.3 (Ubuntu 24.04's Python among them) also issue a ``DeprecationWarning``
+for every numbered value bound from a sequence (gh-117995, fixed in 3.12.4): where they run
+(``BIND_ONCE`` false), nothing is bound once and every marker is a plain ``?``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from __future__ import annotations
 import itertools
 import operator
 import sqlite3
-import warnings
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -57,24 +59,8 @@ _TEXT = {str}
 _MULTI: dict[tuple[str, int], str] = {}
 
 
-def numbered_parameters_ok(connect: Callable[[str], Any] = sqlite3.connect) -> bool:
-    """Whether ``?N`` parameters may be bound from a sequence without a warning or an error
-    (False with CPython 3.12.0-3.12.3's ``sqlite3``, gh-117995). A probe, not a version check:
-    a distribution may have backported the fix, or not."""
-    conn = connect(":memory:")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            conn.execute("SELECT ?1", (1,))
-    except sqlite3.ProgrammingError:
-        return False
-    finally:
-        conn.close()
-    return not any(issubclass(w.category, DeprecationWarning) for w in caught)
-
-
-#: the answer of ``numbered_parameters_ok`` for this process's ``sqlite3`` (see the module's doc)
-NUMBERED = numbered_parameters_ok()
+#: shared values bound once (as ``?1..?k``): not where ``sqlite3`` warns per numbered value
+BIND_ONCE = not ((3, 12, 0) <= sys.version_info[:3] < (3, 12, 4))
 
 
 def _rows_per_statement(conn: sqlite3.Connection, width: int, extra: int = 0) -> int:
@@ -180,28 +166,27 @@ class Statement:
     non-empty pipeline id to its ``pk``; rows that belong to no pipeline (an empty or None id)
     are written with a NULL ``pk``.
 
-    Each record's key is its pattern (which columns are None, and which of the codec's
-    ``aliases`` hold the very object of their source column) followed by the values of the
+    Each record's key is its pattern (which columns are None) followed by the values of the
     codec's ``shared`` columns. Rows are grouped by pattern; a group whose rows also agree on
-    the shared values binds them once, and an alias reads its source's parameter. The pattern
-    also says which of the codec's derived values a row may leave out (schema 4): its pipeline id
-    when it has a ``pk`` (written ``NULL``), a slot id equal to ``pipeline_id:seq`` and the
-    shared OK decision (``x''``).
+    the shared values binds them once (unless ``bind_once`` is false). The pattern also says
+    which of the codec's derived values a row may leave out (schema 4): its pipeline id when it
+    has a ``pk`` (written ``NULL``), a slot id equal to ``pipeline_id:seq`` and the shared OK
+    decision (``x''``).
     """
 
     __slots__ = (
-        "_aliases", "_cache", "_codec", "_keys", "_m", "_markers", "_nullable", "_of_pk", "_render",
-        "_shared", "clustered", "full_sql", "numbered",
+        "_cache", "_codec", "_keys", "_m", "_markers", "_nullable", "_of_pk", "_render", "_shared",
+        "bind_once", "clustered", "full_sql",
     )  # fmt: skip
 
     def __init__(
-        self, render: Render, codec: RowCodec[Any], *, clustered: bool = False, numbered: bool | None = None
+        self, render: Render, codec: RowCodec[Any], *, clustered: bool = False, bind_once: bool | None = None
     ) -> None:
         self._render = render
         self._codec = codec
         self.clustered = clustered
-        #: numbered parameters (shared values bound once, aliases); False: plain ``?`` markers
-        self.numbered = NUMBERED if numbered is None else numbered
+        #: shared values bound once per statement (``BIND_ONCE`` unless given)
+        self.bind_once = BIND_ONCE if bind_once is None else bind_once
         width = len(codec.columns) + clustered
         self.full_sql = render(("?",) * width)
         tests = [f"r.{f} is None" for f in codec.nullable_fields]
@@ -209,10 +194,6 @@ class Statement:
             tests.insert(0, "not r.pipeline_id")
         #: parameter positions that may be None, in the order of the pattern key
         self._nullable = ((0,) if clustered else ()) + tuple(i + clustered for i in codec.nullable)
-        #: (parameter position, its source's position) of each alias, in the order of the key
-        self._aliases = tuple((a + clustered, b + clustered) for a, b in codec.aliases)
-        # identity, not equality: the same object binds the same way, whatever its type
-        tests += [f"r.{codec.columns[a]} is r.{codec.columns[b]}" for a, b in codec.aliases]
         # derived ids (schema 4, ``rows.PIPELINE_ID`` / ``SLOT_ID``): only a row with a pk has them
         derived = codec.derived if clustered else {}
         #: parameter positions of the pipeline id columns (stored NULL when the row has a pk)
@@ -232,49 +213,34 @@ class Statement:
         self._cache: dict[tuple[tuple[Any, ...], bool], Variant] = {}
 
     def _variant(self, pattern: tuple[bool, ...], shared: bool) -> Variant:
-        """The statement and parameters of one pattern, every parameter numbered; ``shared``:
-        with the shared columns bound once, as ``?1..?k``, each row's own values after them."""
-        n_null, n_alias = len(self._nullable), len(self._aliases)
+        """The statement and parameters of one pattern; ``shared``: with the shared columns
+        bound once, declared as ``?1..?k`` ahead of the INSERT, each row's own values after them
+        as plain markers."""
+        n_null = len(self._nullable)
         null = {p for p, is_none in zip(self._nullable, pattern[:n_null], strict=True) if is_none}
         if self._of_pk and not pattern[0]:  # (the first test of a clustered row: no pk)
             null.update(self._of_pk)  # the pk names the pipeline
-        bits = pattern[n_null + n_alias : self._m]
+        bits = pattern[n_null : self._m]
         marked = {p for p, same in zip(self._markers, bits, strict=True) if same} - null
         literal = null | marked
-        alias = {
-            a: b
-            for (a, b), same in zip(self._aliases, pattern[n_null : n_null + n_alias], strict=True)
-            if same and a not in literal and b not in literal and self.numbered
-        }
         width = len(self._codec.columns) + self.clustered
         exprs = ((_PK,) if self.clustered else ()) + self._codec.expressions
         #: where a shared column's value is in the key (computed once per row, never twice)
         at = {p: self._m + j for j, p in enumerate(self._shared)}
-        bound = [p for p in self._shared if p not in literal] if shared and self.numbered else []
+        bound = [p for p in self._shared if p not in literal] if shared and self.bind_once else []
         number = {p: f"?{j + 1}" for j, p in enumerate(bound)}
-        own = [p for p in range(width) if p not in literal and p not in number and p not in alias]
-
-        def marks_of(row: int) -> str:
-            first = len(bound) + row * len(own) + 1
-            # plain markers: nothing bound once, no alias, so the numbers run in the text's order
-            each = {p: f"?{first + j}" if self.numbered else "?" for j, p in enumerate(own)}
-            marks = [
-                "NULL"
-                if p in null
-                else "x''"
-                if p in marked
-                else number.get(alias.get(p, p)) or each[alias.get(p, p)]
-                for p in range(width)
-            ]
-            return "(" + ", ".join(marks) + ")"
-
+        own = [p for p in range(width) if p not in literal and p not in number]
+        marks = ["NULL" if p in null else "x''" if p in marked else number.get(p, "?") for p in range(width)]
+        row = "(" + ", ".join(marks) + ")"
         head, _, tail = _split_values(self._render(("?",) * width))
+        if bound:  # the shared values first in the text: SQLite numbers the plain markers after them
+            head = f"WITH _shared AS (SELECT {', '.join(number[p] for p in bound)}) {head}"
         texts: dict[int, str] = {}
 
         def sql_for(rows: int) -> str:
             text = texts.get(rows)
             if text is None:
-                text = texts[rows] = f"{head} VALUES {', '.join(marks_of(i) for i in range(rows))}{tail}"
+                text = texts[rows] = f"{head} VALUES {', '.join([row] * rows)}{tail}"
             return text
 
         kept = [f"k[{at[p]}]" if p in at else exprs[p] for p in own]
@@ -325,7 +291,7 @@ class Statement:
         """Write rows of one pattern; ``same``: their keys are equal (shared values too)."""
         pattern = keys[0][: self._m]
         cache = self._cache
-        if same and self._shared and len(keys) > 1 and self.numbered:
+        if same and self._shared and len(keys) > 1 and self.bind_once:
             sql_for, params, picked = cache.get((pattern, True)) or self._variant(pattern, True)
             key = keys[0]
             values = tuple([key[i] for i in picked])
