@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
+from pyattacker.errors import StoreUnavailable
 from pyattacker.model import OK_DECISION, Batch
-from pyattacker_plugins.store_sqlite import SqliteStoreOpener
+from pyattacker_plugins.store_sqlite import SqliteStore, SqliteStoreOpener
 from pyattacker_plugins.store_sqlite import statements as statements_mod
 from pyattacker_plugins.store_sqlite import store as store_mod
 from store_contract import artifact, attempt, event, pipeline, run, task
@@ -144,3 +145,24 @@ def test_the_default_mode_is_the_one_for_this_python_and_warns_nothing(
     affected = (3, 12, 0) <= sys.version_info[:3] < (3, 12, 4)
     assert statements_mod.BIND_ONCE is not affected
     assert any(k for _sql, k in seen) is not affected
+
+
+@pytest.mark.parametrize("mode", ["writer", "reader"])
+def test_a_sqlite_library_older_than_the_statements_need_is_refused_before_the_file_is_touched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Upserts need SQLite 3.24: an older library would fail at the first commit with a bare
+    syntax error; the store says so when it opens, and leaves the path as it was."""
+    path = tmp_path / "s.db"
+    if mode == "reader":
+        OPENER.open(str(path)).close()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 22, 0))
+    with pytest.raises(
+        StoreUnavailable, match=r"uses SQLite 3\.22\.0; the sqlite store needs 3\.24\.0 or later"
+    ):
+        if mode == "writer":
+            OPENER.open(str(path))
+        else:
+            SqliteStore.open_reader(str(path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -450,6 +450,7 @@ class SqliteStore:
     def open_writer(cls, path: str, synchronous: str = "normal") -> SqliteStore:
         """Create/open the file for writing, holding the writer lock for the store's lifetime."""
         path = os.path.abspath(os.path.expanduser(path))
+        require_sqlite(path)
         _ensure_writable_dir(path)
         schema.probe(path)  # refuse foreign/corrupt/newer files before leaving any trace
         lock = WriterLock.acquire(path + ".lock", path)
@@ -475,6 +476,7 @@ class SqliteStore:
     def open_reader(cls, path: str) -> SqliteStore:
         """Open an existing store read-only (works beside a live writer; never writes)."""
         path = os.path.abspath(os.path.expanduser(path))
+        require_sqlite(path)
         if os.path.isdir(path):
             raise ConfigError(f"store {path} is a directory, not a SQLite store file")
         if not os.path.isfile(path):
@@ -1151,6 +1153,22 @@ def _check_counted(
         row = conn.execute(_rows_where(codec, f"NOT {typed}{and_run} LIMIT 1"), params).fetchone()
         if row is not None:
             raise codec.corrupt(row)
+
+
+#: the oldest SQLite the statements run on: upserts (``ON CONFLICT ... DO UPDATE``) came in 3.24.0
+MIN_SQLITE = (3, 24, 0)
+
+
+def require_sqlite(path: str) -> None:
+    """Refuse, before touching ``path``, a SQLite library too old for the store's statements
+    (they would fail at the first commit with a bare syntax error)."""
+    version = sqlite3.sqlite_version_info
+    if version < MIN_SQLITE:
+        have, need = ".".join(map(str, version)), ".".join(map(str, MIN_SQLITE))
+        raise StoreUnavailable(
+            f"store {path}: this Python's sqlite3 module uses SQLite {have}; the sqlite store needs"
+            f" {need} or later (a newer Python or SQLite library, or another store such as jsonl:)"
+        )
 
 
 def _connect(path: str) -> sqlite3.Connection:
