@@ -227,7 +227,7 @@ class Statement:
         exprs = ((_PK,) if self.clustered else ()) + self._codec.expressions
         #: where a shared column's value is in the key (computed once per row, never twice)
         at = {p: self._m + j for j, p in enumerate(self._shared)}
-        bound = [p for p in self._shared if p not in literal] if shared and self.bind_once else []
+        bound = [p for p in self._shared if p not in literal] if shared else []
         number = {p: f"?{j + 1}" for j, p in enumerate(bound)}
         own = [p for p in range(width) if p not in literal and p not in number]
         marks = ["NULL" if p in null else "x''" if p in marked else number.get(p, "?") for p in range(width)]
