@@ -7,7 +7,7 @@ Failure is an exception (invariant 4). Every error a user can act on derives fro
 
 from __future__ import annotations
 
-import sys
+import asyncio
 from typing import Any
 
 __all__ = [
@@ -181,8 +181,7 @@ def error_class_of(exc: BaseException) -> str:
     explicit = getattr(exc, "error_class", None)
     if isinstance(explicit, str) and explicit:
         return explicit
-    aio = sys.modules.get("asyncio")  # (not imported: no exception can be its CancelledError)
-    if aio is not None and isinstance(exc, aio.CancelledError):
+    if isinstance(exc, asyncio.CancelledError):
         return "cancelled"
     if isinstance(exc, FatalError):
         return "fatal"
