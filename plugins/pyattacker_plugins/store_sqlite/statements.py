@@ -179,14 +179,13 @@ class Statement:
         "bind_once", "clustered", "full_sql",
     )  # fmt: skip
 
-    def __init__(
-        self, render: Render, codec: RowCodec[Any], *, clustered: bool = False, bind_once: bool | None = None
-    ) -> None:
+    def __init__(self, render: Render, codec: RowCodec[Any], *, clustered: bool = False) -> None:
         self._render = render
         self._codec = codec
         self.clustered = clustered
-        #: shared values bound once per statement (``BIND_ONCE`` unless given)
-        self.bind_once = BIND_ONCE if bind_once is None else bind_once
+        #: shared values bound once per statement (``BIND_ONCE``; an attribute, so a test may force
+        #: either mode on any Python)
+        self.bind_once = BIND_ONCE
         width = len(codec.columns) + clustered
         self.full_sql = render(("?",) * width)
         tests = [f"r.{f} is None" for f in codec.nullable_fields]
