@@ -181,8 +181,16 @@ def test_killed_around_a_handoff_then_resumed(store: str, mode: str, tmp_path: P
     assert not [a for a in audit if a[0] == "judge"]  # a skipped task never ran
     assert sorted(i for t, i in audit if t == "fetch") == list(range(N))  # checkpoints held
     asks = sorted(i for t, i in audit if t == "ask")
+    # (which pipeline jumps first is the scheduler's: one worker runs other pipelines' tasks
+    # while a checkpoint waits for its commit, and the JSONL store acknowledges after a sync)
     if mode == "before_commit":  # the jump was not durable: its source may run once more
-        assert asks == [0, 0, 1, 2, 3]
+        again = [i for i in sorted(set(asks)) if asks.count(i) > 1]
+        assert sorted(set(asks)) == list(range(N)) and again, asks
+        assert all(asks.count(i) == 2 and ("ask", i) in before for i in again), (asks, before)
     else:  # a committed jump is never taken again
         assert asks == list(range(N))
-    assert ("ask", 0) in before
+    if mode == "in_destination":  # it died in the destination of a committed jump
+        (dest,) = [i for t, i in before if t == "report"]
+        assert ("ask", dest) in before
+    else:
+        assert any(t == "ask" for t, _i in before)
