@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import gc
 import os
-import pickle
 import signal
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -66,6 +64,11 @@ class ForkedCall(Generic[T]):
     """
 
     def __init__(self, fn: Callable[..., T], *args: Any) -> None:
+        # imported here, not with the module: every process that discovers plugins imports this
+        # one, few fork; and imported before the fork, so that the child finds them loaded
+        import pickle  # noqa: F401
+        import tempfile
+
         # already unlinked: nothing outlives the two processes; closed by result() or cancel()
         self._file = tempfile.TemporaryFile()  # noqa: SIM115
         fd = self._file.fileno()
@@ -88,6 +91,8 @@ class ForkedCall(Generic[T]):
         if code != 0 or not data:
             how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
             raise ForkedCallError(f"the forked child {how} before it wrote its result")
+        import pickle
+
         ok, value = pickle.loads(data)
         if not ok:
             raise ForkedCallError(value)
@@ -153,6 +158,8 @@ def release_signals() -> None:
 
 
 def _child(fd: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> NoReturn:
+    import pickle  # (loaded by the parent before it forked: a dict lookup)
+
     code = 1
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)

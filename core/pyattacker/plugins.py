@@ -20,6 +20,7 @@ import difflib
 import os
 import sys
 import threading
+import types
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -222,11 +223,36 @@ def _describe(error: BaseException | str) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+class _Manager(pluggy.PluginManager):
+    """pluggy's manager, with a cheaper look at a module plugin's attributes.
+
+    ``register`` asks ``parse_hookimpl_opts`` about every name in ``dir(plugin)``, and pluggy
+    reads each through ``inspect.getattr_static`` (so that no property runs). A module's names
+    are its ``__dict__`` and hold no descriptors, and most are its imports: anything that is not
+    a function carrying our marker is skipped here after one dict read, and the rest takes
+    pluggy's own path. The same hooks are found; discovery's pluggy share fell by about two
+    thirds (docs/performance.md, twenty-second pass).
+    """
+
+    def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
+        if type(plugin) is types.ModuleType:
+            value = plugin.__dict__.get(name)
+            if type(value) is types.FunctionType:
+                if getattr(value, _IMPL_MARKER, None) is None:
+                    return None
+            elif not isinstance(value, (staticmethod, classmethod, types.MethodType)):
+                return None  # a module, class, constant...: never a hook implementation
+        return super().parse_hookimpl_opts(plugin, name)
+
+
+_IMPL_MARKER = "pyattacker_impl"
+
+
 class Plugins:
     """The composed result of discovery: per-kind registries plus one row per plugin."""
 
     def __init__(self) -> None:
-        self.pm = pluggy.PluginManager("pyattacker")
+        self.pm = _Manager("pyattacker")
         self.pm.add_hookspecs(hookspecs)
         self.rows: dict[str, PluginRow] = {}
         self.registries: dict[str, Registry] = {
@@ -306,7 +332,7 @@ class Plugins:
             self.pm.unregister(obj)
             row.status, row.error = "failed", _describe(exc)
             return row
-        row.hooks = sorted(impl.name for impl in self._impls_of(obj))
+        row.hooks = sorted(self._hook_names(obj))
         try:
             self._collect(obj, row)
         except Exception as exc:
@@ -328,16 +354,15 @@ class Plugins:
                 extra = f" (did you mean {hint[0]}?)" if hint else ""
                 raise RegistrationError(f"unknown hook {attr!r}{extra}")
 
-    def _impls_of(self, obj: Any) -> list[Any]:
-        impls: list[Any] = []
-        for hook_name in hookspecs.HOOK_KINDS:
-            caller = getattr(self.pm.hook, hook_name)
-            impls.extend(
-                type("Impl", (), {"name": hook_name, "impl": i})
-                for i in caller.get_hookimpls()
-                if i.plugin is obj
-            )
-        return impls
+    def _hook_names(self, obj: Any) -> list[str]:
+        """The hooks ``obj`` implements, once per implementation (the callers pluggy found)."""
+        return [
+            caller.name
+            for caller in self.pm.get_hookcallers(obj) or ()
+            if caller.name in hookspecs.HOOK_KINDS
+            for impl in caller.get_hookimpls()
+            if impl.plugin is obj
+        ]
 
     def _collect(self, obj: Any, row: PluginRow) -> None:
         pending: list[Provided] = []

@@ -7,13 +7,26 @@ trivially inspectable with text tools, at the price of replaying the journal on 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyattacker.hookspecs import hookimpl
 
-from .store import FORMAT_VERSION, JOURNAL, MARKER, JsonlStore, is_store_dir
+from .marker import MARKER, is_store_dir
+
+if TYPE_CHECKING:
+    from .store import JsonlStore
 
 __all__ = ["FORMAT_VERSION", "JOURNAL", "MARKER", "JsonlStore", "JsonlStoreOpener"]
+
+
+def __getattr__(name: str) -> Any:
+    """The store module's names, imported when first asked for: every process that discovers
+    plugins imports this package, and only the ones that open a jsonl store need the store."""
+    if name in ("FORMAT_VERSION", "JOURNAL", "JsonlStore"):
+        from . import store
+
+        return getattr(store, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class JsonlStoreOpener:
@@ -24,6 +37,8 @@ class JsonlStoreOpener:
     suffixes: tuple[str, ...] = ()
 
     def open(self, location: str, *, read_only: bool = False) -> JsonlStore:
+        from .store import JsonlStore
+
         if read_only:
             return JsonlStore.open_reader(location)
         return JsonlStore.open_writer(location)

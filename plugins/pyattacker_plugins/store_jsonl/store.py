@@ -46,10 +46,10 @@ from .journal import (
     encode_line,
     scan,
 )
+from .marker import MARKER, is_store_dir
 
 __all__ = ["FORMAT_VERSION", "JOURNAL", "LOCK", "MARKER", "JsonlStore", "is_store_dir"]
 
-MARKER = "pyattacker-store.json"
 JOURNAL = "journal.jsonl"
 LOCK = "writer.lock"
 FORMAT_VERSION = 1
@@ -78,10 +78,6 @@ _FILTERS: dict[str, tuple[str, ...]] = {
     "events": ("run_id", "pipeline_id"),
     "artifacts": ("pipeline_id",),
 }
-
-
-def is_store_dir(path: str) -> bool:
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, MARKER))
 
 
 def _check_marker(path: str) -> None:

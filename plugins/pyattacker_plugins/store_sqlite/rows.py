@@ -119,8 +119,11 @@ class RowCodec(Generic[R]):
         self.select_list = ", ".join(f'"{c}"' for c in self.columns)
         #: the columns that name a row in an error message (its key)
         self.key: tuple[str, ...] = key or plain[:1]
-        self._defaults = {f: getattr(cls(**_required_dummy(cls)), f) for f in json_fields}
-        fields = {f.name: f.type for f in msgspec.structs.fields(cls)}  # type: ignore[arg-type]
+        # read once: each call evaluates every annotation of the class again (most of what
+        # importing this module cost)
+        info = {f.name: f for f in msgspec.structs.fields(cls)}  # type: ignore[arg-type]
+        self._defaults = {f: getattr(cls(**_required_dummy(info)), f) for f in json_fields}
+        fields = {name: f.type for name, f in info.items()}
         #: ``(python types, nullable)`` each plain column may hold (checked on every read)
         self.accepted = tuple(_accepted(fields[f]) for f in plain)
         #: one typed decoder per JSON column: ``tags`` must be an object, ``leases`` a list...
@@ -129,7 +132,7 @@ class RowCodec(Generic[R]):
         #: encoder of each NULL pattern (``statements.py``)
         self.expressions = _expressions(plain, json_fields, bool_fields, blob_fields)
         #: column positions that may be None: statements write those as literal NULLs
-        self.nullable: tuple[int, ...] = _nullable(cls, plain)
+        self.nullable: tuple[int, ...] = _nullable(info, plain)
         #: the fields behind ``nullable`` (statements test them for None)
         self.nullable_fields: tuple[str, ...] = tuple(plain[i] for i in self.nullable)
         #: positions of the text columns whose value the rows of one commit usually share (the
@@ -140,7 +143,9 @@ class RowCodec(Generic[R]):
         #: ``{position: kind}`` of the id columns a schema-4 writer leaves out when the row's
         #: pipeline gives them (``PIPELINE_ID``, ``SLOT_ID``); readers select ``read_list`` instead
         self.derived: dict[int, str] = {self.columns.index(c): kind for c, kind in derived}
-        self._decode_row: Callable[[tuple[Any, ...]], R] = self._compile_decoder()
+        #: compiled on the first read (``decode``): a writer never decodes most tables, and
+        #: compiling ten decoders was a tenth of what starting a run cost
+        self._decode_row: Callable[[tuple[Any, ...]], R] = self._compile_and_decode
 
     def read_columns(self, t: str = "t.", k: str = "k.") -> list[str]:
         """The SQL of each column as readers select it: a derived id column is rebuilt from the
@@ -221,6 +226,11 @@ class RowCodec(Generic[R]):
 
     def decode(self, row: tuple[Any, ...]) -> R:
         """A record from a full row (``select_list`` order); ``CorruptRow`` if it is not one."""
+        return self._decode_row(row)
+
+    def _compile_and_decode(self, row: tuple[Any, ...]) -> R:
+        # two threads may both get here first: each compiles the same function, either is kept
+        self._decode_row = self._compile_decoder()
         return self._decode_row(row)
 
     def typed_sql(self, columns: tuple[str, ...], alias: str = "") -> str:
@@ -331,9 +341,8 @@ def compile_block(name: str, args: str, block: str, label: str) -> Callable[...,
     return function
 
 
-def _nullable(cls: type[Any], plain: tuple[str, ...]) -> tuple[int, ...]:
+def _nullable(info: dict[str, msgspec.structs.FieldInfo], plain: tuple[str, ...]) -> tuple[int, ...]:
     """Positions of the plain columns whose field may hold None (JSON columns never do)."""
-    info = {f.name: f for f in msgspec.structs.fields(cls)}
     out = []
     for i, name in enumerate(plain):
         field = info[name]
@@ -342,10 +351,9 @@ def _nullable(cls: type[Any], plain: tuple[str, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _required_dummy(cls: type[Any]) -> dict[str, Any]:
+def _required_dummy(info: dict[str, msgspec.structs.FieldInfo]) -> dict[str, Any]:
     """Placeholder values for required fields, only to read the defaults of optional ones."""
-    info = msgspec.structs.fields(cls)
-    return {f.name: None for f in info if f.required}
+    return {name: None for name, f in info.items() if f.required}
 
 
 RUNS = RowCodec(
