@@ -388,8 +388,16 @@ def test_init_refuses_a_name_that_is_not_toml(env: dict[str, str], tmp_path: Pat
 
 # -- store locations -------------------------------------------------------------------------
 def _listing(*folders: Path) -> list[str]:
-    """Every path under ``folders`` (what a command left on disk)."""
-    return sorted(str(p) for folder in folders if folder.exists() for p in folder.rglob("*"))
+    """Every path under ``folders`` (what a command left on disk), but the kept plugin scan
+    (``<home>/cache``): any process that discovers plugins may write it, as Python writes
+    ``__pycache__``; it holds nothing of a run."""
+    return sorted(
+        str(p)
+        for folder in folders
+        if folder.exists()
+        for p in folder.rglob("*")
+        if "cache" not in p.relative_to(folder).parts[:1]
+    )
 
 
 @pytest.mark.parametrize("command", ["validate", "run", "resume"])

@@ -18,7 +18,7 @@ def plugins_command(as_json: bool) -> None:
     A plugin that failed to load is listed with the reason; every other plugin keeps working,
     and this command still exits 0 (the listing is the diagnosis).
     """
-    plugins = get_plugins()
+    plugins = get_plugins(rescan=True)  # what is installed now, never a kept scan
     rows = plugins.listing()
     if as_json:
         click.echo(msgspec.json.format(msgspec.json.encode(rows), indent=2).decode())

@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 import pluggy
 
-from . import hookspecs
+from . import hookspecs, plugin_cache
 from .registry import Provided, RegistrationError, Registry, check_provided
 
 __all__ = [
@@ -481,10 +481,18 @@ def discover(
     only: set[str] | None = None,
     entry_points: Iterable[EntryPointInfo] | None = None,
     typed: dict[str, list[EntryPointInfo]] | None = None,
+    rescan: bool = False,
 ) -> Plugins:
-    """Build a fresh ``Plugins`` from the installed entry points (or the ones given)."""
+    """Build a fresh ``Plugins`` from the installed entry points (or the ones given).
+
+    The installed ones come from the last scan when nothing it read has changed
+    (``plugin_cache``); ``rescan`` reads the metadata again whatever the fingerprint says.
+    """
     plugins = Plugins()
-    scanned = _scan((GROUP, *TYPED_GROUPS)) if entry_points is None or typed is None else {}
+    scanned: dict[str, list[EntryPointInfo]] = {}
+    if entry_points is None or typed is None:
+        groups = (GROUP, *TYPED_GROUPS)
+        scanned = plugin_cache.cached_scan(groups, _scan, EntryPointInfo, fresh=rescan)
     eps = list(entry_points) if entry_points is not None else scanned[GROUP]
     plugins.typed_entry_points = typed if typed is not None else {g: scanned[g] for g in TYPED_GROUPS}
     plugins.load_entry_points(
@@ -501,12 +509,13 @@ _lock = threading.Lock()
 _current: Plugins | None = None
 
 
-def get_plugins() -> Plugins:
-    """The process-wide plugins, discovered on first use."""
+def get_plugins(*, rescan: bool = False) -> Plugins:
+    """The process-wide plugins, discovered on first use (``rescan``: discovered again, from
+    a fresh read of the installed metadata, as ``pyattacker plugins`` does)."""
     global _current
     with _lock:
-        if _current is None:
-            _current = discover()
+        if _current is None or rescan:
+            _current = discover(rescan=rescan)
         return _current
 
 
