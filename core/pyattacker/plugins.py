@@ -1,7 +1,8 @@
 """Plugin discovery and composition.
 
 Startup does, once per process: scan the ``pyattacker.plugins`` entry points (sorted,
-de-duplicated), honour the block / only lists, import each plugin in isolation, register it
+de-duplicated; the last scan is reused while the installed metadata is unchanged, see
+``plugin_cache``), honour the block / only lists, import each plugin in isolation, register it
 with pluggy, validate its hooks (``check_pending`` per plugin), then call its registration
 hooks with a provenance-stamped ``register`` so the per-kind registries know who provided
 what. Any failure is recorded on that plugin's row and the others keep working.
@@ -238,14 +239,11 @@ class _Manager(pluggy.PluginManager):
         if type(plugin) is types.ModuleType:
             value = plugin.__dict__.get(name)
             if type(value) is types.FunctionType:
-                if getattr(value, _IMPL_MARKER, None) is None:
+                if getattr(value, self.project_name + "_impl", None) is None:  # the marker
                     return None
             elif not isinstance(value, (staticmethod, classmethod, types.MethodType)):
                 return None  # a module, class, constant...: never a hook implementation
         return super().parse_hookimpl_opts(plugin, name)
-
-
-_IMPL_MARKER = "pyattacker_impl"
 
 
 class Plugins:
