@@ -248,3 +248,20 @@ def test_an_upgrade_that_keeps_the_entry_points_file_shows_the_new_version(
     )
     rows = {r.name: r for r in discover(only=ONLY).listing()}
     assert rows["fake-cached"].version == "2.0"
+
+
+def test_a_path_object_on_sys_path_is_fingerprinted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Some tools put ``Path`` objects on ``sys.path`` (the import system skips them): the kept
+    scan is keyed and fingerprinted all the same, and discovery finds what it found before."""
+    _fake(tmp_path, monkeypatch, "fake-cached", "cached_task")
+    expected = _tasks()
+    assert "cached_task" in expected
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setattr(sys, "path", [*sys.path, elsewhere])
+    mark = plugin_cache.fingerprint()
+    assert _tasks() == expected
+    assert json.loads(plugin_cache.cache_file().read_bytes())["fingerprint"] == mark
+    (elsewhere / "other-1.0.dist-info").mkdir()
+    assert plugin_cache.fingerprint() != mark
+    assert _tasks() == expected

@@ -117,7 +117,7 @@ def cache_file() -> Path:
         import platformdirs
 
         base = Path(platformdirs.user_cache_dir("pyattacker", appauthor=False))
-    key = hashlib.sha256("\0".join([sys.executable, *sys.path]).encode()).hexdigest()[:24]
+    key = hashlib.sha256("\0".join(str(p) for p in (sys.executable, *sys.path)).encode()).hexdigest()[:24]
     return base / "entry-points" / f"{key}.json"
 
 
@@ -138,7 +138,7 @@ def cached_scan(
     try:
         mark = fingerprint()
         where = cache_file()
-    except (OSError, ValueError):
+    except (OSError, ValueError, TypeError):  # a cwd that is gone, an entry that is no path
         return scan(groups)
     kept = None if fresh else _read(where)
     if kept is not None and kept.fingerprint == mark and set(kept.groups) == set(groups):
