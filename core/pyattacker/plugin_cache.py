@@ -170,7 +170,7 @@ def _read(where: Path) -> _Kept | None:
 
 
 def _write(where: Path, kept: _Kept) -> None:
-    tmp = where.with_name(f".{where.name}.{os.getpid()}.tmp")
+    tmp = where.with_name(f".{where.name}.{os.getpid()}.{id(kept):x}.tmp")  # one per writer
     try:
         where.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_bytes(msgspec.json.encode(kept))
