@@ -117,8 +117,27 @@ _INTERRUPTS = {
     # in a class's ``__set_name__`` (rich-click defines dataclasses while it is imported):
     # Python 3.11 wraps it in RuntimeError("Error calling __set_name__ ..."), a traceback, exit 1
     "wrapped": "class _Raising:\n    def __set_name__(self, owner, name):\n        raise KeyboardInterrupt\n",
+    # a real SIGINT whose KeyboardInterrupt Python replaces, with nothing chained: what CPython
+    # 3.11's `from m import name` does when one lands while it builds its ImportError message
+    # (`ssl` imports an optional name that way; seen as a traceback, exit 1, in CI)
+    "lost": (
+        "import os, signal, time\n"
+        "def _lose():\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        time.sleep(5)\n"
+        "        lost = False\n"
+        "    except KeyboardInterrupt:\n"
+        "        lost = True\n"
+        "    if lost:\n"
+        "        raise TypeError('expected a message argument')\n"
+    ),
 }
-_TRIGGER = {"ignored": "_Raising()", "wrapped": 'type("Defined", (), {"field": _Raising()})'}
+_TRIGGER = {
+    "ignored": "_Raising()",
+    "wrapped": 'type("Defined", (), {"field": _Raising()})',
+    "lost": "_lose()",
+}
 _AT_CLI_IMPORT = """\
 import importlib.abc, sys
 {cls}

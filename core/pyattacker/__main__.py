@@ -20,10 +20,12 @@ def main(argv: list[str] | None = None) -> None:
     """The console script: ``pyattacker.cli.main`` with Ctrl-C handled from the first import on."""
     exit_code = [130]  # what a late Ctrl-C exits with: the command's code once it has one
     swallowed = _catch_swallowed_interrupts()
+    loading = _SigintWhileLoading()
     try:
         try:
             from .cli import main as cli_main
 
+            loading.restore()
             if swallowed:
                 raise KeyboardInterrupt
             cli_main(argv)
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
                 raise KeyboardInterrupt from None
             raise
         except Exception as exc:
-            if _caused_by_interrupt(exc):  # a Ctrl-C that Python wrapped on its way up
+            if loading.pressed or _caused_by_interrupt(exc):  # a Ctrl-C Python wrapped or lost
                 raise KeyboardInterrupt from None
             raise
         finally:
@@ -61,6 +63,38 @@ def _caused_by_interrupt(exc: BaseException) -> bool:
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return False
+
+
+class _SigintWhileLoading:
+    """Records a Ctrl-C that lands while the command line is imported, until ``restore()``.
+
+    Python may lose the ``KeyboardInterrupt`` it raises there: one that lands while the
+    import system builds the message of a ``from m import name`` that fails (``ssl`` does that
+    on purpose, for an optional name) comes out as ``TypeError: expected a message argument``,
+    with nothing chained. Any error that escapes the import after a Ctrl-C is therefore the
+    Ctrl-C. The handler raises as Python's own does, and only replaces that one: an ignored
+    SIGINT (a background job) stays ignored. ``restore()`` puts Python's handler back before
+    the command runs, so that ``asyncio`` still installs its own."""
+
+    def __init__(self) -> None:
+        import signal
+
+        self.pressed = False
+        try:
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                signal.signal(signal.SIGINT, self._note)
+        except ValueError:  # not the main thread (main() called from code of one's own)
+            pass
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.pressed = True
+        raise KeyboardInterrupt
+
+    def restore(self) -> None:
+        import signal
+
+        if signal.getsignal(signal.SIGINT) == self._note:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _catch_swallowed_interrupts() -> list[bool]:
