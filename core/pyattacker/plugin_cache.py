@@ -39,11 +39,10 @@ FORMAT = 1
 #: kept scans per cache folder (one per interpreter and ``sys.path``); the oldest go first
 KEEP = 64
 
-#: ``(name, value, group, dist, version)`` per entry point, per group
-Scanned = dict[str, list[Any]]
-
 
 class _Kept(msgspec.Struct):
+    """A kept scan: ``(name, value, group, dist, version)`` per entry point, per group."""
+
     format: int
     fingerprint: str
     groups: dict[str, list[tuple[str, str, str, str | None, str | None]]]
@@ -68,10 +67,10 @@ def _searches_paths(finder: Any) -> bool:
     return backport is not None and isinstance(finder, getattr(backport, "MetadataPathFinder", ()))
 
 
-def fingerprint(path: list[str] | None = None) -> str:
-    """What a scan of ``path`` (``sys.path``) would read, as a digest (see the module doc)."""
+def fingerprint() -> str:
+    """What a scan of ``sys.path`` would read, as a digest (see the module doc)."""
     h = hashlib.sha256(f"{FORMAT}\0{sys.version}\0{sys.executable}".encode())
-    for entry in sys.path if path is None else path:
+    for entry in sys.path:
         where = entry or os.getcwd()  # "" on sys.path is the current folder
         h.update(b"\1" + os.fsencode(where))
         try:
