@@ -167,3 +167,39 @@ def test_a_ctrl_c_python_would_not_propagate_still_interrupts(tmp_path: Path, st
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == "Interrupted."
     assert proc.stdout == ""  # interrupted before the command ran
+
+
+def test_an_ignored_sigint_stays_ignored_while_the_command_line_loads(tmp_path: Path) -> None:
+    """A background job started with SIGINT ignored: a SIGINT during the loading changes
+    nothing, and the command runs to its end (only Python's own handler is replaced there)."""
+    wrapper = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n" + _AT_CLI_IMPORT.format(
+        cls="import os\n", trigger="os.kill(os.getpid(), signal.SIGINT)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", wrapper + _STARTS["console_script"], "--version"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Interrupted." not in proc.stderr and proc.stdout.strip()
+
+
+def test_the_command_runs_under_pythons_own_sigint_handler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The handler that notes a Ctrl-C while the command line loads is gone once it has loaded:
+    ``asyncio`` installs its own Ctrl-C handling only over Python's default one."""
+    import pyattacker.cli
+    from pyattacker import __main__ as entry
+
+    seen: list[object] = []
+    monkeypatch.setattr(
+        pyattacker.cli, "main", lambda argv=None: seen.append(signal.getsignal(signal.SIGINT))
+    )
+    before = signal.getsignal(signal.SIGINT)
+    assert before is signal.default_int_handler
+    try:
+        entry.main([])
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert seen == [signal.default_int_handler]
