@@ -87,7 +87,10 @@ def command(
 
 def instructions(cmd: list[str], hash_seed: str = DEFAULT_HASH_SEED) -> int:
     """Instructions executed by ``cmd`` (whole process) as counted by callgrind."""
-    env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+    # every process reads the installed metadata: with the kept entry-point scan, the first of
+    # the two processes run side by side would scan and the other not (about 50 million
+    # instructions apart, more than the pipelines between them), depending on which started
+    env = dict(os.environ, PYTHONHASHSEED=hash_seed, PYATTACKER_PLUGIN_CACHE="0")
     with tempfile.TemporaryDirectory(prefix="pyattacker-cg-") as tmp:
         proc = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out", *cmd],

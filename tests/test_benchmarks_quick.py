@@ -365,3 +365,25 @@ def test_the_machine_is_read_at_both_ends_of_a_suite_and_shown_with_the_tables(t
     assert f"Machine at the end: {describe(later)}." in line and "slowest 50 ms window 0.50 of" in line
     bare = render_markdown({"schema": 1, "quick": True, "machine": {}, "scenarios": {}})
     assert "Machine at" not in bare
+
+
+def test_instruction_counts_never_depend_on_a_kept_plugin_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two processes whose counts are subtracted run side by side: with the kept entry-point
+    scan, whichever started first would scan and the other not (about 50 million instructions,
+    more than the pipelines between them). Every measured process reads the metadata itself."""
+    from benchmarks import instructions
+
+    seen: list[dict[str, str]] = []
+
+    class Done:
+        returncode = 0
+        stderr = "==1== I   refs:      1,234"
+
+    def run(cmd: list[str], **kwargs: object) -> Done:
+        seen.append(dict(kwargs["env"]))  # type: ignore[call-overload]
+        return Done()
+
+    monkeypatch.setenv("PYATTACKER_PLUGIN_CACHE", "1")
+    monkeypatch.setattr(instructions.subprocess, "run", run)
+    assert instructions.instructions([sys.executable, "-c", "pass"]) == 1234
+    assert seen and seen[0]["PYATTACKER_PLUGIN_CACHE"] == "0" and seen[0]["PYTHONHASHSEED"] == "0"
