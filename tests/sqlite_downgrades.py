@@ -23,9 +23,30 @@ def _downgrade(path: Path, version: int, *statements: str) -> None:
         conn.close()
 
 
+def downgrade_to_v5(path: Path) -> None:
+    """What a file written before schema version 6 looks like: a unique index on the key table's
+    ids, no ``pipeline_ids`` and no high mark (the views of schema 4 rebuilt around the table)."""
+    from pyattacker_plugins.store_sqlite import schema
+
+    _downgrade(
+        path,
+        5,
+        "DROP VIEW pipeline_key_ids",
+        *(f'DROP VIEW "{table}_full"' for table in DERIVED_TABLES),
+        "CREATE TABLE keys_v5 (pk INTEGER PRIMARY KEY, pipeline_id TEXT NOT NULL UNIQUE)",
+        "INSERT INTO keys_v5 (pk, pipeline_id) SELECT pk, pipeline_id FROM pipeline_keys",
+        "DROP TABLE pipeline_keys",
+        "ALTER TABLE keys_v5 RENAME TO pipeline_keys",
+        "DROP TABLE pipeline_ids",
+        "DELETE FROM store_meta WHERE key = 'keys_indexed'",
+        *schema.MIGRATIONS[4],
+    )
+
+
 def downgrade_to_v4(path: Path) -> None:
     """What a file written before schema version 5 looks like: indexes on the run of attempts
     and events, no ``run_spans``."""
+    downgrade_to_v5(path)
     _downgrade(
         path,
         4,

@@ -86,17 +86,29 @@ def test_query_plans_use_indexes(tmp_path: Path) -> None:
         assert "pipelines_by_created" in plan and "TEMP B-TREE" not in plan
         from pyattacker_plugins.store_sqlite import store as sqlite_store
 
-        # tasks/artifacts page in (pipeline_id, seq) order through the key table's index
+        def plan_of(sql: str) -> str:
+            return " ".join(
+                str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql, [1] * sql.count("?"))
+            )
+
+        # tasks/artifacts page in (pipeline_id, seq) order through the sorted id index (schema
+        # 6), without sorting; the keys not merged into it yet are a range of the key table's
+        # rowid, sorted (at most KEY_TAIL_MAX of them)
         for kind in ("tasks", "artifacts"):
+            codec = sqlite_store._PAGE_CODECS[kind]
             for filters, keyset in (((), False), ((), True), (("pipeline_id",), True)):
-                sql = sqlite_store._page_sql(kind, filters, keyset)
-                plan = " ".join(
-                    str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql, [1] * sql.count("?"))
-                )
+                plan = plan_of(sqlite_store._clustered_page_sql(codec, filters, keyset, "pipeline_ids"))
                 assert "PRIMARY KEY (pk=?)" in plan and "TEMP B-TREE" not in plan and "SCAN t" not in plan
-        sql = sqlite_store._lookup_sql(2)
-        plan = " ".join(str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql, ["a", "b"]))
-        assert "pipeline_keys" in plan and "SCAN p" not in plan
+                assert "SCAN k" not in plan or filters == ()  # (a page of every pipeline walks the index)
+                plan = plan_of(
+                    sqlite_store._clustered_page_sql(codec, filters, keyset, sqlite_store._IDS_TAIL)
+                )
+                assert ("rowid>?" in plan or "(pk>?)" in plan) and "SCAN" not in plan  # a range, never a scan
+        # a lookup by id probes the sorted index and reads only the newer keys' range
+        plan = plan_of(sqlite_store._lookup_sql(2, "pipeline_key_ids"))
+        assert "SEARCH pipeline_ids USING PRIMARY KEY (pipeline_id=?)" in plan
+        assert "SEARCH pipeline_keys USING INTEGER PRIMARY KEY (rowid>?)" in plan and "SCAN p" not in plan
+        assert "SCAN pipeline_ids" not in plan and "SCAN pipeline_keys" not in plan
     finally:
         conn.close()
 
@@ -612,11 +624,11 @@ def test_ids_a_lookup_found_without_a_key_are_registered_without_another_lookup(
     looked_up: list[list[str]] = []
     real = sqlite_store.SqliteStore._stored_keys
 
-    def spy(conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
+    def spy(self: sqlite_store.SqliteStore, conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
         looked_up.append(list(ids))
-        return real(conn, ids)
+        return real(self, conn, ids)
 
-    monkeypatch.setattr(sqlite_store.SqliteStore, "_stored_keys", staticmethod(spy))
+    monkeypatch.setattr(sqlite_store.SqliteStore, "_stored_keys", spy)
     try:
         b = Batch()
         b.events.append(event(pid="e"))  # a key row, no pipeline row
@@ -752,10 +764,10 @@ def test_version_1_file_migrated_by_the_writer_only(tmp_path: Path) -> None:
     writer = OPENER.open(str(path))
     try:
         conn = sqlite3.connect(path)
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         meta = dict(conn.execute("SELECT key, value FROM store_meta"))
         conn.close()
-        assert meta["schema_version"] == "5" and meta["tasks_running"] == "1"
+        assert meta["schema_version"] == "6" and meta["tasks_running"] == "1"
         assert writer.interrupt_running("next", 3.0) == 1  # the rows written before the migration
         assert [t.state for t in writer.page("tasks")] == ["interrupted"]
     finally:
@@ -1325,7 +1337,7 @@ def test_version_2_file_read_as_it_is_and_migrated_by_the_writer(tmp_path: Path)
     conn = sqlite3.connect(path)
     try:
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert "handoffs" in tables and conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert "handoffs" in tables and conn.execute("PRAGMA user_version").fetchone()[0] == 6
     finally:
         conn.close()
 
@@ -1507,4 +1519,4 @@ def test_version_3_file_read_as_it_is_and_migrated_by_the_writer(tmp_path: Path)
     assert _raw(
         path, "SELECT typeof(task_run_id), typeof(pipeline_id) FROM tasks ORDER BY pk DESC LIMIT 1"
     ) == [("blob", "null")]
-    assert _raw(path, "PRAGMA user_version") == [(5,)]
+    assert _raw(path, "PRAGMA user_version") == [(6,)]

@@ -33,6 +33,9 @@ __all__ = [
     "APPLICATION",
     "ADDED_TABLES",
     "APPLICATION_ID",
+    "KEYS_INDEXED",
+    "KEY_IDS",
+    "MERGE_KEYS",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "SPAN_KINDS",
@@ -46,7 +49,7 @@ __all__ = [
 APPLICATION = "pyattacker"
 #: "PYAT" as a big-endian 32-bit integer, stored in the file header.
 APPLICATION_ID = 0x50594154
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _REAL = {
     "started_at", "ended_at", "heartbeat_at", "pid_started_at", "created_at", "finished_at", "ts",
@@ -179,11 +182,55 @@ _V5 = (
     "DROP INDEX attempts_by_run",
     "DROP INDEX events_by_run",
 )
+
+#: ``store_meta`` key: the highest ``pk`` whose id is in ``pipeline_ids`` (schema 6)
+KEYS_INDEXED = "keys_indexed"
+#: The key rows ``pipeline_ids`` does not hold yet (schema 6): the tail of ``pipeline_keys``.
+KEY_TAIL = (
+    "SELECT pipeline_id, pk FROM pipeline_keys"
+    f" WHERE pk > (SELECT CAST(value AS INTEGER) FROM store_meta WHERE key = '{KEYS_INDEXED}')"
+)
+#: id -> pk of every key row (schema 6): what readers look an id up in
+KEY_IDS = "pipeline_key_ids"
+#: Copies the tail's ids into ``pipeline_ids`` in id order (``?``: the new high mark), so each
+#: leaf of that index is written once per merge, not once per pipeline. ``OR IGNORE``: an id that
+#: is indexed already keeps its first number (the writer registers an id once; see ``store``).
+MERGE_KEYS = (
+    f"INSERT OR IGNORE INTO pipeline_ids (pipeline_id, pk) SELECT pipeline_id, pk FROM ({KEY_TAIL})"
+    " ORDER BY pipeline_id",
+    f"UPDATE store_meta SET value = ? WHERE key = '{KEYS_INDEXED}'",
+)
+
+#: Version 6: the pipeline ids' index is written in sorted batches. Ids are random digests, so
+#: the unique index on ``pipeline_keys.pipeline_id`` took each new pipeline into a random leaf:
+#: about one page of log and checkpoint per pipeline once the index outgrew a commit's rows
+#: (two fifths of the bytes a run wrote at 50,000 pipelines). Now ``pipeline_keys`` (pk -> id,
+#: appended in pk order) has no index on the id; ``pipeline_ids`` (id -> pk, clustered by id)
+#: holds the ids up to ``store_meta.keys_indexed``, and the writer copies the ids above that
+#: mark in one sorted statement every few thousand keys and when it closes (``MERGE_KEYS``).
+#: ``pipeline_key_ids`` is both parts, for every lookup by id. The key table is rebuilt without
+#: its UNIQUE constraint (SQLite cannot drop one), its rows and numbers unchanged.
+_V6 = (
+    *(f'DROP VIEW "{codec.table}_full"' for codec in (TASKS, ATTEMPTS, ARTIFACTS, EVENTS)),
+    "CREATE TABLE pipeline_keys_v6 (pk INTEGER PRIMARY KEY, pipeline_id TEXT NOT NULL)",
+    "INSERT INTO pipeline_keys_v6 (pk, pipeline_id) SELECT pk, pipeline_id FROM pipeline_keys ORDER BY pk",
+    "DROP TABLE pipeline_keys",
+    "ALTER TABLE pipeline_keys_v6 RENAME TO pipeline_keys",
+    "CREATE TABLE pipeline_ids (pipeline_id TEXT PRIMARY KEY, pk INTEGER NOT NULL) WITHOUT ROWID",
+    "INSERT INTO pipeline_ids (pipeline_id, pk)"
+    " SELECT pipeline_id, pk FROM pipeline_keys ORDER BY pipeline_id",
+    f"INSERT OR REPLACE INTO store_meta (key, value) VALUES ('{KEYS_INDEXED}',"
+    " (SELECT CAST(ifnull(MAX(pk), 0) AS TEXT) FROM pipeline_keys))",
+    *_V4,
+    f"CREATE VIEW {KEY_IDS} (pipeline_id, pk) AS SELECT pipeline_id, pk FROM pipeline_ids"
+    f" UNION ALL {KEY_TAIL}",
+)
+
 #: tables that came with a version after 1: a file of an older version lacks them by design
-ADDED_TABLES = {"handoffs": 3, "run_spans": 5}
+ADDED_TABLES = {"handoffs": 3, "run_spans": 5, "pipeline_ids": 6}
 
 #: version -> statements that bring a file from ``version - 1`` to ``version``
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
 
 
 def ro_uri(path: str) -> str:

@@ -31,11 +31,11 @@ State = tuple[str, str, str, str]
 
 
 @lru_cache(maxsize=64)
-def _probe_sql(n: int) -> str:
+def _probe_sql(n: int, ids: str) -> str:
     marks = ", ".join("?" for _ in range(n))
     return (
         "SELECT k.pipeline_id, p.state, p.spec_digest, p.seed_digest, p.run_id, p.pk"
-        f" FROM pipeline_keys AS k LEFT JOIN pipelines AS p ON p.pk = k.pk WHERE k.pipeline_id IN ({marks})"
+        f" FROM {ids} AS k LEFT JOIN pipelines AS p ON p.pk = k.pk WHERE k.pipeline_id IN ({marks})"
     )
 
 
@@ -43,9 +43,14 @@ class StateLookup:
     """``(state, spec_digest, seed_digest, run_id)`` per stored id, reading ahead in key order."""
 
     def __init__(
-        self, query: Callable[[str, Sequence[Any]], list[Any]], chunk: int, absent: set[str] | None = None
+        self,
+        query: Callable[[str, Sequence[Any]], list[Any]],
+        chunk: int,
+        absent: set[str] | None = None,
+        source: Callable[[Sequence[str]], str] = lambda ids: "pipeline_keys",
     ) -> None:
         self._query = query
+        self._source = source  # where a chunk of ids is looked up (the store knows its schema)
         self._chunk = chunk  # ids per ``IN (...)`` probe (below SQLite's bound-parameter limit)
         self._next_pk: int | None = None  # where the next chunk's rows probably start
         self._absent = absent  # ids a probe found without a key row
@@ -77,7 +82,7 @@ class StateLookup:
         pks: list[int] = []
         for start in range(0, len(ids), self._chunk):
             chunk = ids[start : start + self._chunk]
-            rows = self._query(_probe_sql(len(chunk)), chunk)
+            rows = self._query(_probe_sql(len(chunk), self._source(chunk)), chunk)
             for row in rows:
                 if row[5] is not None:  # (None: a key without a pipeline row)
                     found[row[0]] = row[1:5]

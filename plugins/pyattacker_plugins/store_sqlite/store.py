@@ -9,6 +9,8 @@ writer. Every SQL string is built once; rows travel as tuples.
 from __future__ import annotations
 
 import functools
+import heapq
+import itertools
 import logging
 import operator
 import os
@@ -58,7 +60,7 @@ from .state_lookup import StateLookup
 from .statements import Statement, write_rows
 from .wal_bound import WalBound, truncate_wal
 
-__all__ = ["LOOKUP_CHUNK", "WAL_CHECKPOINT_PAGES", "WAL_SIZE_LIMIT", "SqliteStore"]
+__all__ = ["KEY_TAIL_MAX", "LOOKUP_CHUNK", "WAL_CHECKPOINT_PAGES", "WAL_SIZE_LIMIT", "SqliteStore"]
 
 log = logging.getLogger("pyattacker")
 #: ids per ``IN (...)`` query in ``lookup_pipelines`` (well under SQLite's variable limit)
@@ -106,9 +108,19 @@ def _insert(codec: RowCodec[Any], suffix: str = "") -> Statement:
     return Statement(render, codec)
 
 
-#: the sequential number of a pipeline id (see the schema: per-pipeline tables cluster by it)
-_PK = "(SELECT pk FROM pipeline_keys WHERE pipeline_id = ?)"
+#: Where readers look a pipeline id up (``ids`` in the statements below): ``pipeline_key_ids``
+#: from schema 6 on (the sorted index and the keys not merged into it yet, see the schema),
+#: the key table itself before.
+_IDS_OLD = "pipeline_keys"
+#: the keys ``pipeline_ids`` holds (the writer looks its own newer ones up in memory)
+_IDS_INDEXED = "pipeline_ids"
+#: the newer ones, as a table ``k`` can name (an ordered page reads the two parts apart)
+_IDS_TAIL = f"({schema.KEY_TAIL})"
 _REGISTER_KEY = f"INSERT {_OR} INTO pipeline_keys (pk, pipeline_id) VALUES (?, ?)"
+#: Keys registered since the last merge into ``pipeline_ids`` after which a commit merges them
+#: (schema 6). Each merge writes the index's leaves that the new ids fall in, once; a reader
+#: that looks an id up scans at most this many key rows besides its index probe.
+KEY_TAIL_MAX = 8192
 #: pipeline id -> pk entries kept between commits (pipelines in flight checkpoint many times)
 _KNOWN_MAX = 4096
 #: ids known to have no key row, at most (admission looks ahead of the commits by a few chunks)
@@ -173,17 +185,21 @@ _PAGE_FILTERS: dict[str, tuple[str, ...]] = {
 
 @lru_cache(maxsize=256)
 def _page_sql(
-    kind: str, filters: tuple[str, ...], keyset: bool, select: str | None = None, spans: bool = False
+    kind: str,
+    filters: tuple[str, ...],
+    keyset: bool,
+    select: str | None = None,
+    spans: bool = False,
+    ids: str = _IDS_OLD,
 ) -> str:
-    """``page``'s statement; ``select`` narrows the columns (rowid kinds only); ``spans``: the
-    file has ``run_spans`` (schema 5), which a filter on the run of attempts or events reads."""
+    """``page``'s statement for the rowid kinds; ``select`` narrows the columns; ``spans``: the
+    file has ``run_spans`` (schema 5), which a filter on the run of attempts or events reads;
+    ``ids``: where a pipeline id is looked up."""
     codec = _PAGE_CODECS[kind]
     keys = PAGE_KINDS[kind]
-    if kind in ("tasks", "artifacts"):
-        return _clustered_page_sql(codec, filters, keyset)
     by_span = spans and "run_id" in filters and kind in schema.SPAN_KINDS
     where = [
-        f't."pk" = {_PK}'
+        f't."pk" = (SELECT pk FROM {ids} WHERE pipeline_id = ?)'
         if f == "pipeline_id"
         else run_spans.run_condition(kind)
         if f == "run_id" and by_span
@@ -217,15 +233,17 @@ def _rows_where(codec: RowCodec[Any], where: str) -> str:
     return f"SELECT {codec.read_list()} FROM {inner} LEFT JOIN pipeline_keys AS k ON k.pk = t.pk"
 
 
-def _clustered_page_sql(codec: RowCodec[Any], filters: tuple[str, ...], keyset: bool) -> str:
-    """(pipeline_id, seq) order through the key table's ordered index, then each pipeline's rows."""
+@lru_cache(maxsize=64)
+def _clustered_page_sql(codec: RowCodec[Any], filters: tuple[str, ...], keyset: bool, keys: str) -> str:
+    """(pipeline_id, seq) order through an id-ordered key source ``keys`` (the key table's unique
+    index before schema 6, ``pipeline_ids`` or the sorted tail after), then each pipeline's rows."""
     cols = codec.read_list()
     where = ['k."pipeline_id" = ?' if f == "pipeline_id" else f't."{f}" = ?' for f in filters]
     if keyset:
         where.append('(k."pipeline_id", t."seq") > (?, ?)')
     clause = f" WHERE {' AND '.join(where)}" if where else ""
     return (
-        f'SELECT {cols} FROM pipeline_keys AS k JOIN "{codec.table}" AS t ON t.pk = k.pk{clause}'
+        f'SELECT {cols} FROM {keys} AS k JOIN "{codec.table}" AS t ON t.pk = k.pk{clause}'
         ' ORDER BY k."pipeline_id", t."seq" LIMIT ?'
     )
 
@@ -236,47 +254,53 @@ _CHILD_ORDER = {"tasks": "seq", "artifacts": "seq", "handoffs": "handoff_id"}
 
 
 @lru_cache(maxsize=64)
-def _children_sql(kind: str, n: int) -> str:
+def _children_sql(kind: str, n: int, ids: str) -> str:
     """Tasks, artifacts or ledger rows of n pipeline ids, by pipeline id then seq (handoff id):
     one index probe of the key table per id, then that pipeline's rows."""
     codec = _CHILD_CODECS[kind]
     cols = codec.read_list()
     marks = ", ".join("?" for _ in range(n))
     return (
-        f'SELECT {cols} FROM pipeline_keys AS k JOIN "{kind}" AS t ON t.pk = k.pk'
+        f'SELECT {cols} FROM {ids} AS k JOIN "{kind}" AS t ON t.pk = k.pk'
         f' WHERE k."pipeline_id" IN ({marks}) ORDER BY k."pipeline_id", t."{_CHILD_ORDER[kind]}"'
     )
 
 
 @lru_cache(maxsize=64)
-def _leases_sql(n: int) -> str:
+def _leases_sql(n: int, ids: str) -> str:
     """Each attempt's task and leases for n pipeline ids, oldest first (the last one per task is
     what it leased in the end): two columns, where a whole attempt row carries fifteen."""
     marks = ", ".join("?" for _ in range(n))
     return (
-        f'SELECT {_ATTEMPT_TASK}, t."leases_json" FROM pipeline_keys AS k JOIN attempts AS t ON t.pk = k.pk'
+        f'SELECT {_ATTEMPT_TASK}, t."leases_json" FROM {ids} AS k JOIN attempts AS t ON t.pk = k.pk'
         f' WHERE k."pipeline_id" IN ({marks}) ORDER BY t."attempt_id"'
     )
 
 
 _LEASES = msgspec.json.Decoder(list[dict[str, Any]])
-#: one artifact by pipeline id and seq (built once: a resume reads one per pipeline it continues)
-_GET_ARTIFACT = (
-    f"SELECT {ARTIFACTS.read_list()} FROM pipeline_keys AS k JOIN artifacts AS t ON t.pk = k.pk"
-    ' WHERE k."pipeline_id" = ? AND t."seq" = ?'
-)
+
+
+@lru_cache(maxsize=4)
+def _get_artifact_sql(ids: str) -> str:
+    """One artifact by pipeline id and seq (a resume reads one per pipeline it continues)."""
+    return (
+        f"SELECT {ARTIFACTS.read_list()} FROM {ids} AS k JOIN artifacts AS t ON t.pk = k.pk"
+        ' WHERE k."pipeline_id" = ? AND t."seq" = ?'
+    )
+
+
 #: an attempt's ``task_run_id`` as readers see it (derived, see ``rows.SLOT_ID``)
 _ATTEMPT_TASK = ATTEMPTS.read_columns()[ATTEMPTS.columns.index("task_run_id")]
 
 
 @lru_cache(maxsize=64)
-def _finals_sql(n: int) -> str:
+def _finals_sql(n: int, ids: str) -> str:
     """The artifacts marked final of n pipeline ids, in (pipeline_id, seq) order: the filter runs
     in SQLite, so the other artifacts of a pipeline are never fetched or decoded."""
     cols = ARTIFACTS.read_list()
     marks = ", ".join("?" for _ in range(n))
     return (
-        f"SELECT {cols} FROM pipeline_keys AS k JOIN artifacts AS t ON t.pk = k.pk"
+        f"SELECT {cols} FROM {ids} AS k JOIN artifacts AS t ON t.pk = k.pk"
         f' WHERE k."pipeline_id" IN ({marks}) AND t."is_final" ORDER BY k."pipeline_id", t."seq"'
     )
 
@@ -293,17 +317,17 @@ def _metrics_sql(n: int) -> str:
 
 @lru_cache(maxsize=64)
 def _keys_sql(n: int) -> str:
+    """The writer's lookup of ids in the sorted index (it knows the newer keys itself)."""
     marks = ", ".join("?" for _ in range(n))
-    return f"SELECT pipeline_id, pk FROM pipeline_keys WHERE pipeline_id IN ({marks})"
+    return f"SELECT pipeline_id, pk FROM {_IDS_INDEXED} WHERE pipeline_id IN ({marks})"
 
 
 @lru_cache(maxsize=64)
-def _lookup_sql(n: int) -> str:
+def _lookup_sql(n: int, ids: str) -> str:
     marks = ", ".join("?" for _ in range(n))
     cols = ", ".join(f'p."{c}"' for c in PIPELINES.columns)
     return (
-        f"SELECT {cols} FROM pipeline_keys AS k JOIN pipelines AS p ON p.pk = k.pk"
-        f" WHERE k.pipeline_id IN ({marks})"
+        f"SELECT {cols} FROM {ids} AS k JOIN pipelines AS p ON p.pk = k.pk WHERE k.pipeline_id IN ({marks})"
     )
 
 
@@ -326,6 +350,8 @@ _INTERRUPT_PIPELINES = (
 #: the columns a live view folds per attempt (``attempt_summaries``)
 #: ``pipeline_summaries``' five columns of a row that also carries its ``pk`` (for the next page)
 _SUMMARY = operator.itemgetter(0, 1, 2, 3, 4)
+#: the order of a page of tasks or artifacts
+_ID_SEQ = operator.attrgetter("pipeline_id", "seq")
 _LAST = operator.itemgetter(-1)
 #: the columns of a pipeline row that its summary and the totals read hold what they should
 #: (computed in SQLite next to the values: a hand-edited row is found without a Python test per row)
@@ -412,8 +438,19 @@ class SqliteStore:
         #: looking again (sound because this connection is the file's only writer: the writer
         #: lock; a commit that registers one takes it out, and clearing the set is always safe)
         self._absent: set[str] = set()
-        self._states = StateLookup(self._query, LOOKUP_CHUNK, None if read_only else self._absent)
         self._next_pk = self._next_id("pipeline_keys", "pk")
+        #: a reader of a file of schema 5 or older looks ids up in the key table's own index
+        self._has_ids = self._ids_table()
+        #: the writer's keys above ``store_meta.keys_indexed`` (id -> pk), which ``pipeline_ids``
+        #: does not hold yet: complete, because the writer merges whatever a crash left before
+        #: its first commit (``_merge_keys``), and nobody else registers keys (the writer lock)
+        self._tail: dict[str, int] = {}
+        self._indexed = 0
+        if not read_only:
+            self._indexed = self._merge_keys()
+        self._states = StateLookup(
+            self._query, LOOKUP_CHUNK, None if read_only else self._absent, self._ids_for
+        )
         #: copies the log into the database off the writer's thread (see ``checkpointer``)
         self.checkpointer = None if read_only else Checkpointer(path, synchronous)
         self.wal_bound = (
@@ -444,6 +481,63 @@ class SqliteStore:
 
     def _span_table(self) -> bool:
         return bool(self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'run_spans'"))
+
+    @property
+    def has_ids(self) -> bool:
+        """Whether the file has ``pipeline_ids`` (schema 6); asked again like ``has_ledger``."""
+        if not self._has_ids and self.read_only and self._conn is not None:
+            self._has_ids = self._ids_table()
+        return self._has_ids
+
+    def _ids_table(self) -> bool:
+        return bool(self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'pipeline_ids'"))
+
+    @property
+    def _ids(self) -> str:
+        """Where a statement looks pipeline ids up (see ``_IDS_OLD``)."""
+        return schema.KEY_IDS if self.has_ids else _IDS_OLD
+
+    def _ids_for(self, ids: Sequence[str]) -> str:
+        """``_ids``, or for the writer the sorted index alone when none of ``ids`` is one of its
+        own newer keys (the usual case: a resume's lookups then skip the scan of those rows)."""
+        if self.read_only or not self._has_ids:
+            return self._ids
+        tail = self._tail
+        return schema.KEY_IDS if tail and any(i in tail for i in ids) else _IDS_INDEXED
+
+    def _merge_keys(self) -> int:
+        """Merge the keys above the high mark into ``pipeline_ids`` (what a crashed writer left,
+        or this one's at close) in a transaction of its own; returns the new high mark."""
+        with self._mutex:
+            conn = self._writer()
+            (mark,) = conn.execute(
+                f"SELECT CAST(value AS INTEGER) FROM store_meta WHERE key = '{schema.KEYS_INDEXED}'"
+            ).fetchone()
+            high = self._next_pk - 1
+            if high <= mark:
+                return int(mark)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                self._merge_statements(conn, high, self._next_pk - 1 - int(mark))
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback(conn)
+                raise StoreUnavailable(f"store {self.path}: merging the key index failed: {exc}") from exc
+            self._tail.clear()
+            return high
+
+    def _merge_statements(self, conn: sqlite3.Connection, high: int, expected: int) -> None:
+        before = conn.total_changes
+        conn.execute(schema.MERGE_KEYS[0])
+        conn.execute(schema.MERGE_KEYS[1], (str(high),))
+        merged = conn.total_changes - before - 1
+        if merged != expected:  # an id registered twice: its first number stays the indexed one
+            log.warning(
+                "pyattacker: store %s: %d of %d new pipeline keys were indexed already",
+                self.path,
+                expected - merged,
+                expected,
+            )
 
     # -- opening ----------------------------------------------------------------------------
     @classmethod
@@ -551,6 +645,10 @@ class SqliteStore:
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 pks, fresh = self._resolve_keys(conn, batch)
+                merged = 0
+                if fresh and len(self._tail) + len(fresh) >= KEY_TAIL_MAX:
+                    merged = self._next_pk + len(fresh) - 1
+                    self._merge_statements(conn, merged, merged - self._indexed)
                 for attr, statement in _WRITES:
                     rows = getattr(batch, attr)
                     if attr == "tasks" and batch.resets:
@@ -595,7 +693,12 @@ class SqliteStore:
             self._next_event_id += len(batch.events)
             self._next_handoff_id += len(batch.handoffs)
             # only now: a rolled-back batch registered nothing and allocated no key
-            self._next_pk += fresh
+            self._next_pk += len(fresh)
+            if merged:
+                self._tail.clear()
+                self._indexed = merged
+            elif fresh:
+                self._tail.update((pid, pk) for pk, pid in fresh)
             if self.wal_bound is not None:
                 self.wal_bound.after_commit(conn)
             if self.checkpointer is not None:
@@ -617,10 +720,12 @@ class SqliteStore:
             conn.executemany(_RESET_TASKS, slots)
             conn.executemany(_RESET_ARTIFACTS, slots)
 
-    def _resolve_keys(self, conn: sqlite3.Connection, batch: Batch) -> tuple[dict[str, int], int]:
+    def _resolve_keys(
+        self, conn: sqlite3.Connection, batch: Batch
+    ) -> tuple[dict[str, int], list[tuple[int, str]]]:
         """pk of every pipeline the batch touches; ids never seen get the next numbers.
 
-        Returns the map (known entries included) and how many keys were allocated. Progress rows
+        Returns the map (known entries included) and the ``(pk, id)`` keys allocated. Progress rows
         only look keys up: a cursor advance of an unknown pipeline is ignored, never registered.
         """
         known = self._known
@@ -644,7 +749,7 @@ class SqliteStore:
             missing.extend(dict.fromkeys(p for p in absent if p not in known))
             pks.update({p: known[p] for p in absent if p in known})
         if not missing:
-            return pks, 0
+            return pks, []
         keyless = self._absent  # ids known to have no key row: registered without a lookup
         unsure = [p for p in missing if p not in keyless] if keyless else missing
         stored = self._stored_keys(conn, unsure) if unsure else {}
@@ -660,11 +765,14 @@ class SqliteStore:
                 pks[pid] = pk
         if fresh:
             write_rows(conn, _REGISTER_KEY, fresh)
-        return pks, len(fresh)
+        return pks, fresh
 
-    @staticmethod
-    def _stored_keys(conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
-        found: dict[str, int] = {}
+    def _stored_keys(self, conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
+        """pk of those of ``ids`` with a key row: the writer's newer keys, then the sorted index."""
+        tail = self._tail
+        found = {i: tail[i] for i in ids if i in tail} if tail else {}
+        if found:
+            ids = [i for i in ids if i not in found]
         for start in range(0, len(ids), LOOKUP_CHUNK):
             chunk = ids[start : start + LOOKUP_CHUNK]
             found.update(conn.execute(_keys_sql(len(chunk)), chunk).fetchall())
@@ -724,7 +832,7 @@ class SqliteStore:
         decode = PIPELINES.decode
         for start in range(0, len(unique), LOOKUP_CHUNK):
             chunk = unique[start : start + LOOKUP_CHUNK]
-            for row in self._query(_lookup_sql(len(chunk)), chunk):
+            for row in self._query(_lookup_sql(len(chunk), self._ids), chunk):
                 found[row[0]] = decode(row)
         return found
 
@@ -739,7 +847,8 @@ class SqliteStore:
             raise ValueError(f"rows_by_pipeline: kind must be tasks, artifacts or handoffs, got {kind!r}")
         if kind == "handoffs" and not self.has_ledger:
             return {}
-        return self._grouped(lambda n: _children_sql(kind, n), codec, ids, ())
+        source = self._ids
+        return self._grouped(lambda n: _children_sql(kind, n, source), codec, ids, ())
 
     @_names_store
     def final_artifacts(self, ids: Sequence[str]) -> dict[str, ArtifactRecord]:
@@ -747,7 +856,9 @@ class SqliteStore:
         final, in seq order): what ``export --rows results`` shows, read without the other
         artifacts (optional method; a pipeline's seed and intermediate outputs can be most of
         its rows)."""
-        return {pid: rows[0] for pid, rows in self._grouped(_finals_sql, ARTIFACTS, ids, ()).items()}
+        source = self._ids
+        finals = self._grouped(lambda n: _finals_sql(n, source), ARTIFACTS, ids, ())
+        return {pid: rows[0] for pid, rows in finals.items()}
 
     def task_leases(self, ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
         """``{task_run_id: leases}`` of the last attempt of each task of the pipelines ``ids``
@@ -756,7 +867,7 @@ class SqliteStore:
         unique = list(dict.fromkeys(ids))
         for start in range(0, len(unique), LOOKUP_CHUNK):
             chunk = unique[start : start + LOOKUP_CHUNK]
-            last.update(self._query(_leases_sql(len(chunk)), chunk))
+            last.update(self._query(_leases_sql(len(chunk), self._ids), chunk))
         out: dict[str, list[dict[str, Any]]] = {}
         for task_run_id, text in last.items():
             try:
@@ -919,7 +1030,7 @@ class SqliteStore:
         filters = ("run_id",) if run_id is not None else ()
         params = [*([run_id] if run_id is not None else []), *([after] if after is not None else []), limit]
         typed = _SUMMARY_TYPES[kind]
-        sql = _page_sql(kind, filters, after is not None, f"{select}, {typed}", self.has_spans)
+        sql = _page_sql(kind, filters, after is not None, f"{select}, {typed}", self.has_spans, self._ids)
         rows = self._query(sql, params)
         if not all(map(_LAST, rows)):
             codec = _PAGE_CODECS[kind]
@@ -929,7 +1040,7 @@ class SqliteStore:
 
     @_names_store
     def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
-        rows = self._query(_GET_ARTIFACT, (pipeline_id, seq))
+        rows = self._query(_get_artifact_sql(self._ids), (pipeline_id, seq))
         return ARTIFACTS.decode(rows[0]) if rows else None
 
     @_names_store
@@ -938,7 +1049,8 @@ class SqliteStore:
         cannot run pipelines that hand off)."""
         if not self.has_ledger:
             return []
-        return [HANDOFFS.decode(row) for row in self._query(_children_sql("handoffs", 1), (pipeline_id,))]
+        rows = self._query(_children_sql("handoffs", 1, self._ids), (pipeline_id,))
+        return [HANDOFFS.decode(row) for row in rows]
 
     @_names_store
     def get_run(self, run_id: str) -> RunRecord | None:
@@ -974,9 +1086,25 @@ class SqliteStore:
                 raise ValueError(f"after for {kind} must be a tuple of {', '.join(keys)}")
             params.extend(after)
         params.append(limit)
-        decode = _PAGE_CODECS[kind].decode
-        sql = _page_sql(kind, filters, after is not None, None, self.has_spans)
-        return [decode(r) for r in self._query(sql, params)]
+        codec = _PAGE_CODECS[kind]
+        decode = codec.decode
+        if kind not in ("tasks", "artifacts"):
+            sql = _page_sql(kind, filters, after is not None, None, self.has_spans, self._ids)
+            return [decode(r) for r in self._query(sql, params)]
+        keyset = after is not None
+
+        def read(keys: str) -> list[Any]:
+            return [decode(r) for r in self._query(_clustered_page_sql(codec, filters, keyset, keys), params)]
+
+        if not self.has_ids:
+            return read(_IDS_OLD)
+        # schema 6: the sorted index and the newer keys are each in id order; the page is the
+        # first ``limit`` rows of the two, merged
+        indexed = read(_IDS_INDEXED)
+        newer = read(_IDS_TAIL)
+        if not newer:
+            return indexed
+        return list(itertools.islice(heapq.merge(indexed, newer, key=_ID_SEQ), limit))
 
     @_names_store
     def metrics(self, run_id: str | None = None, pipeline_id: str | None = None) -> list[MetricRecord]:
@@ -1043,6 +1171,7 @@ class SqliteStore:
             try:
                 if conn is not None:
                     if not self.read_only:
+                        self._close_merge(conn)
                         try:
                             conn.execute("PRAGMA optimize")
                         except sqlite3.Error:
@@ -1054,6 +1183,22 @@ class SqliteStore:
             finally:
                 if self._writer_lock is not None:
                     self._writer_lock.release()
+
+    def _close_merge(self, conn: sqlite3.Connection) -> None:
+        """Merge this writer's newer keys into the sorted index as it closes, so readers after
+        the run probe the index alone; if that fails they stay where they are (still found)."""
+        high = self._next_pk - 1
+        if high <= self._indexed or not self._has_ids:
+            return
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            self._merge_statements(conn, high, high - self._indexed)
+            conn.execute("COMMIT")
+            self._tail.clear()
+            self._indexed = high
+        except sqlite3.Error as exc:
+            self._rollback(conn)
+            log.warning("pyattacker: store %s: the key index was not merged at close (%s)", self.path, exc)
 
     def __enter__(self) -> SqliteStore:
         return self
