@@ -113,16 +113,19 @@ def test_keys_are_merged_in_batches_and_found_on_both_sides_of_the_mark(
 
 
 def test_the_writer_looks_its_own_newer_keys_up_in_memory(tmp_path: Path) -> None:
-    """A lookup of ids none of which the writer registered since the mark probes the index
-    alone; one that includes such an id still finds it (and its state). A commit of a pipeline
-    whose number the writer forgot finds its key above the mark, and does not number it again."""
+    """The writer's reads by id probe the index alone unless an id is one of its newer keys
+    (which they still find), and its pages read no newer keys when it has none. A commit of a
+    pipeline whose number the writer forgot finds its key above the mark, and does not number
+    it again."""
     path = tmp_path / "k.db"
     store = OPENER.open(str(path))
+    _write(store, ["a", "b"])
+    store._known.clear()  # (as when more pipelines are in flight than it keeps)
+    _write(store, ["b"])
+    assert _raw(path, "SELECT pk FROM pipeline_keys WHERE pipeline_id = 'b'") == [(2,)]
+    store.close()  # a and b are merged
+    store = OPENER.open(str(path))
     try:
-        _write(store, ["a", "b"])
-        store._known.clear()  # (as when more pipelines are in flight than it keeps)
-        _write(store, ["b"])
-        assert _raw(path, "SELECT pk FROM pipeline_keys WHERE pipeline_id = 'b'") == [(2,)]
         sqls: list[str] = []
         query = store._query
 
@@ -132,11 +135,37 @@ def test_the_writer_looks_its_own_newer_keys_up_in_memory(tmp_path: Path) -> Non
 
         store._query = spy  # type: ignore[method-assign]
         store._states._query = spy
-        store._states._next_pk = None  # (no read-ahead: the probe is what is looked at)
-        assert store.lookup_states(["x", "y"]) == {}
-        assert "FROM pipeline_ids AS k" in sqls[-1]
-        assert set(store.lookup_states(["x", "b"])) == {"b"}
-        assert "FROM pipeline_key_ids AS k" in sqls[-1]
+        assert [(t.pipeline_id, t.seq) for t in store.page("tasks")] == [
+            ("a", 0),
+            ("a", 1),
+            ("b", 0),
+            ("b", 1),
+        ]
+        assert len(sqls) == 1  # no newer keys: the index alone
+        _write(store, ["c"])
+        reads = {
+            "lookup_states": lambda ids: (setattr(store._states, "_next_pk", None), store.lookup_states(ids))[
+                1
+            ],
+            "lookup_pipelines": lambda ids: store.lookup_pipelines(ids),
+            "rows_by_pipeline": lambda ids: store.rows_by_pipeline("tasks", ids),
+            "final_artifacts": lambda ids: store.final_artifacts(ids),
+            "task_leases": lambda ids: {p.split(":")[0]: v for p, v in store.task_leases(ids).items()},
+            "get_artifact": lambda ids: {
+                i: store.get_artifact(i, 0) for i in ids if store.get_artifact(i, 0)
+            },
+            "page": lambda ids: {
+                i: store.page("attempts", pipeline_id=i) for i in ids if store.page("attempts", pipeline_id=i)
+            },
+        }
+        for name, read in reads.items():
+            del sqls[:]  # (lookup_states without its read-ahead: the probe is what is looked at)
+            assert set(read(["a", "x"])) == {"a"}, name
+            assert sqls and all("pipeline_key_ids" not in q for q in sqls), name
+            del sqls[:]
+            assert set(read(["c", "a"])) == {"c", "a"}, name
+            assert any("pipeline_key_ids" in q for q in sqls), name
+        assert [(t.pipeline_id, t.seq) for t in store.page("tasks")][-2:] == [("c", 0), ("c", 1)]
     finally:
         store.close()
 

@@ -832,7 +832,7 @@ class SqliteStore:
         decode = PIPELINES.decode
         for start in range(0, len(unique), LOOKUP_CHUNK):
             chunk = unique[start : start + LOOKUP_CHUNK]
-            for row in self._query(_lookup_sql(len(chunk), self._ids), chunk):
+            for row in self._query(_lookup_sql(len(chunk), self._ids_for(chunk)), chunk):
                 found[row[0]] = decode(row)
         return found
 
@@ -847,8 +847,7 @@ class SqliteStore:
             raise ValueError(f"rows_by_pipeline: kind must be tasks, artifacts or handoffs, got {kind!r}")
         if kind == "handoffs" and not self.has_ledger:
             return {}
-        source = self._ids
-        return self._grouped(lambda n: _children_sql(kind, n, source), codec, ids, ())
+        return self._grouped(lambda n, chunk: _children_sql(kind, n, self._ids_for(chunk)), codec, ids, ())
 
     @_names_store
     def final_artifacts(self, ids: Sequence[str]) -> dict[str, ArtifactRecord]:
@@ -856,8 +855,7 @@ class SqliteStore:
         final, in seq order): what ``export --rows results`` shows, read without the other
         artifacts (optional method; a pipeline's seed and intermediate outputs can be most of
         its rows)."""
-        source = self._ids
-        finals = self._grouped(lambda n: _finals_sql(n, source), ARTIFACTS, ids, ())
+        finals = self._grouped(lambda n, chunk: _finals_sql(n, self._ids_for(chunk)), ARTIFACTS, ids, ())
         return {pid: rows[0] for pid, rows in finals.items()}
 
     def task_leases(self, ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
@@ -867,7 +865,7 @@ class SqliteStore:
         unique = list(dict.fromkeys(ids))
         for start in range(0, len(unique), LOOKUP_CHUNK):
             chunk = unique[start : start + LOOKUP_CHUNK]
-            last.update(self._query(_leases_sql(len(chunk), self._ids), chunk))
+            last.update(self._query(_leases_sql(len(chunk), self._ids_for(chunk)), chunk))
         out: dict[str, list[dict[str, Any]]] = {}
         for task_run_id, text in last.items():
             try:
@@ -884,18 +882,23 @@ class SqliteStore:
     def metrics_by_pipeline(self, run_id: str, ids: Sequence[str]) -> dict[str, list[MetricRecord]]:
         """``{pipeline_id: metrics}`` of run ``run_id`` for ``ids``, each list by name:
         ``metrics(run_id, pipeline_id=id)`` for many ids (optional method, see ``export``)."""
-        return self._grouped(_metrics_sql, METRICS, ids, (run_id,))
+        return self._grouped(lambda n, _: _metrics_sql(n), METRICS, ids, (run_id,))
 
     def _grouped(
-        self, sql_for: Callable[[int], str], codec: RowCodec[Any], ids: Sequence[str], head: tuple[Any, ...]
+        self,
+        sql_for: Callable[[int, Sequence[str]], str],
+        codec: RowCodec[Any],
+        ids: Sequence[str],
+        head: tuple[Any, ...],
     ) -> dict[str, list[Any]]:
-        """Rows of ``sql_for(n)`` (``head`` then n ids as parameters), grouped by pipeline id."""
+        """Rows of ``sql_for(n, chunk)`` (``head`` then the n ids of ``chunk`` as parameters),
+        grouped by pipeline id."""
         out: dict[str, list[Any]] = {}
         unique = list(dict.fromkeys(ids))
         decode = codec.decode
         for start in range(0, len(unique), LOOKUP_CHUNK):
             chunk = unique[start : start + LOOKUP_CHUNK]
-            for row in self._query(sql_for(len(chunk)), (*head, *chunk)):
+            for row in self._query(sql_for(len(chunk), chunk), (*head, *chunk)):
                 rec = decode(row)
                 out.setdefault(rec.pipeline_id, []).append(rec)
         return out
@@ -1040,7 +1043,7 @@ class SqliteStore:
 
     @_names_store
     def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
-        rows = self._query(_get_artifact_sql(self._ids), (pipeline_id, seq))
+        rows = self._query(_get_artifact_sql(self._ids_for((pipeline_id,))), (pipeline_id, seq))
         return ARTIFACTS.decode(rows[0]) if rows else None
 
     @_names_store
@@ -1049,7 +1052,7 @@ class SqliteStore:
         cannot run pipelines that hand off)."""
         if not self.has_ledger:
             return []
-        rows = self._query(_children_sql("handoffs", 1, self._ids), (pipeline_id,))
+        rows = self._query(_children_sql("handoffs", 1, self._ids_for((pipeline_id,))), (pipeline_id,))
         return [HANDOFFS.decode(row) for row in rows]
 
     @_names_store
@@ -1088,8 +1091,9 @@ class SqliteStore:
         params.append(limit)
         codec = _PAGE_CODECS[kind]
         decode = codec.decode
+        ids = self._ids if pipeline_id is None else self._ids_for((pipeline_id,))
         if kind not in ("tasks", "artifacts"):
-            sql = _page_sql(kind, filters, after is not None, None, self.has_spans, self._ids)
+            sql = _page_sql(kind, filters, after is not None, None, self.has_spans, ids)
             return [decode(r) for r in self._query(sql, params)]
         keyset = after is not None
 
@@ -1101,7 +1105,8 @@ class SqliteStore:
         # schema 6: the sorted index and the newer keys are each in id order; the page is the
         # first ``limit`` rows of the two, merged
         indexed = read(_IDS_INDEXED)
-        newer = read(_IDS_TAIL)
+        # (the writer knows whether it has newer keys, and which: then none to read, or these)
+        newer = read(_IDS_TAIL) if ids != _IDS_INDEXED and (self.read_only or self._tail) else []
         if not newer:
             return indexed
         return list(itertools.islice(heapq.merge(indexed, newer, key=_ID_SEQ), limit))
