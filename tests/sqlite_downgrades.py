@@ -1,13 +1,24 @@
 """Files of older schema versions, made from a current one the way those versions wrote them:
-the migration and read-as-it-is tests start from these."""
+the migration and read-as-it-is tests start from these; and ``raw``, what plain SQL reads in a
+store file (beside the store's own reads)."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 #: the tables whose ids schema 4 derives, and their views with the ids filled in
 DERIVED_TABLES = ("tasks", "attempts", "artifacts", "events")
+
+
+def raw(path: Path, sql: str) -> list[Any]:
+    """The rows of ``sql`` on the file, through a connection of its own."""
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
 
 
 def _downgrade(path: Path, version: int, *statements: str) -> None:

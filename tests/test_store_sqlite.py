@@ -20,7 +20,7 @@ from pyattacker.model import OK_DECISION, HandoffRecord
 from pyattacker.store import resolve_opener
 from pyattacker_plugins.store_jsonl import JsonlStoreOpener
 from pyattacker_plugins.store_sqlite import APPLICATION_ID, SCHEMA_VERSION, SqliteStore, SqliteStoreOpener
-from sqlite_downgrades import downgrade_to_v1, downgrade_to_v2, downgrade_to_v3
+from sqlite_downgrades import downgrade_to_v1, downgrade_to_v2, downgrade_to_v3, raw
 from store_contract import artifact, attempt, commit, event, pipeline, task
 
 OPENER = SqliteStoreOpener()
@@ -1398,14 +1398,6 @@ def _derived_batch() -> dict[str, list[Any]]:
     }
 
 
-def _raw(path: Path, sql: str) -> list[Any]:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
-
-
 def test_ids_that_a_row_s_pipeline_gives_are_derived_not_stored(tmp_path: Path) -> None:
     """Schema 4: a row with a pk stores NULL for its pipeline id and ``x''`` for an id equal to
     its slot's (``pipeline_id:seq``); every other id is stored as given. Every read path, and
@@ -1415,7 +1407,7 @@ def test_ids_that_a_row_s_pipeline_gives_are_derived_not_stored(tmp_path: Path) 
     try:
         rows = _derived_batch()
         commit(store, **rows)
-        raw_tasks = _raw(
+        raw_tasks = raw(
             path,
             "SELECT typeof(task_run_id), typeof(pipeline_id), typeof(output_artifact_id), output_artifact_id"
             " FROM tasks ORDER BY pk, seq",
@@ -1429,15 +1421,15 @@ def test_ids_that_a_row_s_pipeline_gives_are_derived_not_stored(tmp_path: Path) 
             ("text", "null", "null", None),  # p3:one
         ]
         raw_attempts = "SELECT typeof(pipeline_id), typeof(task_run_id) FROM attempts ORDER BY attempt_id"
-        assert _raw(path, raw_attempts) == [
+        assert raw(path, raw_attempts) == [
             ("null", "blob"), ("null", "blob"), ("null", "text"),
         ]  # fmt: skip
         raw_decisions = "SELECT typeof(decision_json) FROM attempts ORDER BY attempt_id"
-        assert _raw(path, raw_decisions) == [("blob",), ("text",), ("text",)]
-        assert _raw(path, "SELECT typeof(artifact_id), artifact_id FROM artifacts ORDER BY pk, seq") == [
+        assert raw(path, raw_decisions) == [("blob",), ("text",), ("text",)]
+        assert raw(path, "SELECT typeof(artifact_id), artifact_id FROM artifacts ORDER BY pk, seq") == [
             ("blob", b""), ("blob", b""), ("text", "p2:0:copy"),
         ]  # fmt: skip
-        assert _raw(path, "SELECT pk, pipeline_id FROM events ORDER BY event_id") == [
+        assert raw(path, "SELECT pk, pipeline_id FROM events ORDER BY event_id") == [
             (None, None), (1, None), (None, ""),
         ]  # fmt: skip
 
@@ -1463,19 +1455,19 @@ def test_ids_that_a_row_s_pipeline_gives_are_derived_not_stored(tmp_path: Path) 
         assert [t.task_run_id for t in children["p3"]] == ["p3:0", "p3:one"]
         assert [t.output_artifact_id for t in children["p1"]] == ["p1:0", None]
         assert set(store.task_leases(["p1", "p2"])) == {"p1:0", "p1:1", "custom"}
-        assert _raw(
+        assert raw(
             path, "SELECT task_run_id, pipeline_id, output_artifact_id FROM tasks_full ORDER BY pk, seq"
         ) == [(t.task_run_id, t.pipeline_id, t.output_artifact_id) for t in rows["tasks"]]
-        assert _raw(path, "SELECT artifact_id FROM artifacts_full ORDER BY pk, seq") == [
+        assert raw(path, "SELECT artifact_id FROM artifacts_full ORDER BY pk, seq") == [
             ("p1:-1",), ("p1:0",), ("p2:0:copy",),
         ]  # fmt: skip
-        assert _raw(path, "SELECT pipeline_id, task_run_id FROM attempts_full ORDER BY attempt_id")[2] == (
+        assert raw(path, "SELECT pipeline_id, task_run_id FROM attempts_full ORDER BY attempt_id")[2] == (
             "p2",
             "custom",
         )
-        full_decisions = _raw(path, "SELECT decision_json FROM attempts_full ORDER BY attempt_id")
+        full_decisions = raw(path, "SELECT decision_json FROM attempts_full ORDER BY attempt_id")
         assert full_decisions[0] == ('{"retry":false,"reason":"ok","delay_s":0.0}',)
-        assert _raw(path, "SELECT pipeline_id FROM events_full ORDER BY event_id") == [
+        assert raw(path, "SELECT pipeline_id FROM events_full ORDER BY event_id") == [
             (None,),
             ("p1",),
             ("",),
@@ -1493,7 +1485,7 @@ def test_version_3_file_read_as_it_is_and_migrated_by_the_writer(tmp_path: Path)
     expected = {kind: [r for r in store.page(kind)] for kind in ("tasks", "attempts", "artifacts", "events")}
     store.close()
     downgrade_to_v3(path)
-    assert _raw(path, "SELECT typeof(task_run_id), typeof(pipeline_id) FROM tasks LIMIT 1") == [
+    assert raw(path, "SELECT typeof(task_run_id), typeof(pipeline_id) FROM tasks LIMIT 1") == [
         ("text", "text")
     ]
     before = digest(path)
@@ -1512,11 +1504,11 @@ def test_version_3_file_read_as_it_is_and_migrated_by_the_writer(tmp_path: Path)
         assert [t.task_run_id for t in writer.page("tasks", pipeline_id="p9")] == ["p9:0"]
     finally:
         writer.close()
-    assert _raw(path, "SELECT typeof(task_run_id), typeof(pipeline_id) FROM tasks ORDER BY pk, seq")[0] == (
+    assert raw(path, "SELECT typeof(task_run_id), typeof(pipeline_id) FROM tasks ORDER BY pk, seq")[0] == (
         "text",
         "text",
     )
-    assert _raw(
+    assert raw(
         path, "SELECT typeof(task_run_id), typeof(pipeline_id) FROM tasks ORDER BY pk DESC LIMIT 1"
     ) == [("blob", "null")]
-    assert _raw(path, "PRAGMA user_version") == [(6,)]
+    assert raw(path, "PRAGMA user_version") == [(6,)]

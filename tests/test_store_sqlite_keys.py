@@ -18,7 +18,7 @@ import pytest
 
 from pyattacker_plugins.store_sqlite import SqliteStoreOpener
 from pyattacker_plugins.store_sqlite import store as sqlite_store
-from sqlite_downgrades import downgrade_to_v5
+from sqlite_downgrades import downgrade_to_v5, raw
 from store_contract import artifact, attempt, commit, pipeline, task
 
 OPENER = SqliteStoreOpener()
@@ -26,16 +26,8 @@ OPENER = SqliteStoreOpener()
 IDS = [f"{c}{i}" for i, c in enumerate("qbxdmzafkwcprhe")]
 
 
-def _raw(path: Path, sql: str) -> list[Any]:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
-
-
 def _mark(path: Path) -> int:
-    return int(_raw(path, "SELECT value FROM store_meta WHERE key = 'keys_indexed'")[0][0])
+    return int(raw(path, "SELECT value FROM store_meta WHERE key = 'keys_indexed'")[0][0])
 
 
 def _write(store: Any, ids: list[str]) -> None:
@@ -87,8 +79,8 @@ def test_keys_are_merged_in_batches_and_found_on_both_sides_of_the_mark(
         _write(store, IDS[:6])
         # the fourth key's commit merged the first four; two wait above the mark
         assert _mark(path) == 4
-        assert sorted(_raw(path, "SELECT pipeline_id FROM pipeline_ids")) == sorted((p,) for p in IDS[:4])
-        assert len(_raw(path, "SELECT * FROM pipeline_keys")) == 6
+        assert sorted(raw(path, "SELECT pipeline_id FROM pipeline_ids")) == sorted((p,) for p in IDS[:4])
+        assert len(raw(path, "SELECT * FROM pipeline_keys")) == 6
         _assert_every_read_finds(store, IDS[:6])
         # a reader beside the writer has no memory of the newer keys: it reads them from the table
         reader = OPENER.open(str(path), read_only=True)
@@ -102,8 +94,8 @@ def test_keys_are_merged_in_batches_and_found_on_both_sides_of_the_mark(
         store.close()
     # the writer merged its newer keys as it closed: readers probe the index alone
     assert _mark(path) == len(IDS)
-    keys = _raw(path, "SELECT pipeline_id, pk FROM pipeline_keys ORDER BY pk")
-    assert sorted(keys) == sorted(_raw(path, "SELECT pipeline_id, pk FROM pipeline_ids"))
+    keys = raw(path, "SELECT pipeline_id, pk FROM pipeline_keys ORDER BY pk")
+    assert sorted(keys) == sorted(raw(path, "SELECT pipeline_id, pk FROM pipeline_ids"))
     assert [pid for pid, _ in keys] == IDS and len({pk for _, pk in keys}) == len(IDS)
     reader = OPENER.open(str(path), read_only=True)
     try:
@@ -122,7 +114,7 @@ def test_the_writer_looks_its_own_newer_keys_up_in_memory(tmp_path: Path) -> Non
     _write(store, ["a", "b"])
     store._known.clear()  # (as when more pipelines are in flight than it keeps)
     _write(store, ["b"])
-    assert _raw(path, "SELECT pk FROM pipeline_keys WHERE pipeline_id = 'b'") == [(2,)]
+    assert raw(path, "SELECT pk FROM pipeline_keys WHERE pipeline_id = 'b'") == [(2,)]
     store.close()  # a and b are merged
     store = OPENER.open(str(path))
     try:
@@ -189,8 +181,8 @@ def test_a_crash_leaves_keys_above_the_mark_that_the_next_writer_merges(tmp_path
         """
     )
     subprocess.run([sys.executable, "-c", child], check=True, timeout=60)
-    assert _mark(path) == 0 and len(_raw(path, "SELECT * FROM pipeline_keys")) == 5
-    assert _raw(path, "SELECT COUNT(*) FROM pipeline_ids") == [(0,)]
+    assert _mark(path) == 0 and len(raw(path, "SELECT * FROM pipeline_keys")) == 5
+    assert raw(path, "SELECT COUNT(*) FROM pipeline_ids") == [(0,)]
     reader = OPENER.open(str(path), read_only=True)
     try:
         _assert_every_read_finds(reader, IDS[:5])
@@ -198,14 +190,14 @@ def test_a_crash_leaves_keys_above_the_mark_that_the_next_writer_merges(tmp_path
         reader.close()
     store = OPENER.open(str(path))
     try:
-        assert _mark(path) == 5 and _raw(path, "SELECT COUNT(*) FROM pipeline_ids") == [(5,)]
+        assert _mark(path) == 5 and raw(path, "SELECT COUNT(*) FROM pipeline_ids") == [(5,)]
         _write(store, IDS[:7])  # five again (a resume), two new
         _assert_every_read_finds(store, IDS[:7])
     finally:
         store.close()
-    keys = _raw(path, "SELECT pipeline_id FROM pipeline_keys")
+    keys = raw(path, "SELECT pipeline_id FROM pipeline_keys")
     assert sorted(keys) == sorted((p,) for p in IDS[:7])  # each id numbered once
-    assert _raw(path, "SELECT COUNT(*) FROM pipeline_ids") == [(7,)]
+    assert raw(path, "SELECT COUNT(*) FROM pipeline_ids") == [(7,)]
 
 
 def test_an_id_registered_twice_keeps_its_first_number_and_is_reported(
@@ -225,7 +217,7 @@ def test_an_id_registered_twice_keeps_its_first_number_and_is_reported(
         store = OPENER.open(str(path))
     try:
         assert "1 of 2 new pipeline keys were indexed already" in caplog.text
-        assert dict(_raw(path, "SELECT pipeline_id, pk FROM pipeline_ids")) == {"a": 1, "b": 2, "c": 4}
+        assert dict(raw(path, "SELECT pipeline_id, pk FROM pipeline_ids")) == {"a": 1, "b": 2, "c": 4}
         assert store.lookup_pipelines(["a"])["a"].pipeline_id == "a"
     finally:
         store.close()
@@ -239,7 +231,7 @@ def test_a_version_5_file_is_read_as_it_is_and_migrated_by_the_writer(tmp_path: 
     _write(store, IDS[:5])
     store.close()
     downgrade_to_v5(path)
-    keys = _raw(path, "SELECT pk, pipeline_id FROM pipeline_keys ORDER BY pk")
+    keys = raw(path, "SELECT pk, pipeline_id FROM pipeline_keys ORDER BY pk")
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     reader = OPENER.open(str(path), read_only=True)
     try:
@@ -256,11 +248,11 @@ def test_a_version_5_file_is_read_as_it_is_and_migrated_by_the_writer(tmp_path: 
             writer.close()
     finally:
         reader.close()
-    assert _raw(path, "SELECT pk, pipeline_id FROM pipeline_keys ORDER BY pk")[:5] == keys
-    ddl = _raw(path, "SELECT sql FROM sqlite_master WHERE name = 'pipeline_keys'")[0][0]
+    assert raw(path, "SELECT pk, pipeline_id FROM pipeline_keys ORDER BY pk")[:5] == keys
+    ddl = raw(path, "SELECT sql FROM sqlite_master WHERE name = 'pipeline_keys'")[0][0]
     assert "UNIQUE" not in ddl.upper()
     indexes = "SELECT name FROM sqlite_master WHERE tbl_name = 'pipeline_keys' AND type = 'index'"
-    assert not _raw(path, indexes)
-    assert _raw(path, "SELECT COUNT(*) FROM pipeline_ids") == [(8,)] and _mark(path) == 8
+    assert not raw(path, indexes)
+    assert raw(path, "SELECT COUNT(*) FROM pipeline_ids") == [(8,)] and _mark(path) == 8
     # the views of schema 4 survived the rebuild of the key table
-    assert _raw(path, "SELECT COUNT(*) FROM tasks_full WHERE pipeline_id IS NOT NULL") == [(16,)]
+    assert raw(path, "SELECT COUNT(*) FROM tasks_full WHERE pipeline_id IS NOT NULL") == [(16,)]

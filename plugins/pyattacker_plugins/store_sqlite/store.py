@@ -117,6 +117,7 @@ _IDS_INDEXED = "pipeline_ids"
 #: the newer ones, as a table ``k`` can name (an ordered page reads the two parts apart)
 _IDS_TAIL = f"({schema.KEY_TAIL})"
 _REGISTER_KEY = f"INSERT {_OR} INTO pipeline_keys (pk, pipeline_id) VALUES (?, ?)"
+_HAS_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
 #: Keys registered since the last merge into ``pipeline_ids`` after which a commit merges them
 #: (schema 6). Each merge writes the index's leaves that the new ids fall in, once; a reader
 #: that looks an id up scans at most this many key rows besides its index probe.
@@ -426,11 +427,11 @@ class SqliteStore:
         self._mutex = threading.RLock()
         self._next_attempt_id = self._next_id("attempts", "attempt_id")
         self._next_event_id = self._next_id("events", "event_id")
-        #: a reader of a file of schema 2 or older has no ledger (a writer migrates it first)
-        self._has_ledger = self._ledger_table()
-        self._next_handoff_id = self._next_id("handoffs", "handoff_id") if self._has_ledger else 1
-        #: a reader of a file of schema 4 or older finds a run's rows through its run indexes
-        self._has_spans = self._span_table()
+        #: the tables of later schema versions that the file has (``_has_table``): a reader of an
+        #: older file has no ledger (schema 3), finds a run's rows through its run indexes
+        #: (before 5) and looks ids up in the key table's own index (before 6)
+        self._tables: set[str] = set() if read_only else set(schema.ADDED_TABLES)  # (a writer migrated it)
+        self._next_handoff_id = self._next_id("handoffs", "handoff_id") if self.has_ledger else 1
         #: pipeline id -> pk of committed key rows. Rows carry the pk itself (resolved here, not
         #: by a sub-select per row); bounded, since only pipelines in flight need to be here.
         self._known: dict[str, int] = {}
@@ -439,8 +440,6 @@ class SqliteStore:
         #: lock; a commit that registers one takes it out, and clearing the set is always safe)
         self._absent: set[str] = set()
         self._next_pk = self._next_id("pipeline_keys", "pk")
-        #: a reader of a file of schema 5 or older looks ids up in the key table's own index
-        self._has_ids = self._ids_table()
         #: the writer's keys above ``store_meta.keys_indexed`` (id -> pk), which ``pipeline_ids``
         #: does not hold yet: complete, because the writer merges whatever a crash left before
         #: its first commit (``_merge_keys``), and nobody else registers keys (the writer lock)
@@ -461,36 +460,28 @@ class SqliteStore:
         #: FULL makes its commits durable on a thread (``sync_behind``) from the second commit on
         self.sync_behind = SyncBehind(path + "-wal") if not read_only and synchronous == "full" else None
 
+    def _has_table(self, name: str) -> bool:
+        """Whether the file has ``name``, a table a later schema version added. Known for good once
+        seen; a reader of an older file asks again until it is there: a writer may migrate the
+        file while ``watch`` or ``serve`` keeps it open (a writer has migrated it already)."""
+        if name not in self._tables and self._conn is not None and self._query(_HAS_TABLE, (name,)):
+            self._tables.add(name)
+        return name in self._tables
+
     @property
     def has_ledger(self) -> bool:
-        """Whether the file has the control ledger. A reader of an older file asks again until it
-        does: a writer may migrate the file while ``watch`` or ``serve`` keeps it open."""
-        if not self._has_ledger and self.read_only and self._conn is not None:
-            self._has_ledger = self._ledger_table()
-        return self._has_ledger
-
-    def _ledger_table(self) -> bool:
-        return bool(self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'handoffs'"))
+        """Whether the file has the control ledger (schema 3)."""
+        return self._has_table("handoffs")
 
     @property
     def has_spans(self) -> bool:
-        """Whether the file has ``run_spans`` (see ``run_spans``); asked again like ``has_ledger``."""
-        if not self._has_spans and self.read_only and self._conn is not None:
-            self._has_spans = self._span_table()
-        return self._has_spans
-
-    def _span_table(self) -> bool:
-        return bool(self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'run_spans'"))
+        """Whether the file has ``run_spans`` (schema 5, see ``run_spans``)."""
+        return self._has_table("run_spans")
 
     @property
     def has_ids(self) -> bool:
-        """Whether the file has ``pipeline_ids`` (schema 6); asked again like ``has_ledger``."""
-        if not self._has_ids and self.read_only and self._conn is not None:
-            self._has_ids = self._ids_table()
-        return self._has_ids
-
-    def _ids_table(self) -> bool:
-        return bool(self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'pipeline_ids'"))
+        """Whether the file has ``pipeline_ids`` (schema 6)."""
+        return self._has_table("pipeline_ids")
 
     @property
     def _ids(self) -> str:
@@ -500,7 +491,7 @@ class SqliteStore:
     def _ids_for(self, ids: Sequence[str]) -> str:
         """``_ids``, or for the writer the sorted index alone when none of ``ids`` is one of its
         own newer keys (the usual case: a resume's lookups then skip the scan of those rows)."""
-        if self.read_only or not self._has_ids:
+        if self.read_only or not self.has_ids:
             return self._ids
         tail = self._tail
         return schema.KEY_IDS if tail and any(i in tail for i in ids) else _IDS_INDEXED
@@ -1193,7 +1184,7 @@ class SqliteStore:
         """Merge this writer's newer keys into the sorted index as it closes, so readers after
         the run probe the index alone; if that fails they stay where they are (still found)."""
         high = self._next_pk - 1
-        if high <= self._indexed or not self._has_ids:
+        if high <= self._indexed or not self.has_ids:
             return
         try:
             conn.execute("BEGIN IMMEDIATE")
