@@ -256,3 +256,53 @@ def test_a_version_5_file_is_read_as_it_is_and_migrated_by_the_writer(tmp_path: 
     assert raw(path, "SELECT COUNT(*) FROM pipeline_ids") == [(8,)] and _mark(path) == 8
     # the views of schema 4 survived the rebuild of the key table
     assert raw(path, "SELECT COUNT(*) FROM tasks_full WHERE pipeline_id IS NOT NULL") == [(16,)]
+
+
+class _MergeBetween:
+    """A reader's connection that lets the writer merge its newer keys right after the reader's
+    first read of a page (the read of the sorted index)."""
+
+    def __init__(self, conn: sqlite3.Connection, writer: Any) -> None:
+        self._conn = conn
+        self._writer = writer
+        self.merged = False
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        cursor = self._conn.execute(sql, params)
+        if "FROM pipeline_ids AS k" in sql and not self.merged:
+            rows = cursor.fetchall()
+            self._writer._indexed = self._writer._merge_keys()
+            self.merged = True
+            return _Rows(rows)
+        return cursor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+class _Rows:
+    def __init__(self, rows: list[Any]) -> None:
+        self._rows = rows
+
+    def fetchall(self) -> list[Any]:
+        return self._rows
+
+
+def test_a_page_reads_both_parts_in_one_snapshot(tmp_path: Path) -> None:
+    """A merge committed between a reader's read of the sorted index and its read of the newer
+    keys would move those keys out of the second part unseen: both are read in one snapshot."""
+    path = tmp_path / "k.db"
+    writer = OPENER.open(str(path))
+    try:
+        _write(writer, IDS[:4])
+        reader = OPENER.open(str(path), read_only=True)
+        try:
+            conn = _MergeBetween(reader._conn, writer)  # type: ignore[arg-type]
+            reader._conn = conn  # type: ignore[assignment]
+            got = [(t.pipeline_id, t.seq) for t in reader.page("tasks")]
+            assert conn.merged and _mark(path) == 4
+            assert got == [(p, s) for p in sorted(IDS[:4]) for s in (0, 1)]
+        finally:
+            reader.close()
+    finally:
+        writer.close()

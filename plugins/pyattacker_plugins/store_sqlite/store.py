@@ -808,6 +808,22 @@ class SqliteStore:
             except sqlite3.Error as exc:
                 raise StoreUnavailable(f"store {self.path}: read failed: {exc}") from exc
 
+    def _query_snapshot(self, sqls: list[str], params: Sequence[Any]) -> list[list[Any]]:
+        """The rows of each of ``sqls`` (same ``params``), all read in one transaction."""
+        if len(sqls) == 1:
+            return [self._query(sqls[0], params)]
+        with self._mutex:
+            conn = self._db()
+            try:
+                conn.execute("BEGIN")
+                try:
+                    return [conn.execute(sql, params).fetchall() for sql in sqls]
+                finally:
+                    conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback(conn)
+                raise StoreUnavailable(f"store {self.path}: read failed: {exc}") from exc
+
     def _raise_corrupt(self, codec: RowCodec[Any], where: str, params: Sequence[Any] = ()) -> None:
         """Raise the ``CorruptRow`` of the first row of ``codec``'s table matching ``where`` (a
         narrow read saw a bad value: decoding the whole row names its column)."""
@@ -1087,20 +1103,25 @@ class SqliteStore:
             sql = _page_sql(kind, filters, after is not None, None, self.has_spans, ids)
             return [decode(r) for r in self._query(sql, params)]
         keyset = after is not None
-
-        def read(keys: str) -> list[Any]:
-            return [decode(r) for r in self._query(_clustered_page_sql(codec, filters, keyset, keys), params)]
-
         if not self.has_ids:
-            return read(_IDS_OLD)
+            return [
+                decode(r) for r in self._query(_clustered_page_sql(codec, filters, keyset, _IDS_OLD), params)
+            ]
         # schema 6: the sorted index and the newer keys are each in id order; the page is the
-        # first ``limit`` rows of the two, merged
-        indexed = read(_IDS_INDEXED)
-        # (the writer knows whether it has newer keys, and which: then none to read, or these)
-        newer = read(_IDS_TAIL) if ids != _IDS_INDEXED and (self.read_only or self._tail) else []
-        if not newer:
-            return indexed
-        return list(itertools.islice(heapq.merge(indexed, newer, key=_ID_SEQ), limit))
+        # first ``limit`` rows of the two, merged, both read in one snapshot (a merge committed
+        # between them would move keys from the second part to the first unseen). The writer
+        # knows whether it has newer keys, and which: then none to read, or these.
+        parts = [_IDS_INDEXED]
+        if ids != _IDS_INDEXED and (self.read_only or self._tail):
+            parts.append(_IDS_TAIL)
+        indexed, *newer = self._query_snapshot(
+            [_clustered_page_sql(codec, filters, keyset, k) for k in parts], params
+        )
+        if not newer or not newer[0]:
+            return [decode(r) for r in indexed]
+        return list(
+            itertools.islice(heapq.merge(map(decode, indexed), map(decode, newer[0]), key=_ID_SEQ), limit)
+        )
 
     @_names_store
     def metrics(self, run_id: str | None = None, pipeline_id: str | None = None) -> list[MetricRecord]:
