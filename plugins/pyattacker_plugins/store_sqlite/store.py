@@ -494,7 +494,7 @@ class SqliteStore:
         if self.read_only or not self.has_ids:
             return self._ids
         tail = self._tail
-        return schema.KEY_IDS if tail and any(i in tail for i in ids) else _IDS_INDEXED
+        return schema.KEY_IDS if tail and not tail.keys().isdisjoint(ids) else _IDS_INDEXED
 
     def _merge_keys(self) -> int:
         """Merge the keys above the high mark into ``pipeline_ids`` (what a crashed writer left,
