@@ -306,3 +306,31 @@ def test_a_page_reads_both_parts_in_one_snapshot(tmp_path: Path) -> None:
             reader.close()
     finally:
         writer.close()
+
+
+def test_a_merge_that_fails_at_close_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Closing still closes (lock freed) when the merge fails; the keys stay above the mark,
+    readers find them, and the next writer merges them."""
+    from pyattacker_plugins.store_sqlite import schema
+
+    path = tmp_path / "k.db"
+    store = OPENER.open(str(path))
+    _write(store, IDS[:3])
+    monkeypatch.setattr(
+        schema, "MERGE_KEYS", ("SELECT no_such_column FROM pipeline_ids", schema.MERGE_KEYS[1])
+    )
+    with caplog.at_level(logging.WARNING, logger="pyattacker"):
+        store.close()
+    assert "merging the key index failed" in caplog.text and "(at close)" in caplog.text
+    assert _mark(path) == 0
+    monkeypatch.undo()
+    reader = OPENER.open(str(path), read_only=True)
+    try:
+        _assert_every_read_finds(reader, IDS[:3])
+    finally:
+        reader.close()
+    store = OPENER.open(str(path))  # the lock was freed; this writer merges them
+    store.close()
+    assert _mark(path) == 3 and raw(path, "SELECT COUNT(*) FROM pipeline_ids") == [(3,)]

@@ -20,6 +20,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -812,17 +813,23 @@ class SqliteStore:
         """The rows of each of ``sqls`` (same ``params``), all read in one transaction."""
         if len(sqls) == 1:
             return [self._query(sqls[0], params)]
+        with self._snapshot() as conn:
+            return [conn.execute(sql, params).fetchall() for sql in sqls]
+
+    @contextmanager
+    def _snapshot(self, what: str = "read") -> Iterator[sqlite3.Connection]:
+        """The connection inside one read transaction (what the block reads agrees with itself)."""
         with self._mutex:
             conn = self._db()
             try:
                 conn.execute("BEGIN")
                 try:
-                    return [conn.execute(sql, params).fetchall() for sql in sqls]
+                    yield conn
                 finally:
                     conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._rollback(conn)
-                raise StoreUnavailable(f"store {self.path}: read failed: {exc}") from exc
+                raise StoreUnavailable(f"store {self.path}: {what} failed: {exc}") from exc
 
     def _raise_corrupt(self, codec: RowCodec[Any], where: str, params: Sequence[Any] = ()) -> None:
         """Raise the ``CorruptRow`` of the first row of ``codec``'s table matching ``where`` (a
@@ -949,22 +956,13 @@ class SqliteStore:
         ``(finished_at - started_at) * 1000.0`` of a row that has both, as the fold computes it).
         The durations are a packed array: 8 bytes per pipeline, however large the run."""
         where, params = _run_filter(run_id)
-        with self._mutex:
-            conn = self._db()
-            try:
-                conn.execute("BEGIN")
-                try:
-                    totals = conn.execute(
-                        f"SELECT state, COUNT(*), SUM(ifnull(attempts_total, 0)), SUM(NOT {_STATE_TYPED})"
-                        f" FROM pipelines{where} GROUP BY state",
-                        params,
-                    ).fetchall()
-                    durations = _sorted_durations(conn, run_id)
-                finally:
-                    conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback(conn)
-                raise StoreUnavailable(f"store {self.path}: read failed: {exc}") from exc
+        with self._snapshot() as conn:
+            totals = conn.execute(
+                f"SELECT state, COUNT(*), SUM(ifnull(attempts_total, 0)), SUM(NOT {_STATE_TYPED})"
+                f" FROM pipelines{where} GROUP BY state",
+                params,
+            ).fetchall()
+            durations = _sorted_durations(conn, run_id)
         if any(bad for *_, bad in totals):
             and_run, run_params = _run_filter(run_id, " AND")
             self._raise_corrupt(PIPELINES, f"NOT {_STATE_TYPED}{and_run}", run_params)
@@ -1163,23 +1161,22 @@ class SqliteStore:
 
     def stats(self, run_id: str | None = None) -> dict[str, Any]:
         """Aggregates in SQL, read in one transaction so the numbers agree with each other."""
-        with self._mutex:
-            conn = self._db()
-            try:
-                conn.execute("BEGIN")
-                try:
-                    return _stats(conn, run_id, self.has_ledger, self.has_spans)
-                finally:
-                    conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback(conn)
-                raise StoreUnavailable(f"store {self.path}: stats failed: {exc}") from exc
-            except CorruptRow as exc:
-                raise exc.at(self.path) from None
+        try:
+            with self._snapshot("stats") as conn:
+                return _stats(conn, run_id, self.has_ledger, self.has_spans)
+        except CorruptRow as exc:
+            raise exc.at(self.path) from None
 
     def close(self) -> None:
         """Close the connection (WAL checkpointed by SQLite) and free the writer lock."""
         with self._mutex:
+            if not self.read_only and self._conn is not None:
+                # the newer keys into the sorted index, so readers after the run probe it alone
+                # (if that fails they stay where they are, and are still found)
+                try:
+                    self._indexed = self._merge_keys()
+                except StoreUnavailable as exc:
+                    log.warning("pyattacker: %s (at close)", exc)
             conn, self._conn = self._conn, None
             if self.sync_behind is not None:
                 self.sync_behind.stop()  # after the syncs requested so far
@@ -1188,7 +1185,6 @@ class SqliteStore:
             try:
                 if conn is not None:
                     if not self.read_only:
-                        self._close_merge(conn)
                         try:
                             conn.execute("PRAGMA optimize")
                         except sqlite3.Error:
@@ -1200,22 +1196,6 @@ class SqliteStore:
             finally:
                 if self._writer_lock is not None:
                     self._writer_lock.release()
-
-    def _close_merge(self, conn: sqlite3.Connection) -> None:
-        """Merge this writer's newer keys into the sorted index as it closes, so readers after
-        the run probe the index alone; if that fails they stay where they are (still found)."""
-        high = self._next_pk - 1
-        if high <= self._indexed or not self.has_ids:
-            return
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            self._merge_statements(conn, high, high - self._indexed)
-            conn.execute("COMMIT")
-            self._tail.clear()
-            self._indexed = high
-        except sqlite3.Error as exc:
-            self._rollback(conn)
-            log.warning("pyattacker: store %s: the key index was not merged at close (%s)", self.path, exc)
 
     def __enter__(self) -> SqliteStore:
         return self
