@@ -35,6 +35,7 @@ __all__ = [
     "APPLICATION_ID",
     "KEYS_INDEXED",
     "KEY_IDS",
+    "KEY_TAIL",
     "MERGE_KEYS",
     "MIGRATIONS",
     "SCHEMA_VERSION",
