@@ -115,6 +115,47 @@ def test_instruction_counts_cancel_start_up_and_grow_with_the_work(tmp_path: Pat
     assert "instructions per pipeline" in proc.stdout
 
 
+@pytest.mark.timeout(300)
+def test_row_costs_leave_out_only_the_rows_asked_for(tmp_path: Path) -> None:
+    """``benchmarks.row_costs`` runs each variant as its own process; a variant's store holds
+    every row but those it leaves out (what it measures is their cost), and the reference
+    ``all`` is added when not asked for, since every ratio is taken against it."""
+    out = tmp_path / "rows.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.row_costs", "--n", "150", "--rounds", "1",
+         "--variants", "no-attempts,tasks-only", "--out", str(out)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+        timeout=280,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    variants = json.loads(out.read_text())["variants"]
+    assert list(variants) == ["all", "no-attempts", "tasks-only"]
+    full = variants["all"]["rows"]
+    # 150 pipelines x 3 tasks: a seed and three outputs each; the run's start and end events
+    assert full == {"pipelines": 150, "tasks": 450, "artifacts": 600, "attempts": 450, "events": 152,
+                    "pipeline_keys": 150}  # fmt: skip
+    assert variants["no-attempts"]["rows"] == {**full, "attempts": 0}
+    assert variants["tasks-only"]["rows"] == {**dict.fromkeys(full, 0), "tasks": 450, "pipeline_keys": 150}
+    assert "ratio" not in variants["all"]
+    for name in ("no-attempts", "tasks-only"):
+        ratio = variants[name]["ratio"]
+        assert len(ratio["rounds"]) == 1 and ratio["median"] > 0
+    assert "| no-attempts | attempts |" in proc.stdout and "| all | - | 1 (reference) |" in proc.stdout
+
+
+def test_row_costs_reject_unknown_variants_and_a_store_without_the_rows(tmp_path: Path) -> None:
+    from benchmarks import row_costs
+
+    for argv in (["--variants", "all,nope"], ["--child=nope", "--store", "x.db"], ["--rounds", "0"]):
+        with pytest.raises(SystemExit) as err:
+            row_costs.main(argv)
+        assert err.value.code == 2
+    # a kind the store no longer writes under that name: refused, never a run that leaves out nothing
+    with pytest.raises(SystemExit, match=r"no write list entry for \['nope'\]"):
+        row_costs.child(("nope",), 10, str(tmp_path / "x.db"))
+    assert not (tmp_path / "x.db").exists()
+
+
 def test_instruction_tool_rejects_bad_arguments() -> None:
     from benchmarks import instructions
 
@@ -207,7 +248,7 @@ def test_documented_benchmark_commands_parse(module: str, args: list[str]) -> No
 
 
 def test_the_docs_show_benchmark_commands() -> None:
-    tools = {"benchmarks", "benchmarks.instructions", "benchmarks.profile_overhead"}
+    tools = {"benchmarks", "benchmarks.instructions", "benchmarks.profile_overhead", "benchmarks.row_costs"}
     assert {m for m, _ in DOCUMENTED} >= tools
 
 
