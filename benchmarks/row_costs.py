@@ -1,5 +1,5 @@
 """What each kind of row the SQLite store writes costs a run: the overhead workload with one kind
-left out at a time, against the same workload with every row, round by round.
+left out at a time, against the same workload with every row, run just before and just after it.
 
 A task's checkpoint writes several rows (its task row, its output, its attempt, shares of its
 pipeline's row and events); profiles spread their cost over SQLite's binding, B-tree and log
@@ -105,27 +105,35 @@ def instructions_per_task(name: str, n: int, base: int) -> float:
 
 
 def measure(names: list[str], n: int, rounds: int, log: Any = print) -> dict[str, Any]:
-    """``rounds`` rounds of every variant (order rotated each round) and per-round ratios of
-    pipelines/s to the round's "all"."""
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-    ratios: dict[str, list[float]] = {name: [] for name in names if name != "all"}
+    """``rounds`` rounds; in each, every variant runs between two runs of "all" (``all, a, all,
+    b, ..., all``; the variants' order rotated from round to round), and its ratio is to the mean
+    of those two: on a machine whose speed drifts within a minute, a variant is compared with
+    what ran just before and just after it, not with one reference somewhere in the round."""
+    variants = [name for name in names if name != "all"]
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in ["all", *variants]}
+    ratios: dict[str, list[float]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory(prefix="pyattacker-rows-") as tmp:
         for r in range(rounds):
-            order = names[r % len(names) :] + names[: r % len(names)]
-            got = {name: run_variant(name, n, Path(tmp)) for name in order}
-            for name in names:
-                runs[name].append(got[name])
-            for name in ratios:
-                ratios[name].append(got[name]["pipelines_per_s"] / got["all"]["pipelines_per_s"])
-            log(
-                f"round {r + 1}/{rounds}: "
-                + ", ".join(f"{k} {got[k]['pipelines_per_s']:,.0f}/s" for k in names)
-            )
+            shift = r % len(variants) if variants else 0
+            order = variants[shift:] + variants[:shift]
+            before = run_variant("all", n, Path(tmp))
+            runs["all"].append(before)
+            line = [f"all {before['pipelines_per_s']:,.0f}/s"]
+            for name in order:
+                got = run_variant(name, n, Path(tmp))
+                after = run_variant("all", n, Path(tmp))
+                runs[name].append(got)
+                runs["all"].append(after)
+                reference = (before["pipelines_per_s"] + after["pipelines_per_s"]) / 2
+                ratios[name].append(got["pipelines_per_s"] / reference)
+                line += [f"{name} {got['pipelines_per_s']:,.0f}/s", f"all {after['pipelines_per_s']:,.0f}/s"]
+                before = after
+            log(f"round {r + 1}/{rounds}: " + ", ".join(line))
     out: dict[str, Any] = {}
-    for name in names:
-        rs = runs[name]
+    for name, rs in runs.items():
         out[name] = {
             "without": list(VARIANTS[name]),
+            "runs": len(rs),
             "pipelines_per_s": statistics.median(x["pipelines_per_s"] for x in rs),
             "cpu_us_per_task": statistics.median(x["cpu_us_per_task"] for x in rs),
             "sys_us_per_task": statistics.median(x["sys_us_per_task"] for x in rs),
@@ -155,7 +163,8 @@ def render(results: dict[str, Any], n: int, rounds: int, ins: dict[str, float] |
         " | KB written / pipeline | bytes / pipeline |"
     )
     lines = [
-        f"overhead workload, N={n:,}, C=64, {rounds} rounds (median; ratios per round)",
+        f"overhead workload, N={n:,}, C=64, {rounds} rounds (medians; a variant's ratio is to the"
+        " mean of the runs of all just before and after it)",
         "",
         head + (" instructions / task |" if ins else ""),
         "|---|---|---:|---:|---:|---:|" + ("---:|" if ins else ""),

@@ -119,7 +119,8 @@ def test_instruction_counts_cancel_start_up_and_grow_with_the_work(tmp_path: Pat
 def test_row_costs_leave_out_only_the_rows_asked_for(tmp_path: Path) -> None:
     """``benchmarks.row_costs`` runs each variant as its own process; a variant's store holds
     every row but those it leaves out (what it measures is their cost), and the reference
-    ``all`` is added when not asked for, since every ratio is taken against it."""
+    ``all`` is added when not asked for and runs around every variant, since each ratio is
+    taken against the runs beside it."""
     out = tmp_path / "rows.json"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.row_costs", "--n", "150", "--rounds", "1",
@@ -137,6 +138,8 @@ def test_row_costs_leave_out_only_the_rows_asked_for(tmp_path: Path) -> None:
     assert variants["no-attempts"]["rows"] == {**full, "attempts": 0}
     assert variants["tasks-only"]["rows"] == {**dict.fromkeys(full, 0), "tasks": 450, "pipeline_keys": 150}
     assert "ratio" not in variants["all"]
+    # every variant between two runs of the reference: all, a, all, b, all
+    assert [variants[v]["runs"] for v in variants] == [3, 1, 1]
     for name in ("no-attempts", "tasks-only"):
         ratio = variants[name]["ratio"]
         assert len(ratio["rounds"]) == 1 and ratio["median"] > 0
