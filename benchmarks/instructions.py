@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -107,22 +108,27 @@ def instructions(cmd: list[str], hash_seed: str = DEFAULT_HASH_SEED) -> int:
     return int(match.group(1).replace(",", ""))
 
 
-def measure(
-    runner: str, n: int, base: int, baselines: Path | None, workload: Workload | None = None
-) -> dict[str, Any]:
-    """Marginal instructions per pipeline and per task of ``runner`` (two runs in parallel)."""
+def marginal(
+    build: Callable[[int, Path], list[str]], n: int, base: int, hash_seed: str = DEFAULT_HASH_SEED
+) -> float:
+    """Instructions per pipeline of the command ``build(size, tmp_dir)`` makes: run at ``n`` and at
+    ``base`` pipelines side by side, the difference divided by ``n - base`` (start-up cancelled)."""
     with (
         tempfile.TemporaryDirectory(prefix="pyattacker-ins-") as big,
         tempfile.TemporaryDirectory(prefix="pyattacker-ins-") as small,
     ):
-        cmds = [
-            command(runner, n, Path(big), baselines, workload),
-            command(runner, base, Path(small), baselines, workload),
-        ]
+        cmds = [build(n, Path(big)), build(base, Path(small))]
         with ThreadPoolExecutor(max_workers=2) as pool:
-            seed = (workload or Workload()).hash_seed
-            i_big, i_small = pool.map(lambda cmd: instructions(cmd, seed), cmds)
-    per_pipeline = (i_big - i_small) / (n - base)
+            i_big, i_small = pool.map(lambda cmd: instructions(cmd, hash_seed), cmds)
+    return (i_big - i_small) / (n - base)
+
+
+def measure(
+    runner: str, n: int, base: int, baselines: Path | None, workload: Workload | None = None
+) -> dict[str, Any]:
+    """Marginal instructions per pipeline and per task of ``runner`` (two runs in parallel)."""
+    w = workload or Workload()
+    per_pipeline = marginal(lambda size, tmp: command(runner, size, tmp, baselines, w), n, base, w.hash_seed)
     return {
         "runner": runner,
         "n": n,

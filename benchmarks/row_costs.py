@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sqlite3
 import statistics
 import subprocess
@@ -82,9 +81,10 @@ def _child_cmd(name: str, n: int, store: Path) -> list[str]:
 
 def run_variant(name: str, n: int, tmp: Path) -> dict[str, Any]:
     """One fresh process of ``name`` on a fresh store (started settled, as the suite's runs)."""
+    from benchmarks.harness import settle
+
     store = tmp / f"{name}.db"
-    if hasattr(os, "sync"):
-        os.sync()
+    settle()
     proc = subprocess.run(_child_cmd(name, n, store), capture_output=True, text=True, check=False)
     for path in tmp.glob(f"{store.name}*"):
         path.unlink()
@@ -94,14 +94,10 @@ def run_variant(name: str, n: int, tmp: Path) -> dict[str, Any]:
 
 
 def instructions_per_task(name: str, n: int, base: int) -> float:
-    """Marginal instructions per task of ``name`` under callgrind (``N`` minus ``base``)."""
-    from benchmarks.instructions import instructions
+    """Marginal instructions per task of ``name`` under callgrind (``n`` minus ``base``)."""
+    from benchmarks.instructions import marginal
 
-    counts = []
-    with tempfile.TemporaryDirectory(prefix="pyattacker-rows-") as tmp:
-        for size in (n, base):
-            counts.append(instructions(_child_cmd(name, size, Path(tmp) / f"{size}.db")))
-    return (counts[0] - counts[1]) / (n - base) / 3
+    return marginal(lambda size, tmp: _child_cmd(name, size, tmp / "rows.db"), n, base) / 3
 
 
 def measure(names: list[str], n: int, rounds: int, log: Any = print) -> dict[str, Any]:
@@ -109,6 +105,8 @@ def measure(names: list[str], n: int, rounds: int, log: Any = print) -> dict[str
     b, ..., all``; the variants' order rotated from round to round), and its ratio is to the mean
     of those two: on a machine whose speed drifts within a minute, a variant is compared with
     what ran just before and just after it, not with one reference somewhere in the round."""
+    from benchmarks.harness import summary
+
     variants = [name for name in names if name != "all"]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in ["all", *variants]}
     ratios: dict[str, list[float]] = {name: [] for name in variants}
@@ -142,13 +140,7 @@ def measure(names: list[str], n: int, rounds: int, log: Any = print) -> dict[str
             "rows": rs[-1]["rows"],
         }
         if name in ratios:
-            rr = ratios[name]
-            out[name]["ratio"] = {
-                "median": statistics.median(rr),
-                "min": min(rr),
-                "max": max(rr),
-                "rounds": rr,
-            }
+            out[name]["ratio"] = {**(summary(ratios[name]) or {}), "rounds": ratios[name]}
     return out
 
 

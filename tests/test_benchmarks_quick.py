@@ -146,6 +146,17 @@ def test_row_costs_leave_out_only_the_rows_asked_for(tmp_path: Path) -> None:
     assert "| no-attempts | attempts |" in proc.stdout and "| all | - | 1 (reference) |" in proc.stdout
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_row_costs_count_the_instructions_a_variant_leaves_out() -> None:
+    """``--instructions`` counts a variant's own child under callgrind (start-up cancelled by
+    two sizes): with every row left out a task costs fewer instructions than with all of them."""
+    from benchmarks import row_costs
+
+    every, none = (row_costs.instructions_per_task(v, 30, 10) for v in ("all", "none"))
+    assert every > none > 10_000
+
+
 def test_row_costs_reject_unknown_variants_and_a_store_without_the_rows(tmp_path: Path) -> None:
     from benchmarks import row_costs
 
