@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +44,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     # no rows at all: the runner, the keys, the run's own rows and the commits themselves
     "none": KINDS,
 }
-#: tables counted after each run (``-pipelines`` leaves the key table as it is)
+#: tables counted after each run (``no-pipelines`` leaves the key table as it is)
 _TABLES = ("pipelines", "tasks", "artifacts", "attempts", "events", "pipeline_keys")
 
 
@@ -100,7 +102,7 @@ def instructions_per_task(name: str, n: int, base: int) -> float:
     return marginal(lambda size, tmp: _child_cmd(name, size, tmp / "rows.db"), n, base) / 3
 
 
-def measure(names: list[str], n: int, rounds: int, log: Any = print) -> dict[str, Any]:
+def measure(names: list[str], n: int, rounds: int, log: Callable[[str], None] = print) -> dict[str, Any]:
     """``rounds`` rounds; in each, every variant runs between two runs of "all" (``all, a, all,
     b, ..., all``; the variants' order rotated from round to round), and its ratio is to the mean
     of those two: on a machine whose speed drifts within a minute, a variant is compared with
@@ -206,8 +208,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
     if args.n < 1 or args.rounds < 1 or args.ins_n <= args.ins_base:
         ap.error("--n and --rounds must be >= 1, and --ins-n larger than --ins-base")
+    if args.instructions and shutil.which("valgrind") is None:  # said before minutes of runs
+        print("--instructions: valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
+        return 2
     if "all" not in names:
-        names.insert(0, "all")  # every ratio is to the round's full store
+        names.insert(0, "all")  # every ratio is to the runs of the full store beside it
     from benchmarks.harness import warm_bytecode
 
     warm_bytecode()  # the children import compiled modules, as from an install

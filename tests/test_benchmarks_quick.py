@@ -164,6 +164,11 @@ def test_row_costs_reject_unknown_variants_and_a_store_without_the_rows(tmp_path
         with pytest.raises(SystemExit) as err:
             row_costs.main(argv)
         assert err.value.code == 2
+    # --instructions without valgrind: said at once, before any run
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(row_costs.shutil, "which", lambda _name: None)
+        mp.setattr(row_costs, "measure", lambda *a, **k: pytest.fail("ran without valgrind"))
+        assert row_costs.main(["--instructions"]) == 2
     # a kind the store no longer writes under that name: refused, never a run that leaves out nothing
     with pytest.raises(SystemExit, match=r"no write list entry for \['nope'\]"):
         row_costs.child(("nope",), 10, str(tmp_path / "x.db"))
