@@ -150,11 +150,12 @@ def test_row_costs_leave_out_only_the_rows_asked_for(tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 def test_row_costs_count_the_instructions_a_variant_leaves_out() -> None:
     """``--instructions`` counts a variant's own child under callgrind (start-up cancelled by
-    two sizes): with every row left out a task costs fewer instructions than with all of them."""
+    two sizes): with every row left out a task costs far fewer instructions than with all."""
     from benchmarks import row_costs
 
     every, none = (row_costs.instructions_per_task(v, 30, 10) for v in ("all", "none"))
-    assert every > none > 10_000
+    # the rows are about half of a task's instructions; two counts of one variant differ by < 1 %
+    assert 10_000 < none < 0.75 * every
 
 
 def test_row_costs_reject_unknown_variants_and_a_store_without_the_rows(tmp_path: Path) -> None:
