@@ -198,8 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     if args.child is not None:
-        if args.child not in VARIANTS or not args.store:
-            ap.error(f"--child: unknown variant {args.child!r} or no --store")
+        if args.child not in VARIANTS:
+            ap.error(f"--child: unknown variant {args.child!r}; choose from {', '.join(VARIANTS)}")
+        if not args.store:
+            ap.error("--child needs --store (the path of the variant's store)")
         print(json.dumps(child(VARIANTS[args.child], args.n, args.store)))
         return 0
     names = [v.strip() for v in args.variants.split(",") if v.strip()]

@@ -158,13 +158,22 @@ def test_row_costs_count_the_instructions_a_variant_leaves_out() -> None:
     assert 10_000 < none < 0.75 * every
 
 
-def test_row_costs_reject_unknown_variants_and_a_store_without_the_rows(tmp_path: Path) -> None:
+def test_row_costs_reject_unknown_variants_and_a_store_without_the_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from benchmarks import row_costs
 
-    for argv in (["--variants", "all,nope"], ["--child=nope", "--store", "x.db"], ["--rounds", "0"]):
+    bad = {
+        ("--variants", "all,nope"): "unknown variant(s) nope",
+        ("--child=nope", "--store", "x.db"): "--child: unknown variant 'nope'",
+        ("--child=all",): "--child needs --store",
+        ("--rounds", "0"): "--rounds must be >= 1",
+    }
+    for argv, message in bad.items():
         with pytest.raises(SystemExit) as err:
-            row_costs.main(argv)
+            row_costs.main(list(argv))
         assert err.value.code == 2
+        assert message in capsys.readouterr().err
     # --instructions without valgrind: said at once, before any run
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(row_costs.shutil, "which", lambda _name: None)
