@@ -19,6 +19,7 @@ NAMES = list(ORDER)
 PY = sys.executable
 PRODUCT = str(REPO / "benchmarks" / "product_run.py")
 CLI_RUN = REPO / "benchmarks" / "cli_run.py"
+LOOP_CEILING = str(REPO / "benchmarks" / "loop_ceiling.py")
 SHARED_BASELINES = Path("/work/shared/baselines")
 
 
@@ -72,6 +73,11 @@ def product(
         ]
 
     return build
+
+
+def loop_ceiling(n: int, concurrency: int) -> Cmd:
+    """The event loop alone on the latency workload (``loop_ceiling.py``), no store."""
+    return Cmd([PY, LOOP_CEILING, "--n", str(n), "--concurrency", str(concurrency), "--latency-ms", "10"])
 
 
 def _peer(base: Path, n: int, out: Path, *extra: str) -> Cmd:
@@ -156,6 +162,24 @@ def build(
                     target=goal,
                 )
             )
+        for c in goals:  # the loop alone: the ceiling this machine sets before any runner
+            ideal = c / (3 * 0.010)
+            variants.append(
+                Variant(
+                    f"loop-c{c}",
+                    lambda t, c=c: [loop_ceiling(n, c)],
+                    note="loop_ceiling.py: the event loop alone, C workers sleeping 10 ms",
+                )
+            )
+            ratios += [
+                Ratio(f"loop C={c} / ideal (reference)", f"loop-c{c}", "pipelines_per_s", const=ideal),
+                Ratio(
+                    f"product C={c} / loop C={c} (reference)",
+                    f"product-c{c}",
+                    "pipelines_per_s",
+                    den=f"loop-c{c}",
+                ),
+            ]
         if b is not None:
             for c in goals:
                 ideal = c / (3 * 0.010)
@@ -176,6 +200,7 @@ def build(
             {"n": n, "latency_ms": 10, "concurrency": list(goals)},
             variants,
             ratios,
+            reported=[(f"{who}-c{c}", "cpu_us_per_task") for who in ("product", "loop") for c in goals],
         )
 
     if name == "resume":

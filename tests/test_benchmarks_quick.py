@@ -252,6 +252,56 @@ def test_product_runner_runs_on_the_loop_it_is_given(tmp_path: Path, loop: str) 
     assert summary["event_loop"] == loop and summary["pipelines_run"] == 5
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_loop_ceiling_drains_every_pipeline_on_the_loop_it_is_given(loop: str) -> None:
+    """``loop_ceiling.py``: the event loop alone runs n pipelines of the latency workload."""
+    if loop == "uvloop":
+        pytest.importorskip("uvloop")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "loop_ceiling.py"), "--n", "40", "--concurrency", "8",
+         "--latency-ms", "1", "--event-loop", loop],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["runner"] == "loop" and summary["event_loop"] == loop
+    assert summary["pipelines_run"] == 40 and summary["tasks"] == 3
+    # the fraction is of C / (tasks x latency): 8 / 3 ms here
+    ideal = 8 / (3 * 0.001)
+    assert summary["fraction_of_ideal"] == pytest.approx(summary["pipelines_per_s"] / ideal)
+    # every pipeline slept 3 x 1 ms, 8 at a time: the run cannot be shorter than that
+    assert summary["wall_s"] >= 40 / 8 * 3 * 0.001
+
+
+@pytest.mark.parametrize("args", [["--n", "0"], ["--concurrency", "0"], ["--latency-ms", "0"]])
+def test_loop_ceiling_refuses_an_empty_workload(args: list[str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "loop_ceiling.py"), *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "--latency-ms above 0" in proc.stderr
+
+
+def test_latency_scenario_measures_the_loop_alone_beside_the_product() -> None:
+    """Each concurrency runs the loop alone on the product's workload, and the product's rate is
+    also given as a fraction of it, round by round (a reference, not a target)."""
+    from benchmarks import scenarios
+
+    sc = scenarios.build("latency", quick=True, scale=1.0, baselines=None, previous={})
+    assert not isinstance(sc, dict) and sc is not None
+    by_name = {v.name: v for v in sc.variants}
+    for c in (64, 256, 1024):
+        (product,) = by_name[f"product-c{c}"].build(Path("/tmp/x"))
+        (loop,) = by_name[f"loop-c{c}"].build(Path("/tmp/x"))
+        assert loop.argv[1].endswith("loop_ceiling.py")
+        for flag, value in (("--n", str(sc.params["n"])), ("--concurrency", str(c)), ("--latency-ms", "10")):
+            assert loop.argv[loop.argv.index(flag) + 1] == value
+            assert float(product.argv[product.argv.index(flag) + 1]) == float(value)
+        (ratio,) = [r for r in sc.ratios if r.num == f"product-c{c}" and r.den == f"loop-c{c}"]
+        assert ratio.target is None
+        assert (f"loop-c{c}", "cpu_us_per_task") in sc.reported
+
+
 def _documented_commands() -> list[tuple[str, list[str]]]:
     """Every ``python -m benchmarks...`` line of docs/performance.md: (module, arguments)."""
     text = (REPO / "docs" / "performance.md").read_text()
