@@ -150,20 +150,19 @@ def build(
         n = _n(20_000, 1_000, quick, scale)
         variants, ratios = [], []
         goals = {64: 0.90, 256: 0.85, 1024: 0.75}
+        ideals = {c: c / (3 * 0.010) for c in goals}  # Little's law: C / (tasks x latency)
         for c, goal in goals.items():
-            ideal = c / (3 * 0.010)
             variants.append(Variant(f"product-c{c}", product(n, concurrency=c, latency_ms=10)))
             ratios.append(
                 Ratio(
-                    f"product C={c} / ideal {ideal:,.0f}/s",
+                    f"product C={c} / ideal {ideals[c]:,.0f}/s",
                     f"product-c{c}",
                     "pipelines_per_s",
-                    const=ideal,
+                    const=ideals[c],
                     target=goal,
                 )
             )
         for c in goals:  # the loop alone: the ceiling this machine sets before any runner
-            ideal = c / (3 * 0.010)
             variants.append(
                 Variant(
                     f"loop-c{c}",
@@ -172,7 +171,7 @@ def build(
                 )
             )
             ratios += [
-                Ratio(f"loop C={c} / ideal (reference)", f"loop-c{c}", "pipelines_per_s", const=ideal),
+                Ratio(f"loop C={c} / ideal (reference)", f"loop-c{c}", "pipelines_per_s", const=ideals[c]),
                 Ratio(
                     f"product C={c} / loop C={c} (reference)",
                     f"product-c{c}",
@@ -182,7 +181,6 @@ def build(
             ]
         if b is not None:
             for c in goals:
-                ideal = c / (3 * 0.010)
                 variants.append(
                     Variant(
                         f"floor-c{c}",
@@ -192,7 +190,9 @@ def build(
                     )
                 )
                 ratios.append(
-                    Ratio(f"floor C={c} / ideal (reference)", f"floor-c{c}", "pipelines_per_s", const=ideal)
+                    Ratio(
+                        f"floor C={c} / ideal (reference)", f"floor-c{c}", "pipelines_per_s", const=ideals[c]
+                    )
                 )
         return Scenario(
             name,
