@@ -24,13 +24,21 @@ from typing import Any
 from pyattacker.event_loop import loop_factory, resolve_event_loop
 
 
-async def _drain(pipelines: Iterator[int], concurrency: int, tasks: int, latency_s: float) -> None:
+async def _drain(pipelines: Iterator[int], concurrency: int, tasks: int, latency_s: float) -> int:
+    """Run every pipeline; returns the most pipelines that were in flight at once."""
+    in_flight = peak = 0
+
     async def worker() -> None:
+        nonlocal in_flight, peak
         for _ in pipelines:  # one iterator shared by every worker: the cheapest hand-out there is
+            in_flight += 1
+            peak = max(peak, in_flight)
             for _ in range(tasks):
                 await asyncio.sleep(latency_s)
+            in_flight -= 1
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return peak
 
 
 def run(
@@ -42,7 +50,7 @@ def run(
     cpu0 = time.process_time()
     t0 = time.perf_counter()
     with asyncio.Runner(loop_factory=loop_factory(kind)) as runner:
-        runner.run(_drain(iter(range(n)), concurrency, tasks, latency_s))
+        peak = runner.run(_drain(iter(range(n)), concurrency, tasks, latency_s))
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
     ideal = concurrency / (tasks * latency_s) if latency_s else None
@@ -54,6 +62,7 @@ def run(
         "latency_ms": latency_ms,
         "event_loop": kind,
         "pipelines_run": n,
+        "peak_in_flight": peak,
         "wall_s": elapsed,
         "cpu_s": cpu,
         "cpu_us_per_task": cpu / (n * tasks) * 1e6 if n else None,
