@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from pyattacker.errors import ConfigError
 from pyattacker.event_loop import loop_factory, resolve_event_loop
 
 
@@ -82,6 +83,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.n < 1 or args.tasks < 1 or args.concurrency < 1 or args.latency_ms <= 0:
         ap.error("--n, --tasks and --concurrency must be at least 1, --latency-ms above 0")
+    try:  # before any run: a loop that is not installed is a bad flag, not a traceback
+        resolve_event_loop(args.event_loop)
+    except ConfigError as exc:
+        ap.error(f"--event-loop {args.event_loop}: {exc}")
     summary = run(
         args.n,
         tasks=args.tasks,

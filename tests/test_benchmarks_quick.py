@@ -282,6 +282,26 @@ def test_loop_ceiling_refuses_an_empty_workload(args: list[str]) -> None:
     assert proc.returncode == 2 and "--latency-ms above 0" in proc.stderr
 
 
+def test_loop_ceiling_refuses_a_loop_that_is_not_installed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--event-loop uvloop`` without uvloop: exit 2 naming the flag, before any run."""
+    import importlib.util
+
+    from pyattacker import event_loop
+
+    spec = importlib.util.spec_from_file_location("loop_ceiling", REPO / "benchmarks" / "loop_ceiling.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    monkeypatch.setattr(event_loop, "_uvloop_module", lambda: None)
+    monkeypatch.setattr(tool, "run", lambda *a, **k: pytest.fail("ran despite the bad flag"))
+    with pytest.raises(SystemExit) as exit_info:
+        tool.main(["--event-loop", "uvloop"])
+    assert exit_info.value.code == 2
+    assert "--event-loop uvloop: run.event_loop: 'uvloop' is not installed" in capsys.readouterr().err
+
+
 def test_latency_scenario_measures_the_loop_alone_beside_the_product() -> None:
     """Each concurrency runs the loop alone on the product's workload, and the product's rate is
     also given as a fraction of it, round by round (a reference, not a target)."""
