@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from tests.runner_helpers import seeds, vrunner
 
-from pyattacker.errors import StoreUnavailable
+from pyattacker.errors import FatalError, StoreUnavailable
 from pyattacker.model import Batch
 from pyattacker.pipeline import pipeline
 from pyattacker.runner import Runner
@@ -147,19 +147,24 @@ class _HeldSync(MemoryStore):
 
 
 def test_a_stop_that_cancels_a_worker_waiting_for_a_commit_is_not_a_store_failure() -> None:
-    """Two pipelines checkpoint in the same group commit, which stays unsynced: the one-task
-    pipeline's worker awaits it, the two-task one waits off its worker. A stop whose grace runs
-    out cancels that worker, and with it the shared commit future: the run ends stopped, both
-    pipelines resumable (interrupted), not as a store failure."""
+    """Two pipelines checkpoint in the same group commit, which stays unsynced: the failed
+    one-task pipeline's worker awaits it (a failure is recorded before its worker moves on), the
+    two-task one waits off its worker. A stop whose grace runs out cancels that worker, and with
+    it the shared commit future: the run ends stopped, both pipelines resumable (interrupted),
+    not as a store failure."""
     store = _HeldSync()
 
     @task
     async def one(x: Any, ctx: Any) -> Any:
         return x
 
+    @task
+    async def fails(x: Any, ctx: Any) -> Any:
+        raise FatalError("recorded before the worker moves on")
+
     specs = [
         pipeline("long", one, one.with_overrides(name="two")).bind({"i": 0}),
-        pipeline("short", one).bind({"i": 1}),
+        pipeline("short", fails).bind({"i": 1}),
     ]
     runner = Runner(store=store, concurrency=2, handle_signals=False, grace_s=0.1)
 
@@ -176,3 +181,43 @@ def test_a_stop_that_cancels_a_worker_waiting_for_a_commit_is_not_a_store_failur
     report = asyncio.run(main())
     assert report.stop_reason == "user"
     assert report.counters["pipelines_interrupted"] == 2, report.counters
+
+
+def test_a_last_task_frees_its_worker_and_its_pipeline_succeeds_once_durable() -> None:
+    """Concurrency 1, two one-task pipelines, group commits held unsynced: the worker starts
+    the second pipeline's task while the first one's last checkpoint is not durable, and
+    neither pipeline is reported finished until the test makes its commit durable."""
+    store = _HeldSync()
+    started: list[str] = []
+    finished: list[str] = []
+
+    @task
+    async def one(x: Any, ctx: Any) -> Any:
+        started.append(ctx.pipeline_id)
+        return x
+
+    runner = Runner(
+        store=store,
+        concurrency=1,
+        handle_signals=False,
+        on_pipeline_finished=lambda _r, record, _art: finished.append(record.pipeline_id),
+    )
+
+    async def main() -> Any:
+        run = asyncio.ensure_future(runner.run_async(pipeline("p", one).map(seeds(2))))
+        for _ in range(5000):  # a deadline for the old behaviour (the worker held by the commit)
+            if (len(started) == 2 and store.held) or run.done():
+                break
+            await asyncio.sleep(0.001)
+        for _ in range(10):  # turns of the loop in which nothing may finish while nothing is durable
+            await asyncio.sleep(0)
+        seen = (list(started), list(finished), [f.done() for f in store.held])
+        while not run.done():
+            store.release()
+            await asyncio.sleep(0.001)
+        return seen, await run
+
+    (started_then, finished_then, synced_then), report = asyncio.run(main())
+    assert len(started_then) == 2 and finished_then == [], (started_then, finished_then)
+    assert synced_then and not any(synced_then)  # the first pipeline's commit was still held
+    assert report.succeeded == 2 and sorted(finished) == sorted(started)

@@ -17,7 +17,7 @@ import pytest
 from tests.runner_helpers import events, rows, seeds, vrunner
 
 from pyattacker.clock import VirtualClock
-from pyattacker.errors import ConfigError, PipelineBuildError, RetryableError
+from pyattacker.errors import ConfigError, FatalError, PipelineBuildError, RetryableError
 from pyattacker.pipeline import fanout, pipeline
 from pyattacker.pool import Pool, Resource
 from pyattacker.runner import Runner
@@ -151,13 +151,15 @@ def test_a_cancel_of_a_worker_that_lands_in_a_body_fails_that_attempt(tmp_path: 
 
 @pytest.mark.timeout(60)
 def test_a_cancel_of_a_worker_between_tasks_leaves_the_pipeline_resumable(tmp_path: Path) -> None:
-    """A cancel the runner did not ask for that arrives after the body returned (the worker
-    waits for the checkpoint) cannot be any task's failure: the pipeline is left interrupted,
-    a new worker takes the cancelled one's place and the run finishes."""
+    """A cancel the runner did not ask for that arrives after the body ended, while its worker
+    waits for the checkpoint of the task's failure, cannot be any task's failure: the pipeline
+    is left interrupted, a new worker takes the cancelled one's place and the run finishes."""
 
     @task(name="bad", resource="p")
     async def bad(value: Any, ctx: Any) -> Any:
         asyncio.get_running_loop().call_soon(asyncio.current_task().cancel)  # type: ignore[union-attr]
+        if value["i"] < 0:
+            raise FatalError("the body failed; the cancel lands on the wait for its checkpoint")
         return value
 
     store = str(tmp_path / "s.db")
@@ -173,7 +175,29 @@ def test_a_cancel_of_a_worker_between_tasks_leaves_the_pipeline_resumable(tmp_pa
     clock = VirtualClock()
     with vrunner(store=store, clock=clock, pools=[_pool(clock)], concurrency=1) as r:
         again = r.run(_specs(bad))
-    assert again.succeeded + again.counters["skipped"] == 4
+    assert again.counters["skipped"] == 3 and again.counters["attempts"] == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_cancel_after_a_last_task_returned_costs_nothing(tmp_path: Path) -> None:
+    """A worker does not wait for the checkpoint of a pipeline's last task (the pipeline
+    succeeds once its group commit is durable): a stray cancel that arrives after the body
+    returned finds a worker holding no pipeline. Nothing is lost, the worker is replaced."""
+
+    @task(name="bad", resource="p")
+    async def bad(value: Any, ctx: Any) -> Any:
+        asyncio.get_running_loop().call_soon(asyncio.current_task().cancel)  # type: ignore[union-attr]
+        return value
+
+    clock = VirtualClock()
+    with vrunner(store=str(tmp_path / "s.db"), clock=clock, pools=[_pool(clock)], concurrency=1) as r:
+        rep = r.run(_specs(bad))
+        (cancelled,) = events(r.store, "runner.worker_cancelled")
+        states = sorted(p.state for p in rows(r.store, "pipelines"))
+    assert (rep.status, rep.succeeded, rep.exit_code) == ("completed", 4, 0)
+    assert states == ["succeeded"] * 4
+    assert (cancelled.pipeline_id, cancelled.data["task"]) == (None, None)
+    assert "it held no pipeline: nothing lost" in cancelled.data["hint"]
 
 
 @pytest.mark.timeout(60)

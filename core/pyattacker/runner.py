@@ -91,6 +91,7 @@ class _Pipeline:
         "ledger_rows",
         "metric_steps",
         "n",
+        "output",
         "record",
         "row_written",
         "seq",
@@ -114,6 +115,9 @@ class _Pipeline:
         self.task_started_wall: float | None = None
         self.metric_steps: dict[str, int] = {}
         self.write_seed = False
+        #: the last task's output, kept until the group commit carrying it is durable; then the
+        #: pipeline succeeds (``_resume_after``)
+        self.output: ArtifactRecord | None = None
         #: this run already wrote the full pipeline row (later checkpoints only advance the cursor)
         self.row_written = False
         #: ``(destination seq, artifact id, artifact seq)`` of the last handoff into this
@@ -827,7 +831,8 @@ class Runner:
     def _replace_worker(self, worker: _Worker) -> None:
         """A worker was cancelled while the run was not stopping: not by the runner, which cancels
         workers only to stop. Its pipeline was left interrupted (resumable); another worker
-        takes its place, so the run cannot hang for want of workers."""
+        takes its place, so the run cannot hang for want of workers. A worker between two
+        pipelines (its last one handed to a group commit) held none, and nothing is lost."""
         state = worker.held
         log.warning("pyattacker: %s was cancelled from outside the runner; replaced", worker.get_name())
         self._event(
@@ -837,7 +842,8 @@ class Runner:
             data={
                 "worker": worker.get_name(),
                 "task": state.tasks[min(state.seq, state.n - 1)].name if state is not None else None,
-                "hint": "only the runner cancels its workers (to stop the run); the pipeline is resumable",
+                "hint": "only the runner cancels its workers (to stop the run); "
+                + ("the pipeline is resumable" if state is not None else "it held no pipeline: nothing lost"),
             },
         )
         workers = self._workers
@@ -1606,17 +1612,16 @@ class Runner:
                             state.value = value
                             state.attempt = 0
                             state.task_started = state.task_started_wall = None
-                            if state.seq < state.n:
-                                # durable before the pipeline's next task starts: the pipeline waits
-                                # for its group commit off this worker, which takes the next one
-                                # (``_resume_after``); the worker never idles through a commit
-                                group = self._group
-                                if group is None or group[0] is not ticket:
-                                    group = self._group = self._awaiting_commit(ticket, queue)
-                                group[1].append(state)
-                                break
-                            await ticket
-                            self._succeeded(state, art)
+                            # durable before the pipeline's next task starts, and before a last
+                            # task's pipeline succeeds: the pipeline waits for its group commit off
+                            # this worker, which takes the next one (``_resume_after``); the worker
+                            # never idles through a commit
+                            if state.seq >= state.n:
+                                state.output = art
+                            group = self._group
+                            if group is None or group[0] is not ticket:
+                                group = self._group = self._awaiting_commit(ticket, queue)
+                            group[1].append(state)
                             break
                     if not await self._attempt_failed(state, ctx, t0, wall0, error, n_leaked):
                         break
@@ -1652,7 +1657,8 @@ class Runner:
         self, queue: WorkQueue[_Pipeline | None], key: int, ticket: asyncio.Future[None]
     ) -> None:
         """A group commit ended: its pipelines go back to the front of the queue, in order, for
-        their next task (or, if it failed, the run stops as for any store failure)."""
+        their next task, and those it carried the last output of succeed (or, if it failed, the
+        run stops as for any store failure)."""
         if ticket.cancelled() and (self._stopping or self._hard):
             # a stop cancelled a worker that awaited this same commit (a last task's checkpoint),
             # and the shared future with it: the commit itself goes on. Its pipelines stay here
@@ -1671,6 +1677,14 @@ class Runner:
             self._hard_stop("store_unavailable")
             return
         states = group[1]
+        going = [state for state in states if state.seq < state.n]
+        if len(going) != len(states):
+            for state in states:
+                if state.seq >= state.n:
+                    output, state.output = state.output, None
+                    assert output is not None
+                    self._succeeded(state, output)
+            states = going
         queue.push_front(states)
         for _ in states:  # workers for them, up to ``concurrency`` (idle ones take them first)
             self._staff(queue)
