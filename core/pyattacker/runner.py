@@ -1660,9 +1660,10 @@ class Runner:
         their next task, and those it carried the last output of succeed (or, if it failed, the
         run stops as for any store failure)."""
         if ticket.cancelled() and (self._stopping or self._hard):
-            # a stop cancelled a worker that awaited this same commit (a last task's checkpoint),
-            # and the shared future with it: the commit itself goes on. Its pipelines stay here
-            # and the shutdown marks them interrupted (resumable), as any it finds waiting
+            # a stop cancelled a worker that awaited this same commit (the checkpoint of a
+            # failure or a handoff), and the shared future with it: the commit itself goes on.
+            # Its pipelines stay here and the shutdown marks them interrupted (resumable), as
+            # any it finds waiting
             return
         group = self._awaiting.pop(key, None)
         if group is None:  # the run shut down first and left them interrupted
@@ -1678,16 +1679,15 @@ class Runner:
             return
         states = group[1]
         going = [state for state in states if state.seq < state.n]
+        queue.push_front(going)
+        for _ in going:  # workers for them, up to ``concurrency`` (idle ones take them first)
+            self._staff(queue)
         if len(going) != len(states):
             for state in states:
                 if state.seq >= state.n:
                     output, state.output = state.output, None
                     assert output is not None
                     self._succeeded(state, output)
-            states = going
-        queue.push_front(states)
-        for _ in states:  # workers for them, up to ``concurrency`` (idle ones take them first)
-            self._staff(queue)
 
     def _internal_error(self, state: _Pipeline, exc: Exception) -> None:
         self._event(
