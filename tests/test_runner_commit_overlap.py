@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.runner_helpers import seeds, vrunner
+from tests.runner_helpers import events, rows, seeds, vrunner
 
 from pyattacker.errors import FatalError, StoreUnavailable
 from pyattacker.model import Batch
@@ -221,3 +221,31 @@ def test_a_last_task_frees_its_worker_and_its_pipeline_succeeds_once_durable() -
     assert len(started_then) == 2 and finished_then == [], (started_then, finished_then)
     assert synced_then and not any(synced_then)  # the first pipeline's commit was still held
     assert report.succeeded == 2 and sorted(finished) == sorted(started)
+
+
+@pytest.mark.timeout(60)
+def test_an_error_while_a_pipeline_succeeds_is_recorded_and_the_run_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pipeline succeeds in its group commit's callback, outside any worker: an internal error
+    there is recorded (``runner.internal_error``, the pipeline failed) as a worker would record
+    it, and the run ends instead of waiting for a pipeline that never finishes."""
+    log: list[tuple[str, ...]] = []
+    step = _logging_step(log)
+    real = Runner._succeeded
+    broken: list[str] = []
+
+    def succeeded(self: Runner, state: Any, art: Any) -> None:
+        if not broken:
+            broken.append(state.spec.key)
+            raise RuntimeError("a bug while succeeding")
+        real(self, state, art)
+
+    monkeypatch.setattr(Runner, "_succeeded", succeeded)
+    store = _Log(log)
+    with vrunner(store, concurrency=2) as r:
+        report = r.run(pipeline("p", step).map(seeds(4)))
+    assert (report.succeeded, report.failed) == (3, 1)
+    (failed,) = [p for p in rows(store, "pipelines") if p.state == "failed"]
+    assert failed.pipeline_id == broken[0] and failed.error_type == "RuntimeError"
+    assert [e.pipeline_id for e in events(store, "runner.internal_error")] == broken

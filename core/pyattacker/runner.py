@@ -1686,8 +1686,11 @@ class Runner:
             for state in states:
                 if state.seq >= state.n:
                     output, state.output = state.output, None
-                    assert output is not None
-                    self._succeeded(state, output)
+                    try:
+                        assert output is not None
+                        self._succeeded(state, output)
+                    except Exception as exc:  # as in a worker: recorded, never a run left waiting
+                        self._internal_error(state, exc)
 
     def _internal_error(self, state: _Pipeline, exc: Exception) -> None:
         self._event(
