@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,23 @@ def test_dear_store_statistics_are_reused_for_ten_times_their_cost() -> None:
     clock[0] += 1.0
     fresh, _ = digest.store_stats(store)  # type: ignore[arg-type]
     assert store.reads == 2 and fresh["pipelines"]["total"] == 2
+
+
+def test_dear_statistics_read_before_the_run_ended_are_read_again_once() -> None:
+    """A view that shows the run ended must not show counts read while it ran (the dashboard
+    showed `completed` beside the counts of a poll before the run's last rows): counts read
+    before ``ended_at`` are read again whatever they cost, once; later refreshes keep them."""
+    clock = [100.0]
+    store = _SlowStats(clock, cost=1.0)
+    digest = LiveDigest("r", clock=lambda: clock[0])
+    _, read_at = digest.store_stats(store)  # type: ignore[arg-type]
+    ended = read_at + 0.001  # the run ended after that read
+    while time.time() <= ended:  # (the next read starts after it)
+        pass
+    final, _ = digest.store_stats(store, ended_at=ended)  # type: ignore[arg-type]
+    assert store.reads == 2 and final["pipelines"]["total"] == 2
+    kept, _ = digest.store_stats(store, ended_at=ended)  # type: ignore[arg-type]
+    assert store.reads == 2 and kept is final
 
 
 def test_cheap_store_statistics_are_read_at_every_refresh() -> None:

@@ -220,11 +220,19 @@ class LiveDigest:
         """The last error events read (oldest first), as rows."""
         return self._rows(self._recent_errors)
 
-    def store_stats(self, store: Store) -> tuple[dict[str, Any], float]:
-        """The run's store statistics and the wall time they were read at (see ``STATS_ALWAYS_S``)."""
+    def store_stats(self, store: Store, *, ended_at: float | None = None) -> tuple[dict[str, Any], float]:
+        """The run's store statistics and the wall time they were read at (see ``STATS_ALWAYS_S``).
+
+        ``ended_at``: when the run ended (None while it runs). Statistics read before then are
+        read again whatever they cost: an ended run's counts are final, and a view that shows
+        it ended must not show counts from while it ran (once; later reads keep them)."""
         with self._stats_lock:
             start = self._clock()
-            if self._stats is None or start >= self._stats_next:
+            if (
+                self._stats is None
+                or start >= self._stats_next
+                or (ended_at is not None and self._stats_read_at < ended_at)
+            ):
                 read_at = time.time()
                 self._stats = store_stats(store, self.run_id)
                 cost = self._clock() - start
@@ -378,7 +386,8 @@ def snapshot(
     now = time.time() if now is None else now
     digest.update(store)
     run = store.get_run(choice.run_id) if choice.run_id is not None else None
-    stats, stats_read_at = digest.store_stats(store)
+    ended = run.ended_at if run is not None and run.status != "running" else None
+    stats, stats_read_at = digest.store_stats(store, ended_at=ended)
     counters: dict[str, Any] = dict(run.stats) if run is not None else {}
     elapsed: float | None = None
     if run is not None:
