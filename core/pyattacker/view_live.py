@@ -391,8 +391,7 @@ def snapshot(
     counters: dict[str, Any] = dict(run.stats) if run is not None else {}
     elapsed: float | None = None
     if run is not None:
-        end = run.ended_at if run.ended_at is not None and run.status != "running" else now
-        elapsed = round(max(0.0, end - run.started_at), 3)
+        elapsed = round(max(0.0, (now if ended is None else ended) - run.started_at), 3)
     in_flight = None
     if "pipelines_admitted" in counters and "pipelines_done" in counters:
         in_flight = max(0, int(counters["pipelines_admitted"]) - int(counters["pipelines_done"]))
