@@ -181,3 +181,28 @@ def test_a_seed_no_codec_takes_names_its_pipeline() -> None:
         rep = r.run(pipeline("named", echo).map([{"i": 0}, Opaque()]))
     assert rep.stop_reason == "producer_error" and rep.producer_error is not None
     assert "a seed of pipeline 'named': no codec can encode a value of type Opaque" in rep.producer_error
+
+
+def test_a_seed_is_bound_with_exactly_what_the_registry_encodes_it_to() -> None:
+    """Binding calls the codec function the registry keeps per type itself, and goes back to
+    the registry for a type it has not seen and for a value that function refuses (NaN after
+    a plain float, integer keys after string keys, a record): every seed's codec, type name,
+    bytes and key must be what ``CodecRegistry.encode`` gives, in any order of types."""
+
+    @task
+    def keep(x: Any) -> Any:
+        return x
+
+    seeds = [
+        "a", 1.0, float("nan"), 2.5, {"k": 1}, {1: "int key"}, {"k": float("inf")}, {"k": 2},
+        [1, 2], (1, 2), None, True, 7, Scored(label="s", score=1.0), b"raw", "b", b"more",
+        float("-inf"),
+    ]  # fmt: skip
+    template = pipeline("p", keep)
+    reference = CodecRegistry.from_plugins()
+    specs = list(template.map(seeds))
+    assert [(s.seed_codec, s.seed_type, s.seed_bytes) for s in specs] == [
+        reference.encode(seed) for seed in seeds
+    ]
+    assert {s.seed_codec for s in specs} == {"json", "msgpack", "bytes"}
+    assert [s.key for s in specs] == [template.bind(seed).key for seed in seeds]

@@ -589,3 +589,23 @@ def test_a_run_with_nothing_to_do_starts_no_worker_and_ends() -> None:
     with vrunner(concurrency=8) as r:
         rep = r.run(pipeline("p", task(lambda x: x, name="id")).map([]))
     assert rep.succeeded == 0 and rep.exit_code == 0
+
+
+def test_a_resume_of_finished_pipelines_counts_each_skip_in_one_event(tmp_path: Any) -> None:
+    """Re-running finished pipelines skips every one (more than a lookup chunk of 512, so the
+    skips span chunks), counts each, and closes the run with one ``run.skipped`` event carrying
+    the count instead of an event per pipeline; pipelines new to the store run beside them."""
+
+    @task
+    async def echo(x: Any) -> Any:
+        return x
+
+    store = str(tmp_path / "s.db")
+    with vrunner(store=store, concurrency=8) as r:
+        r.run(pipeline("p", echo).map(seeds(600)))
+    with vrunner(store=store, concurrency=8) as r:
+        again = r.run(pipeline("p", echo).map(seeds(603)))
+        closing = [e for e in events(r.store, "run.skipped") if e.run_id == again.run_id]
+        per_pipeline = events(r.store, "pipeline.skipped")
+    assert (again.skipped, again.succeeded, again.counters["pipelines_admitted"]) == (600, 3, 3)
+    assert [e.data for e in closing] == [{"count": 600, "reason": "succeeded"}] and per_pipeline == []

@@ -18,7 +18,7 @@ from tests.runner_helpers import events, rows, seeds, vrunner
 
 from pyattacker.clock import VirtualClock
 from pyattacker.errors import ConfigError, FatalError, PipelineBuildError, RetryableError
-from pyattacker.pipeline import fanout, pipeline
+from pyattacker.pipeline import PipelineSpec, fanout, pipeline
 from pyattacker.pool import Pool, Resource
 from pyattacker.runner import Runner
 from pyattacker.task import task
@@ -548,3 +548,26 @@ def test_a_body_that_swallows_the_stops_cancel_does_not_hang_the_stop(tmp_path: 
         final = {p.state for p in rows(r.store, "pipelines")}
     assert (rep.status, final) == ("interrupted", {"interrupted"})
     assert sorted(caught) == [0, 0, 1, 1]
+
+
+def test_run_refuses_what_is_not_a_spec_and_takes_a_specs_subclass(tmp_path: Path) -> None:
+    """``run()`` checks each chunk of what it is given before admitting any of it (one ``type``
+    per item): a stray value ends the run as a source error that names its type, and nothing of
+    its chunk runs; a subclass of ``PipelineSpec`` is a spec."""
+    template = pipeline("p", _good)
+
+    class Tagged(PipelineSpec):
+        pass
+
+    store = str(tmp_path / "s.db")
+    clock = VirtualClock()
+    with vrunner(store=store, clock=clock, pools=[_pool(clock)], concurrency=1) as r:
+        refused = r.run([*template.map(seeds(2)), "not a spec"])
+        assert refused.producer_error == (
+            "ConfigError: run() takes PipelineSpecs (template.map(...)), got str"
+        )
+        assert (refused.counters["pipelines_admitted"], rows(r.store, "pipelines")) == (0, [])
+        first = template.bind({"i": 7})
+        tagged = Tagged(*(getattr(first, f) for f in PipelineSpec.__struct_fields__))
+        rep = r.run([tagged, *template.map(seeds(1))])
+    assert (rep.status, rep.counters["pipelines_succeeded"]) == ("completed", 2)

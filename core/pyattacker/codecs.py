@@ -19,7 +19,7 @@ import dataclasses
 import datetime
 import decimal
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import msgspec
@@ -151,6 +151,13 @@ class CodecRegistry:
         if self._cache.get(cls) is codec:
             self._encoders[cls] = entry
         return entry
+
+    def encoders(self) -> Mapping[type, tuple[str, Callable[[Any], bytes]]]:
+        """Per type seen so far: ``(codec name, encode function)`` (a live view, read-only).
+        A caller that encodes millions of values of a few types (the binding of seeds) calls
+        the function itself and comes back to ``encode`` for a type not in it, or when the
+        function raises (``encode`` then picks another codec or raises the codec's error)."""
+        return self._encoders
 
     def encode(self, value: Any) -> tuple[str, str, bytes]:
         """``(codec name, type name, bytes)`` for a value."""

@@ -77,6 +77,7 @@ __all__ = ["RunConfig", "RunReport", "Runner"]
 
 log = logging.getLogger("pyattacker")
 _LOOKUP_CHUNK = 512
+_SPEC_TYPE = {PipelineSpec}
 _MAX_ERROR = 2000
 #: the filter of ``ctx.acquire()`` without arguments: none
 _NO_SELECTOR: Mapping[str, Any] = MappingProxyType({})
@@ -125,6 +126,17 @@ class _Pipeline:
         self.entry: tuple[int, str, int] | None = None
         #: rows of this pipeline's control ledger (numbers the entry artifacts it writes)
         self.ledger_rows = 0
+
+
+def _check_specs(chunk: list[Any]) -> None:
+    """Refuse an admitted chunk holding anything but ``PipelineSpec``s, naming the first stray
+    item's type. Usually one set of the items' types, in C (a resume checks a million seeds);
+    only a chunk with another type (a subclass, or a stray value) is checked item by item."""
+    if set(map(type, chunk)) == _SPEC_TYPE:
+        return
+    for item in chunk:
+        if not isinstance(item, PipelineSpec):
+            raise ConfigError(f"run() takes PipelineSpecs (template.map(...)), got {type(item).__name__}")
 
 
 def _process_start_time() -> float | None:
@@ -1057,34 +1069,37 @@ class Runner:
     async def _produce(self, specs: Iterable[PipelineSpec], queue: WorkQueue[_Pipeline | None]) -> None:
         assert self._capacity is not None
         limit = self.config.admitted_limit
+        counters = self.counters
         iterator = iter(specs)
         try:
             while not self._stopping:
                 chunk = list(itertools.islice(iterator, _LOOKUP_CHUNK))
                 if not chunk:
                     break
-                for spec in chunk:
-                    if not isinstance(spec, PipelineSpec):
-                        raise ConfigError(
-                            f"run() takes PipelineSpecs (template.map(...)), got {type(spec).__name__}"
-                        )
+                _check_specs(chunk)
                 rows, states = self._lookup([s.key for s in chunk])
                 seen: dict[str, PipelineSpec] = {}
+                active = self._active
                 for spec in chunk:
                     if self._stopping:
                         break
                     key = spec.key
-                    if key in seen or key in self._active:
+                    if key in seen or key in active:
                         first = seen.get(key)
-                        self._duplicate(spec, first if first is not None else self._active[key])
+                        self._duplicate(spec, first if first is not None else active[key])
                         continue
                     seen[key] = spec
                     done = states.get(key)
                     if done is not None and done[0] == "succeeded":
                         _state, spec_digest, seed_digest, run_id = done
                         if spec_digest == spec.template.spec_digest and seed_digest == spec.seed_digest:
-                            # finished already; by this run: the key was given twice
-                            self._skip(spec, "succeeded" if run_id != self.run_id else "duplicate_key")
+                            # finished already (the usual skip, ``_skip`` inline: once per seed of
+                            # a resume); by this run: the key was given twice
+                            if run_id != self.run_id and not self._trace:
+                                counters["skipped"] += 1
+                                self._skipped_quietly += 1
+                            else:
+                                self._skip(spec, "succeeded" if run_id != self.run_id else "duplicate_key")
                             continue
                         row = PipelineRecord(
                             pipeline_id=key, run_id=run_id, name="", key=key, state="succeeded",
