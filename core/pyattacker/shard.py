@@ -11,7 +11,6 @@ leases the endpoint allows, so each *concurrently running* shard gets a slice of
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
 import re
@@ -118,6 +117,8 @@ def shard_layouts(base: str) -> dict[int, list[str]]:
     A resume only opens its own shard's store, so this is how it tells "nothing was run yet"
     from "it was run with another shard count". In-memory and third-party stores: ``{}``.
     """
+    import glob  # here: the module is imported by every process that discovers the plugins
+
     from .store import local_file
 
     path = local_file(base) if not is_memory_store(base) else None

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -157,6 +156,8 @@ def _holds(path: str, payload: bytes) -> bool:
 
 
 def _write_atomically(path: str, payload: bytes) -> None:
+    import tempfile  # here: with ``shutil`` behind it, a few ms of every process's plugin discovery
+
     directory = os.path.dirname(path)
     created = not os.path.isdir(directory)
     os.makedirs(directory, exist_ok=True)
