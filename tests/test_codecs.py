@@ -206,3 +206,36 @@ def test_a_seed_is_bound_with_exactly_what_the_registry_encodes_it_to() -> None:
     ]
     assert {s.seed_codec for s in specs} == {"json", "msgpack", "bytes"}
     assert [s.key for s in specs] == [template.bind(seed).key for seed in seeds]
+
+
+def test_a_template_maps_lazily_checks_repeats_at_once_and_binds_every_seed_once() -> None:
+    """``map`` consumes nothing and looks up no codec before the first spec is asked for, refuses
+    a bad ``repeats`` at the call, knows its length when the seeds have one, and hands out the
+    same one-pass stream through ``next()`` and ``iter()``: every seed bound once, in order,
+    with the key ``bind`` gives it."""
+    from pyattacker.errors import ConfigError
+
+    @task
+    def keep(x: Any) -> Any:
+        return x
+
+    taken: list[int] = []
+
+    def source() -> Any:
+        for i in range(5):
+            taken.append(i)
+            yield {"i": i}
+
+    template = pipeline("p", keep)
+    stream = template.map(source())
+    assert taken == [] and stream.length is None and template.map([1, 2, 3]).length == 3
+    with pytest.raises(ConfigError, match="repeats must be an integer >= 1"):
+        template.map([1], repeats=0)
+    first = next(stream)
+    rest = list(stream)
+    assert taken == [0, 1, 2, 3, 4] and list(stream) == [] and next(iter(stream), None) is None
+    assert [s.seed for s in [first, *rest]] == [{"i": i} for i in range(5)]
+    assert [s.key for s in [first, *rest]] == [template.bind({"i": i}).key for i in range(5)]
+    twice = list(template.map([{"i": 0}], repeats=2))
+    assert [(s.repeat, s.key) for s in twice] == [(r, template.bind({"i": 0}, repeat=r).key) for r in (0, 1)]
+    assert twice[0].key == first.key and twice[1].key != first.key

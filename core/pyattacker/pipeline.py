@@ -85,30 +85,42 @@ def _bind_pairs(
 ) -> Iterator[PipelineSpec]:
     """Specs of ``(key, seed)`` pairs (a key is made a string; None: content-addressed); with
     repeats, repeat ``r`` is keyed ``key#r``."""
+    if repeats == 1:  # a config's usual source: no range and no key test per seed
+        for key_given, seed in pairs:
+            key = None if key_given is None else str(key_given)
+            yield bind(seed, key, 0, key)
+        return
     for key_given, seed in pairs:
         base = None if key_given is None else str(key_given)
         for r in range(repeats):
-            key = base if base is None or repeats == 1 else f"{base}#{r}"
+            key = base if base is None else f"{base}#{r}"
             yield bind(seed, key, r, base)
 
 
 class SpecStream:
     """The specs ``PipelineTemplate.map`` binds: an iterator (one pass, lazy) that also says how
-    many it will yield when that is known (``length``; None otherwise)."""
+    many it will yield when that is known (``length``; None otherwise). Nothing is bound, and
+    no codec looked up, before the first spec is asked for."""
 
-    __slots__ = ("_specs", "length")
+    __slots__ = ("_make", "_specs", "length")
 
-    def __init__(self, specs: Iterator[PipelineSpec], length: int | None) -> None:
-        self._specs = specs
+    def __init__(self, make: Callable[[], Iterator[PipelineSpec]], length: int | None) -> None:
+        self._make = make
+        self._specs: Iterator[PipelineSpec] | None = None
         self.length = length
 
-    def __iter__(self) -> Iterator[PipelineSpec]:
-        # the binding generator itself (one pass either way): a run's ``iter()`` then takes each
-        # spec without a Python ``__next__`` call per seed
+    def _stream(self) -> Iterator[PipelineSpec]:
+        if self._specs is None:
+            self._specs = self._make()
         return self._specs
 
+    def __iter__(self) -> Iterator[PipelineSpec]:
+        # the binding iterator itself (one pass either way): a run's ``iter()`` then takes each
+        # spec without a Python ``__next__`` call per seed
+        return self._stream()
+
     def __next__(self) -> PipelineSpec:
-        return next(self._specs)
+        return next(self._stream())
 
 
 class PipelineTemplate:
@@ -147,7 +159,7 @@ class PipelineTemplate:
     ) -> PipelineSpec:
         return self._binder()(seed, key, repeat, seed_key)
 
-    def _binder(self) -> Callable[[Any, str | None, int, str | None], PipelineSpec]:
+    def _binder(self) -> Callable[..., PipelineSpec]:
         """``bind`` with everything per-template looked up once (``map`` binds millions of seeds)."""
         encode = self.codecs.encode
         known = self.codecs.encoders().get  # ``encode``'s first step, without its call per seed
@@ -156,7 +168,9 @@ class PipelineTemplate:
         seed_hasher = blake2b_hasher()
         key_hasher = blake2b_hasher(f"{self.spec_digest}|".encode())
 
-        def bind(seed: Any, key: str | None, repeat: int, seed_key: str | None) -> PipelineSpec:
+        def bind(
+            seed: Any, key: str | None = None, repeat: int = 0, seed_key: str | None = None
+        ) -> PipelineSpec:
             cls = type(seed)
             entry = known(cls)
             if entry is not None:
@@ -177,7 +191,8 @@ class PipelineTemplate:
             seed_digest = hasher.hexdigest()
             if key is None:
                 hasher = key_hasher.copy()
-                hasher.update(f"{seed_digest}|{repeat}".encode())
+                # (the suffix of repeat 0 as a constant: no integer formatted per seed)
+                hasher.update((seed_digest + ("|0" if repeat == 0 else f"|{repeat}")).encode())
                 key = hasher.hexdigest()
             elif not isinstance(key, str) or not key:
                 raise ConfigError(f"pipeline key must be a non-empty string, got {key!r}")
@@ -194,20 +209,17 @@ class PipelineTemplate:
         """Bind every seed lazily (the iterable is consumed once, never materialised). The
         result knows how many specs it holds when ``seeds`` has a length (``SpecStream.length``):
         a run stores it, so ``watch`` can say how much is left."""
+        _check_repeats(repeats)
         length = len(seeds) * repeats if isinstance(seeds, Sized) else None
-        return SpecStream(self._map(seeds, repeats, key_of), length)
+        if repeats == 1 and key_of is None:  # the common case: each seed bound by ``map`` in C
+            return SpecStream(lambda: map(self._binder(), seeds), length)
+        return SpecStream(lambda: self._map(seeds, repeats, key_of), length)
 
     def _map(
         self, seeds: Iterable[Any], repeats: int, key_of: Callable[[Any], str] | None
     ) -> Iterator[PipelineSpec]:
-        _check_repeats(repeats)
-        bind = self._binder()
-        if repeats == 1 and key_of is None:  # the common case, without the per-seed loop below
-            for seed in seeds:
-                yield bind(seed, None, 0, None)
-            return
         yield from _bind_pairs(
-            bind, ((None if key_of is None else key_of(seed), seed) for seed in seeds), repeats
+            self._binder(), ((None if key_of is None else key_of(seed), seed) for seed in seeds), repeats
         )
 
     def map_keyed(self, pairs: Iterable[tuple[str | None, Any]], repeats: int = 1) -> Iterator[PipelineSpec]:
