@@ -469,6 +469,32 @@ def test_a_partial_task_has_its_functions_name_and_a_stable_identity() -> None:
     assert task(functools.partial(_make_body(), k=2)).fingerprint() != one.fingerprint()
 
 
+def test_a_tasks_source_is_read_once_when_its_identity_is_first_needed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading a body's source costs milliseconds, and a process discovers every task its
+    plugins offer: a task reads it when its fingerprint is first made (a pipeline built from
+    it), once, and a copy with overrides keeps it; the fingerprint is the one it always was."""
+    import pyattacker.task as task_module
+
+    reads: list[Any] = []
+    real = task_module._source_digest
+    monkeypatch.setattr(task_module, "_source_digest", lambda fn: reads.append(fn) or real(fn))
+
+    def body(value: Any) -> Any:
+        return value
+
+    spec = task(body, name="lazy")
+    tuned = spec.with_overrides(timeout_s=5)
+    assert reads == []
+    pipeline("p", spec)
+    assert reads == [body] and spec.source_digest == real(body)
+    retuned = spec.with_overrides(timeout_s=7)
+    assert retuned.fingerprint()["source"] == spec.fingerprint()["source"] and reads == [body]
+    assert tuned.fingerprint()["source"] == real(body) and reads == [body, body]
+    assert spec.fingerprint() == {**tuned.fingerprint(), "timeout_s": None}
+
+
 def test_pool_and_runner_misuse_is_refused_at_the_call_site() -> None:
     with pytest.raises(ConfigError, match="cooldown_s"):
         Resource.create("k", cooldown_s=float("nan"))

@@ -151,11 +151,12 @@ class TaskSpec:
     on_error: str
     takes_ctx: bool
     is_async: bool
-    source_digest: str
     target: str
     _fingerprint: dict[str, Any] | None
+    _source: str | None
     __slots__ = (
         "_fingerprint",
+        "_source",
         "algorithm",
         "children",
         "config",
@@ -166,7 +167,6 @@ class TaskSpec:
         "on_error",
         "resource",
         "retry",
-        "source_digest",
         "takes_ctx",
         "target",
         "timeout_s",
@@ -227,7 +227,7 @@ class TaskSpec:
                 getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
             ),
         )
-        object.__setattr__(self, "source_digest", _source_digest(fn))
+        object.__setattr__(self, "_source", None)  # ``source_digest``, read on first use
         code = _unpartial(fn)[0]
         object.__setattr__(
             self, "target", f"{getattr(code, '__module__', '?')}:{getattr(code, '__qualname__', '?')}"
@@ -236,6 +236,17 @@ class TaskSpec:
 
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError("TaskSpec is immutable; use with_overrides()")
+
+    @property
+    def source_digest(self) -> str:
+        """The digest of the body's source (``_source_digest``), read when the fingerprint is
+        first made: reading a function's source costs milliseconds (the file, then its tokens),
+        and a process discovers every task a plugin offers though it runs few of them."""
+        digest = self._source
+        if digest is None:
+            digest = _source_digest(self.fn)
+            object.__setattr__(self, "_source", digest)
+        return digest
 
     def __repr__(self) -> str:
         return f"TaskSpec({self.name!r}, target={self.target!r})"
@@ -274,7 +285,9 @@ class TaskSpec:
             if value is None and key not in CLEARABLE:
                 raise ConfigError(f"task {self.name!r}: {key!r} cannot be cleared with None")
             fields[key] = value
-        return TaskSpec(self.fn, **fields)
+        copy = TaskSpec(self.fn, **fields)
+        object.__setattr__(copy, "_source", self._source)  # the same body: its digest, if read
+        return copy
 
     def fingerprint(self, include_code: bool = True) -> dict[str, Any]:
         """Strict-JSON description of everything that determines this task's behaviour."""
