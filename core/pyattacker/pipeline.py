@@ -225,9 +225,9 @@ class PipelineTemplate:
     def map_keyed(self, pairs: Iterable[tuple[str | None, Any]], repeats: int = 1) -> Iterator[PipelineSpec]:
         """Bind ``(key, seed)`` pairs lazily, as a config's source yields them (a None key: the
         content-addressed one). ``map`` with ``key_of``, without a call per seed, and with one
-        binder for the whole stream."""
+        binder for the whole stream (and no generator of its own around ``_bind_pairs``)."""
         _check_repeats(repeats)
-        yield from _bind_pairs(self._binder(), pairs, repeats)
+        return _bind_pairs(self._binder(), pairs, repeats)
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
