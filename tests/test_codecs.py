@@ -19,6 +19,7 @@ import pytest
 from tests.runner_helpers import vrunner
 
 from pyattacker.codecs import CodecRegistry
+from pyattacker.errors import ConfigError
 from pyattacker.pipeline import pipeline
 from pyattacker.store import iter_rows, open_store
 from pyattacker.task import task
@@ -213,7 +214,6 @@ def test_a_template_maps_lazily_checks_repeats_at_once_and_binds_every_seed_once
     a bad ``repeats`` at the call, knows its length when the seeds have one, and hands out the
     same one-pass stream through ``next()`` and ``iter()``: every seed bound once, in order,
     with the key ``bind`` gives it."""
-    from pyattacker.errors import ConfigError
 
     @task
     def keep(x: Any) -> Any:
