@@ -229,6 +229,7 @@ def test_a_template_maps_lazily_checks_repeats_at_once_and_binds_every_seed_once
     template = pipeline("p", keep)
     stream = template.map(source())
     assert taken == [] and stream.length is None and template.map([1, 2, 3]).length == 3
+    assert template._codecs is None  # no registry made (no plugins discovered) by ``map`` itself
     with pytest.raises(ConfigError, match="repeats must be an integer >= 1"):
         template.map([1], repeats=0)
     first = next(stream)

@@ -5,6 +5,7 @@ needs and leaves the rest for the commands that use it (docs/performance.md, twe
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -84,23 +85,33 @@ def test_discovery_hooks_listing_is_unchanged_by_the_fast_path() -> None:
     assert all(row.status == "active" for name, row in rows.items() if name in BUILTIN_PLUGINS)
 
 
-def test_discovery_leaves_optional_parts_unimported() -> None:
-    """A process that discovers plugins and opens no jsonl store and forks nothing never
-    imports the jsonl store's code or ``pickle`` (they load when a command needs them)."""
+def test_discovery_leaves_optional_parts_unimported(tmp_path: Path) -> None:
+    """A process that discovers plugins and opens no jsonl store, forks nothing and writes no
+    artifact file never imports the jsonl store's code, ``pickle``, ``tempfile`` (with
+    ``shutil`` behind it) or ``glob`` (they load when a command needs them). The second of two
+    processes is the one looked at: the first may scan the installed metadata, whose reader
+    imports ``tempfile`` itself."""
+    optional = ("pickle", "tempfile", "shutil", "glob", "importlib_metadata")
     code = (
         "import json, sys\n"
         "from pyattacker.plugins import get_plugins\n"
         "plugins = get_plugins()\n"
         "print(json.dumps({'failed': [r.name for r in plugins.failures()],"
-        " 'modules': sorted(m for m in sys.modules if m.startswith(('pyattacker', 'pickle')))}))\n"
+        f" 'modules': sorted(m for m in sys.modules if m.startswith(('pyattacker', *{optional!r})))}}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    env = {**os.environ, "PYATTACKER_HOME": str(tmp_path)}
+    env.pop("PYATTACKER_PLUGIN_CACHE", None)
+    for _ in range(2):  # the first keeps the scan of entry points; the second reads it
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, env=env
+        )
     seen = json.loads(out.stdout)
     assert seen["failed"] == []
     modules = set(seen["modules"])
     assert "pyattacker_plugins.store_jsonl" in modules  # discovered...
     assert "pyattacker_plugins.store_jsonl.store" not in modules  # ...but its store not loaded
-    assert "pickle" not in modules
+    assert "importlib_metadata" not in modules  # (the kept scan was read: nothing imported it)
+    assert modules.isdisjoint(["pickle", "tempfile", "shutil", "glob"])
 
 
 def test_jsonl_names_load_on_first_use(tmp_path: Path) -> None:
