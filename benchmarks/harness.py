@@ -36,7 +36,7 @@ BEGIN = "<!-- BEGIN GENERATED: benchmarks (python -m benchmarks rewrites this se
 END = "<!-- END GENERATED: benchmarks -->"
 SCHEMA = 1
 #: scenario order in tables and for ``--scenario all``
-ORDER = ("overhead", "latency", "resume", "memory", "store", "durability", "shards", "demo")
+ORDER = ("overhead", "latency", "resume", "memory", "store", "durability", "shards", "handoff", "demo")
 
 #: metrics summarised (median/min/max) for every variant when present in its runs
 METRICS = (

@@ -15,6 +15,10 @@ pipelines/s (``python -m benchmarks``); use this to decide whether a change help
     python -m benchmarks.instructions --runners product --n 1500 --base 300
     python -m benchmarks.instructions --runners product --event-loop asyncio   # vs the default
     python -m benchmarks.instructions --concurrency 1024 --latency-ms 10      # the latency workload
+    python -m benchmarks.instructions --runners handoff,chain2   # what a jump costs over a checkpoint
+
+``handoff`` is the handoff scenario's product run (the first of three tasks hands every seed to
+the third) and ``chain2`` a plain chain of the same two tasks: per task, both run two.
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from typing import Any
 from benchmarks.scenarios import find_baselines
 
 HERE = Path(__file__).resolve().parent
-RUNNERS = ("product", "floor", "peer")
+RUNNERS = ("product", "floor", "peer", "handoff", "chain2")
+#: tasks each runner runs per pipeline (the handoff workload skips its middle task)
+TASKS_RUN = {"handoff": 2, "chain2": 2}
 _REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 #: the string hash seed of every measured process. With a random seed, dict and set layouts
 #: differ between runs and so do the counts, by up to about 0.3 %; with a fixed one the same
@@ -73,10 +79,11 @@ def command(
 ) -> list[str]:
     """The workload (by default the overhead scenario's) for one runner."""
     w = workload or Workload()
-    if runner == "product":
+    if runner in ("product", "handoff", "chain2"):
+        shape = {"product": [], "handoff": ["--handoff"], "chain2": ["--tasks", "2"]}[runner]
         return [
             sys.executable, str(HERE / "product_run.py"), "--n", str(n), "--store", str(tmp / "p.db"),
-            *w.args(), "--event-loop", w.event_loop,
+            *w.args(), "--event-loop", w.event_loop, *shape,
         ]  # fmt: skip
     if baselines is None:
         raise SystemExit(f"runner {runner!r} needs the baseline scripts (--baselines DIR)")
@@ -134,14 +141,14 @@ def measure(
         "n": n,
         "base": base,
         "per_pipeline": per_pipeline,
-        "per_task": per_pipeline / 3,
+        "per_task": per_pipeline / TASKS_RUN.get(runner, 3),
     }
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line (the docs' example commands are parsed with it by a test)."""
     ap = argparse.ArgumentParser(prog="python -m benchmarks.instructions", description=__doc__.split("\n")[0])
-    ap.add_argument("--runners", default=",".join(RUNNERS), help="comma-separated: product, floor, peer")
+    ap.add_argument("--runners", default=",".join(RUNNERS), help="comma-separated: " + ", ".join(RUNNERS))
     ap.add_argument("--n", type=int, default=1500, help="pipelines in the larger run")
     ap.add_argument("--base", type=int, default=300, help="pipelines in the smaller run")
     ap.add_argument("--baselines", type=Path, default=None)
@@ -197,6 +204,11 @@ def main(argv: list[str] | None = None) -> int:
                 # fewer instructions = more pipelines/s when CPU-bound: other/product ~ product/other speed
                 ratio = ratios[f"product_vs_{other}"] = results[other]["per_pipeline"] / mine
                 print(f"  {other}/product instructions (~ product/{other} speed): {ratio:.3f}")
+    if "handoff" in results and "chain2" in results:
+        jump, plain = results["handoff"]["per_pipeline"], results["chain2"]["per_pipeline"]
+        extra = jump - plain
+        ratio = ratios["handoff_vs_chain2"] = plain / jump
+        print(f"  a jump over a checkpoint: {extra:+,.0f} per pipeline (chain2/handoff {ratio:.3f})")
     if args.out is not None:
         record = {"workload": vars(workload), "results": results, "ratios": ratios}
         args.out.write_text(json.dumps(record, indent=1) + "\n")

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from pyattacker.handoff import Handoff
 from pyattacker.pipeline import PipelineTemplate, pipeline
 from pyattacker.pool import Pool, Resource
 from pyattacker.runner import Runner
@@ -36,10 +37,32 @@ async def _work(value: Any, ctx: Any) -> Any:
     return f"{value}|t{ctx.seq}"
 
 
-def build_template(n_tasks: int = 3) -> PipelineTemplate:
-    """``pipeline("bench", t0, t1, ...)``: same source and names in every process (stable keys)."""
+async def _jump(value: Any, ctx: Any) -> Any:
+    """The handoff workload's first task: as ``_work``, then hands its value to the last task."""
+    async with ctx.acquire():
+        await asyncio.sleep(_LATENCY_S)
+    return Handoff.to(_LAST, f"{value}|t{ctx.seq}")
+
+
+#: the task ``_jump`` hands off to (set with the template)
+_LAST = "t2"
+
+
+def build_template(n_tasks: int = 3, handoff: bool = False) -> PipelineTemplate:
+    """``pipeline("bench", t0, t1, ...)``: same source and names in every process (stable keys).
+
+    ``handoff``: ``t0`` hands every seed to the last task (declared as the pipeline's one edge),
+    so each pipeline runs two tasks and skips the ones between: a jump where a plain chain of two
+    tasks has a checkpoint."""
+    global _LAST
     tasks = [task(_work, name=f"t{k}", resource="apis") for k in range(n_tasks)]
-    return pipeline("bench", *tasks)
+    if not handoff:
+        return pipeline("bench", *tasks)
+    if n_tasks < 3:
+        raise ValueError("the handoff workload needs at least 3 tasks (one to skip)")
+    _LAST = tasks[-1].name
+    tasks[0] = task(_jump, name="t0", resource="apis")
+    return pipeline("bench-handoff", *tasks, control={"edges": {"t0": [_LAST]}})
 
 
 #: the same three tasks for configs (``use: benchmarks.product_run:t0``), see ``cli_run.py``
@@ -86,11 +109,13 @@ def run(
     latency_ms: float = 0.0,
     capacity: int | None = None,
     event_loop: str = "auto",
+    handoff: bool = False,
 ) -> dict[str, Any]:
     """Run pipelines ``lo..lo+n`` into ``store`` and return the summary dict (not printed)."""
     global _LATENCY_S
     _LATENCY_S = latency_ms / 1000.0
-    template = build_template(tasks)
+    template = build_template(tasks, handoff)
+    ran_tasks = 2 if handoff else tasks  # per pipeline: a jump skips the tasks between
     t_start_epoch = time.time()
     cpu0 = time.process_time()
     sys0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
@@ -120,7 +145,8 @@ def run(
     return {
         "runner": "product",
         "n": n,
-        "tasks": tasks,
+        "tasks": ran_tasks,
+        "handoff": handoff,
         "concurrency": concurrency,
         "latency_ms": latency_ms,
         "sleep0": latency_ms == 0,
@@ -132,8 +158,8 @@ def run(
         "wall_s": elapsed,
         "elapsed_s": elapsed,
         "cpu_s": cpu,
-        "cpu_us_per_task": cpu / (ran * tasks) * 1e6 if ran else None,
-        "sys_us_per_task": system / (ran * tasks) * 1e6 if ran else None,
+        "cpu_us_per_task": cpu / (ran * ran_tasks) * 1e6 if ran else None,
+        "sys_us_per_task": system / (ran * ran_tasks) * 1e6 if ran else None,
         "pipelines_per_s": ran / elapsed if ran else None,
         "skipped_per_s": skipped / elapsed if skipped else None,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -159,7 +185,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--event-loop", default="auto", choices=("auto", "asyncio", "uvloop"), help="run.event_loop"
     )
+    ap.add_argument(
+        "--handoff",
+        action="store_true",
+        help="the first task hands every seed to the last one (two tasks run per pipeline)",
+    )
     args = ap.parse_args(argv)
+    if args.handoff and args.tasks < 3:
+        ap.error("--handoff needs --tasks >= 3 (a task to skip)")
     summary = run(
         args.store,
         args.n,
@@ -169,6 +202,7 @@ def main(argv: list[str] | None = None) -> None:
         latency_ms=args.latency_ms,
         capacity=args.capacity,
         event_loop=args.event_loop,
+        handoff=args.handoff,
     )
     print(json.dumps(summary))
     sys.stdout.flush()

@@ -48,6 +48,7 @@ def product(
     latency_ms: float = 0.0,
     store: str = "product.db",
     env: dict[str, str] | None = None,
+    extra: tuple[str, ...] = (),
 ) -> Any:
     """A builder for one product run into a fresh store of the round's temp dir."""
 
@@ -67,6 +68,7 @@ def product(
                     str(latency_ms),
                     "--store",
                     str(tmp / store),
+                    *extra,
                 ],
                 dict(env or {}),
             )
@@ -419,6 +421,21 @@ def build(
             {"n": n, "shards": 2},
             variants,
             ratios,
+        )
+
+    if name == "handoff":
+        n = _n(20_000, 1_000, quick, scale)
+        return Scenario(
+            name,
+            f"N={n}, C=64, sleep(0) tasks: the first of 3 tasks hands every seed to the third,"
+            " vs a plain chain of the same 2 tasks",
+            {"n": n, "tasks_run": 2, "concurrency": 64},
+            [
+                Variant("chain2", product(n, extra=("--tasks", "2")), note="2 tasks, a checkpoint between"),
+                Variant("handoff", product(n, extra=("--handoff",)), note="t0 hands off to t2, t1 skipped"),
+            ],
+            [Ratio("handoff / chain2 (pipelines/s)", "handoff", "pipelines_per_s", den="chain2")],
+            reported=[("chain2", "cpu_us_per_task"), ("handoff", "cpu_us_per_task")],
         )
 
     if name == "demo":

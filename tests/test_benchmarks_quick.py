@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -113,6 +114,43 @@ def test_instruction_counts_cancel_start_up_and_grow_with_the_work(tmp_path: Pat
         product["per_pipeline"] / 3
     )
     assert "instructions per pipeline" in proc.stdout
+
+
+@pytest.mark.timeout(300)
+def test_the_handoff_workload_jumps_once_per_pipeline_past_the_middle_task(tmp_path: Path) -> None:
+    """The handoff scenario's two variants: ``product_run.py --handoff`` (t0 hands every seed to
+    t2; t1 never runs) and a plain chain of two tasks; both count two tasks per pipeline."""
+    from benchmarks import scenarios
+
+    scenario = scenarios.build("handoff", quick=True, scale=1.0, baselines=None, previous={})
+    assert isinstance(scenario, scenarios.Scenario)
+    commands = {v.name: v.build(tmp_path)[0].argv for v in scenario.variants}
+    assert commands["chain2"][-2:] == ["--tasks", "2"] and commands["handoff"][-1] == "--handoff"
+    db = tmp_path / "h.db"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    script = str(REPO / "benchmarks" / "product_run.py")
+    proc = subprocess.run(
+        [sys.executable, script, "--n", "60", "--handoff", "--store", str(db)],
+        env=env, capture_output=True, text=True, timeout=280,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert (summary["tasks"], summary["handoff"], summary["pipelines_run"]) == (2, True, 60)
+    assert summary["counters"]["handoffs"] == 60 and summary["status"] == "completed"
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        tasks = con.execute("SELECT name, state, COUNT(*) FROM tasks GROUP BY 1, 2 ORDER BY 1").fetchall()
+        jumps = con.execute("SELECT from_task, to_task, COUNT(*) FROM handoffs GROUP BY 1, 2").fetchall()
+        finals = con.execute("SELECT COUNT(*) FROM artifacts WHERE is_final").fetchone()[0]
+    finally:
+        con.close()
+    assert tasks == [("t0", "handed_off", 60), ("t2", "succeeded", 60)]
+    assert jumps == [("t0", "t2", 60)] and finals == 60
+    refused = subprocess.run(
+        [sys.executable, script, "--n", "5", "--handoff", "--tasks", "2", "--store", str(tmp_path / "x.db")],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "--handoff needs --tasks >= 3" in refused.stderr
 
 
 @pytest.mark.timeout(300)
