@@ -1314,6 +1314,32 @@ def test_a_reader_kept_open_sees_the_ledger_once_a_writer_migrates_the_file(tmp_
         reader.close()
 
 
+def test_an_id_looked_up_without_a_key_reads_no_ledger_until_a_commit_registers_it(tmp_path: Path) -> None:
+    """A run opens every pipeline with control by reading its ledger; for an id the writer's
+    lookup found without a key row the answer is known (ledger rows carry the key), so no query
+    is made. A pipeline whose row was deleted by hand keeps its key, and is still read."""
+    store = OPENER.open(str(tmp_path / "l.db"))
+
+    def jump(pid: str) -> HandoffRecord:
+        return HandoffRecord(
+            pipeline_id=pid, run_id="r1", from_seq=0, from_task="ask", to_seq=2, to_task="report",
+            entry_seq=3, entry_artifact_id=f"{pid}:3", entry_reused=False, reason="r", ts=1.0,
+        )  # fmt: skip
+
+    try:
+        commit(store, pipelines=[pipeline("kept")], handoffs=[jump("kept")])
+        store._db().execute("DELETE FROM pipelines")  # the row deleted by hand; key and ledger stay
+        assert store.lookup_states(["kept", "new"]) == {}
+        reads: list[str] = []
+        store._db().set_trace_callback(reads.append)
+        assert store.handoffs("new") == [] and reads == []
+        assert [h.to_task for h in store.handoffs("kept")] == ["report"] and len(reads) == 1
+        commit(store, pipelines=[pipeline("new")], handoffs=[jump("new")])
+        assert [h.entry_artifact_id for h in store.handoffs("new")] == ["new:3"]
+    finally:
+        store.close()
+
+
 def test_version_2_file_read_as_it_is_and_migrated_by_the_writer(tmp_path: Path) -> None:
     path = tmp_path / "v2.db"
     store = OPENER.open(str(path))

@@ -1054,8 +1054,11 @@ class SqliteStore:
     @_names_store
     def handoffs(self, pipeline_id: str) -> list[HandoffRecord]:
         """The pipeline's control ledger, oldest first (optional method: a store without it
-        cannot run pipelines that hand off)."""
-        if not self.has_ledger:
+        cannot run pipelines that hand off).
+
+        An id the writer's lookup found without a key row has no ledger rows (they carry the
+        key): a fresh pipeline with control costs no query here when its run opens it."""
+        if pipeline_id in self._absent or not self.has_ledger:
             return []
         rows = self._query(_children_sql("handoffs", 1, self._ids_for((pipeline_id,))), (pipeline_id,))
         return [HANDOFFS.decode(row) for row in rows]
