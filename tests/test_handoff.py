@@ -155,12 +155,40 @@ def test_forward_end_and_plain_routes(where: Where) -> None:
             assert entry.task_name == "ask" and msgspec.json.decode(entry.payload) == {"cached": 0}
     outcomes = sorted(a.outcome for a in rows(store, "attempts"))
     assert outcomes.count("handed_off") == 2
-    kinds = [e.data for e in events(store, "pipeline.handoff")]
-    assert sorted((str(d["to_task"]), d["entry_reused"]) for d in kinds) == [
+    # events "standard": the ledger row is the jump's record, no event repeats it
+    assert events(store, "pipeline.handoff") == []
+
+
+def test_events_all_repeat_each_ledger_row_as_an_event(where: Where) -> None:
+    _reset()
+    with where.runner(events="all") as r:
+        assert r.run(QA.map(seeds(3))).counters["handoffs"] == 2
+    store = where.read()
+    ledger = {
+        (h.handoff_id, h.pipeline_id): h
+        for p in rows(store, "pipelines")
+        for h in _ledger(store, p.pipeline_id)
+    }
+    jumps = events(store, "pipeline.handoff")
+    assert len(jumps) == len(ledger) == 2
+    for e in jumps:
+        h = ledger[e.data["handoff_id"], e.pipeline_id]
+        assert e.task_run_id == f"{h.pipeline_id}:{h.from_seq}"
+        assert e.data == {
+            "task": h.from_task,
+            "seq": h.from_seq,
+            "to_task": h.to_task,
+            "to_seq": h.to_seq,
+            "reason": h.reason,
+            "handoff_id": h.handoff_id,
+            "entry_artifact_id": h.entry_artifact_id,
+            "entry_reused": h.entry_reused,
+            "operation": "forward",
+        }
+    assert sorted((str(e.data["to_task"]), e.data["entry_reused"]) for e in jumps) == [
         ("None", True),
         ("report", False),
     ]
-    assert all(d["handoff_id"] is not None for d in kinds)
 
 
 def test_end_with_a_value_is_the_final_artifact(where: Where) -> None:

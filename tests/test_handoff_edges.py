@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from tests.runner_helpers import seeds, vrunner
 from tests.test_handoff import CALLS, QA, _reset
 
 from pyattacker.errors import FatalError, PipelineBuildError
-from pyattacker.handoff import Handoff, check_control
+from pyattacker.handoff import ControlPlan, Handoff, check_control
 from pyattacker.model import Batch
 from pyattacker.pipeline import pipeline
 from pyattacker.task import task
@@ -248,3 +249,28 @@ def test_a_damaged_ledger_row_fails_the_pipeline_instead_of_hanging_the_run(
     with vrunner(path, fresh_restart=True) as r:
         assert r.run(QA.map(seeds(1))).succeeded == 1
     assert [c[0] for c in CALLS] == ["fetch", "ask", "report"]
+
+
+# -- a jump resolved at run time ------------------------------------------------------------------
+def test_a_plan_resolves_each_spelling_of_a_declared_jump_and_refuses_every_other() -> None:
+    """The runner resolves a jump with one lookup of the ways a declared edge can be spelled; a
+    repeated name, a seq past the chain, "end" for a task named "end", an undeclared edge still
+    fail as they did when every jump was resolved from the names."""
+    names = ["fetch", "ask", "ask", "end", "report"]  # n = 5: seq 5 is END
+    plan = ControlPlan({0: [2, 4, 5], 1: [3]}, names)
+    assert plan.destination(0, Handoff.to("report")) == 4
+    assert plan.destination(0, Handoff.to(4)) == 4 and plan.destination(0, Handoff.to(2)) == 2
+    assert plan.destination(0, Handoff.end()) == 5 and plan.destination(0, Handoff.to("end")) == 5
+    assert plan.destination(1, Handoff.to(3)) == 3  # the task named "end", by its seq
+    refused = {
+        (0, "ask"): "a name the chain repeats (seqs [1, 2])",
+        (0, 5): "outside the chain's 5 tasks",
+        (0, 3): "which pipeline.control.edges does not declare",
+        (1, "end"): "handed off to end, which pipeline.control.edges does not declare",
+        (1, "report"): "declared from it: [3]",
+        (4, "report"): "declared from it: nothing",
+        (0, "judge"): "which is no task of the pipeline",
+    }
+    for (source, target), message in refused.items():
+        with pytest.raises(FatalError, match=re.escape(message)):
+            plan.destination(source, Handoff.to(target))

@@ -44,8 +44,9 @@ def polish(a):
 def report(a):
     return {"report": a}
 """
+#: ``events: all``: each jump is also an event (with ``standard`` the ledger row alone records it)
 CONFIG = """
-run: {concurrency: 2}
+run: {concurrency: 2, events: all}
 pipeline:
   name: qa
   control: {edges: {judge: [report, end]}}
@@ -116,6 +117,9 @@ def test_a_second_run_that_ends_early_shows_no_task_the_first_one_ran(
     )
     jumps = [e["data"]["to_task"] for e in events if e["kind"] == "pipeline.handoff"]
     assert sorted(map(str, jumps)) == ["None"] * 3 + ["report"] * 3
+    # and in the ledger, whatever the events setting: both traversals' jumps, the restart between
+    ledgers = [row["handoffs"] for row in pipelines]
+    assert [[str(h["to_task"]) for h in rows] for rows in ledgers] == [["report", "fetch", "None"]] * 3
 
     with serving(location, "t0ken") as (port, _url):
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)

@@ -94,12 +94,24 @@ class Handoff:
 class ControlPlan:
     """The allowed jumps of one chain, by seq: ``edges[source] = destinations`` (``n`` = END)."""
 
-    __slots__ = ("edges", "n", "names")
+    __slots__ = ("_routes", "edges", "n", "names")
 
     def __init__(self, edges: Mapping[int, Sequence[int]], names: Sequence[str]) -> None:
         self.n = len(names)
         self.names = tuple(names)
         self.edges: dict[int, frozenset[int]] = {s: frozenset(d) for s, d in sorted(edges.items())}
+        #: ``(source, target as a task returns it) -> seq`` of every declared jump, spelled every
+        #: way ``destination`` accepts it (a unique name, the seq, "end"): one lookup per jump
+        self._routes: dict[tuple[int, str | int], int] = {}
+        for source, dests in self.edges.items():
+            for seq in dests:
+                if seq == self.n:
+                    self._routes[source, END] = seq
+                    continue
+                self._routes[source, seq] = seq
+                name = self.names[seq]
+                if name != END and self.names.count(name) == 1:
+                    self._routes[source, name] = seq
 
     def fingerprint(self) -> list[list[Any]]:
         """Resolved seqs, sorted: how the edges were spelled does not change the identity."""
@@ -122,6 +134,9 @@ class ControlPlan:
         """The seq ``handoff`` leads to from task ``source`` (``n`` for END), or ``FatalError``
         when the target is unknown, ambiguous or not a declared edge."""
         target = handoff.target
+        seq = self._routes.get((source, target))
+        if seq is not None:
+            return seq
         here = f"task {self.names[source]!r} (seq {source})"
         if target == END:
             seq = self.n

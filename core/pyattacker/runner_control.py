@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from .clock import round3
 from .digest import digest_bytes
 from .errors import ArtifactCodecError, CorruptRow, FatalError, StoreFeatureUnsupported
-from .handoff import Handoff
-from .model import ArtifactRecord, HandoffRecord, PipelineRecord, PipelineReset
+from .handoff import UNSET, Handoff
+from .model import ArtifactRecord, AttemptRecord, HandoffRecord, PipelineRecord, PipelineReset, TaskRecord
 from .pipeline import PipelineTemplate
 
 if TYPE_CHECKING:
@@ -270,24 +271,29 @@ class RunnerControl:
         destination receives and the entry artifact (when one is written).
 
         Raises ``FatalError`` (no control, undeclared edge, input not stored, a value no codec
-        stores) or ``ArtifactBackendUnavailable`` before anything is staged."""
+        stores) or ``ArtifactBackendUnavailable`` before anything is staged. Runs once per
+        jump, so its rows are built inline as a checkpoint's are (``Runner._stage_checkpoint``):
+        one clock reading ends the attempt and dates every row."""
         r = self.runner
-        assert r._recorder is not None
+        recorder = r._recorder
+        assert recorder is not None
         task = ctx.task
         seq, n, key = state.seq, state.n, state.spec.key
-        template = state.spec.template
-        if template.control is None:
+        control = state.spec.template.control
+        if control is None:
             raise FatalError(
-                f"task {task.name!r} returned a Handoff, but pipeline {template.name!r} declares no"
-                " control (pipeline.control.edges)"
+                f"task {task.name!r} returned a Handoff, but pipeline {state.spec.template.name!r}"
+                " declares no control (pipeline.control.edges)"
             )
-        to_seq = template.control.destination(seq, directive)
+        to_seq = control.destination(seq, directive)
         is_end = to_seq == n
         full = r.config.journal == "full"
-        now = r._wall()
+        ended = r._mono()
+        now = wall0 + (ended - t0)
         entry_art: ArtifactRecord | None = None
         seed_is_entry = False
-        if directive.reuses_input:
+        reused = directive.value is UNSET
+        if reused:
             value = state.value
             entry_seq, entry_id = self.input_of(state)
             if is_end:  # the input becomes the final artifact: its row is written again, marked
@@ -299,8 +305,9 @@ class RunnerControl:
             value = directive.value
             entry_seq = n + state.ledger_rows
             entry_id = f"{key}:{entry_seq}"
+            codecs = r._codecs if r._codecs is not None else r.codecs
             try:
-                codec, type_name, data = r.codecs.encode(value)
+                codec, type_name, data = codecs.encode(value)
             except ArtifactCodecError as exc:  # the same value again: a FatalError, never retried
                 raise FatalError(
                     f"the value task {task.name!r} of pipeline {key!r} handed off cannot be stored: {exc}"
@@ -316,15 +323,18 @@ class RunnerControl:
                 size=len(data),
                 created_at=now,
                 payload=data if full else None,
+                is_final=is_end,
             )
             if full and r._putter is not None:
                 entry_art = r._put(entry_art, task.name)
-        seed = r._seed_artifact(state, full) if state.write_seed else None
+        seed = r._seed_artifact(state, full, now=now) if state.write_seed else None
+        if full and r._putter is not None:
+            ended = r._mono()  # the attempt ends once the backend holds the bytes, as a checkpoint's
         # nothing below raises: the rows go out together or not at all
-        batch = r._recorder.pending
+        batch = recorder.pending
         if is_end:
             batch.finals_cleared.append(key)
-            if entry_art is not None:
+            if reused and entry_art is not None:  # (a handed-over value's row is marked already)
                 entry_art = msgspec.structs.replace(entry_art, is_final=True)
             elif seed is not None and seed_is_entry:
                 seed.is_final = True
@@ -334,17 +344,34 @@ class RunnerControl:
             state.write_seed = False
         if entry_art is not None and entry_art is not seed:
             batch.artifacts.append(entry_art)
-        batch.tasks.append(r._ended_task_row(state, ctx, "handed_off", now))
+        run_id = r.run_id or ""
+        task_wall = state.task_started_wall or now
+        ms = (now - task_wall) * 1000.0
+        batch.tasks.append(
+            TaskRecord(
+                task_run_id=ctx.task_run_id,
+                pipeline_id=key,
+                run_id=run_id,
+                name=task.name,
+                seq=seq,
+                state="handed_off",
+                attempts_used=ctx.attempt,
+                started_at=task_wall,
+                ended_at=now,
+                duration_ms=(ms * 1000.0 + 0.5) // 1.0 / 1000.0 if ms >= 0.0 else round3(ms),
+                resource=task.resource,
+            )
+        )
         ledger = HandoffRecord(
             pipeline_id=key,
-            run_id=r.run_id or "",
+            run_id=run_id,
             from_seq=seq,
             from_task=task.name,
             to_seq=None if is_end else to_seq,
             to_task=None if is_end else state.tasks[to_seq].name,
             entry_seq=entry_seq,
             entry_artifact_id=entry_id,
-            entry_reused=directive.reuses_input,
+            entry_reused=reused,
             reason=directive.reason,
             ts=now,
         )
@@ -356,8 +383,29 @@ class RunnerControl:
             record.finished_at = now
         batch.pipelines.append(msgspec.structs.replace(record))
         state.row_written = True
-        # last: with write-behind off this flushes the whole jump in one commit
-        r._record_attempt(state, ctx, t0, wall0, "handed_off", None, {})
+        # last (``Recorder.attempt`` inline): with write-behind off its flush commits the whole
+        # jump at once
+        ms = (ended - t0) * 1000.0
+        duration = (ms * 1000.0 + 0.5) // 1.0 / 1000.0 if ms >= 0.0 else round3(ms)
+        batch.attempts.append(
+            AttemptRecord(
+                run_id=run_id,
+                pipeline_id=key,
+                task_run_id=ctx.task_run_id,
+                task_name=task.name,
+                seq=seq,
+                attempt=ctx.attempt,
+                started_at=wall0,
+                ended_at=wall0 + duration / 1000,
+                duration_ms=duration,
+                outcome="handed_off",
+                decision={},
+                leases=ctx.lease_records,
+                metric_failures=ctx.metric_failures,
+            )
+        )
+        if not (recorder._scheduled and recorder.write_behind):
+            recorder._maybe_flush()
         return ledger, value, entry_art
 
     def stored_input(self, key: str, task: str, seq: int) -> ArtifactRecord:
@@ -387,23 +435,24 @@ class RunnerControl:
         key = state.spec.key
         r.counters["handoffs"] += 1
         state.ledger_rows += 1
-        r._event(
-            "pipeline.handoff",
-            "pipeline",
-            pipeline_id=key,
-            task_run_id=ctx.task_run_id,
-            data={
-                "task": ledger.from_task,
-                "seq": ledger.from_seq,
-                "to_task": ledger.to_task,
-                "to_seq": ledger.to_seq,
-                "reason": ledger.reason,
-                "handoff_id": ledger.handoff_id,
-                "entry_artifact_id": ledger.entry_artifact_id,
-                "entry_reused": ledger.entry_reused,
-                "operation": ledger.operation,
-            },
-        )
+        if r._trace:  # the ledger row records the jump; ``events: all`` repeats it as an event
+            r._event(
+                "pipeline.handoff",
+                "pipeline",
+                pipeline_id=key,
+                task_run_id=ctx.task_run_id,
+                data={
+                    "task": ledger.from_task,
+                    "seq": ledger.from_seq,
+                    "to_task": ledger.to_task,
+                    "to_seq": ledger.to_seq,
+                    "reason": ledger.reason,
+                    "handoff_id": ledger.handoff_id,
+                    "entry_artifact_id": ledger.entry_artifact_id,
+                    "entry_reused": ledger.entry_reused,
+                    "operation": ledger.operation,
+                },
+            )
         state.attempt = 0
         state.task_started = state.task_started_wall = None
         if ledger.to_seq is None:
