@@ -191,6 +191,65 @@ def test_events_all_repeat_each_ledger_row_as_an_event(where: Where) -> None:
     ]
 
 
+class _CountedCommits(MemoryStore):
+    """A memory store that notes the pipelines whose jumps each commit carries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jumps: list[list[str]] = []
+
+    def commit(self, batch: Any) -> None:
+        if batch.handoffs:
+            self.jumps.append(sorted(h.pipeline_id for h in batch.handoffs))
+        super().commit(batch)
+
+
+def test_a_worker_takes_other_pipelines_while_a_jump_waits_for_its_commit() -> None:
+    """A jump is durable before its destination starts, but its pipeline waits for the group
+    commit off the worker, as after a checkpoint: one worker jumps for two pipelines before one
+    commit (a worker that waited would make one commit per jump)."""
+    _reset(route=0)  # every ask hands {"cached": i} to report
+    store = _CountedCommits()
+    with vrunner(store, concurrency=1) as r:
+        rep = r.run(QA.map(seeds(4)))
+    assert rep.succeeded == 4 and rep.counters["handoffs"] == 4
+    assert sum(map(len, store.jumps)) == 4 and max(map(len, store.jumps)) >= 2, store.jumps
+    # and each destination ran only once its jump was committed, with the value handed over
+    finals = sorted(str(v) for vs in _finals(store).values() for v in vs)
+    assert finals == sorted(str({"report": {"cached": i}}) for i in range(4))
+    assert [c for c in CALLS if c[0] == "judge"] == []
+
+
+def test_an_error_moving_a_jumped_pipeline_fails_it_alone_and_the_run_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The commit's callback moves a pipeline that jumped; an internal error there is recorded
+    as a worker records one (``runner.internal_error``, the pipeline failed), the pipeline is
+    not run again from its source, and the others finish."""
+    from pyattacker.runner_control import RunnerControl
+
+    landed = RunnerControl.landed
+    broken: list[str] = []
+
+    def landed_once_broken(self: RunnerControl, state: Any) -> None:
+        if not broken:
+            broken.append(state.spec.key)
+            raise RuntimeError("moving the pipeline broke")
+        landed(self, state)
+
+    monkeypatch.setattr(RunnerControl, "landed", landed_once_broken)
+    _reset(route=0)
+    store = MemoryStore()
+    with vrunner(store, concurrency=2) as r:
+        rep = r.run(QA.map(seeds(3)))
+    assert (rep.succeeded, rep.failed, rep.status) == (2, 1, "completed")
+    assert sorted(i for t, i in CALLS if t == "ask") == [0, 1, 2]  # no source ran twice
+    (failed,) = [p for p in rows(store, "pipelines") if p.state == "failed"]
+    assert failed.pipeline_id == broken[0] and "moving the pipeline broke" in (failed.error_message or "")
+    (err,) = events(store, "runner.internal_error")
+    assert err.pipeline_id == broken[0]
+
+
 def test_end_with_a_value_is_the_final_artifact(where: Where) -> None:
     _reset(route="end_value")
     with where.runner() as r:

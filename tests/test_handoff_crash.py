@@ -166,7 +166,9 @@ class Facts:
 def test_killed_around_a_handoff_then_resumed(store: str, mode: str, tmp_path: Path) -> None:
     crashed = _child(tmp_path, store, mode)
     assert crashed.returncode == 17, crashed.stderr
-    assert sum(Facts(tmp_path, store).jumps.values()) == (0 if mode == "before_commit" else 1)
+    jumped = sum(Facts(tmp_path, store).jumps.values())
+    # a worker does not wait for a jump's commit: another pipeline's jump may share it
+    assert jumped == 0 if mode == "before_commit" else 1 <= jumped <= N, jumped
     before = _audit(tmp_path)
 
     resumed = _child(tmp_path, store, "none")

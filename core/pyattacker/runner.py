@@ -60,6 +60,7 @@ from .model import (
     AttemptRecord,
     Batch,
     EventRecord,
+    HandoffRecord,
     PipelineProgress,
     PipelineRecord,
     RunRecord,
@@ -89,6 +90,7 @@ class _Pipeline:
     __slots__ = (
         "attempt",
         "entry",
+        "jump",
         "ledger_rows",
         "metric_steps",
         "n",
@@ -126,6 +128,13 @@ class _Pipeline:
         self.entry: tuple[int, str, int] | None = None
         #: rows of this pipeline's control ledger (numbers the entry artifacts it writes)
         self.ledger_rows = 0
+        #: a jump staged and not yet durable: ``(ledger row, the destination's value, entry
+        #: artifact)``; the group commit carrying it moves the pipeline (``RunnerControl.landed``)
+        self.jump: tuple[HandoffRecord, Any, ArtifactRecord | None] | None = None
+
+
+#: a group commit's future, the pipelines waiting for it, and those of them that jumped
+_Group = tuple[asyncio.Future[None], list[_Pipeline], list[_Pipeline]]
 
 
 def _check_specs(chunk: list[Any]) -> None:
@@ -483,8 +492,8 @@ class Runner:
         self._tie = itertools.count()
         #: pipelines whose checkpoint a group commit has yet to make durable, per commit
         #: (``_awaiting_commit``); ``_group``: the latest, which new checkpoints join
-        self._awaiting: dict[int, tuple[asyncio.Future[None], list[_Pipeline]]] = {}
-        self._group: tuple[asyncio.Future[None], list[_Pipeline]] | None = None
+        self._awaiting: dict[int, _Group] = {}
+        self._group: _Group | None = None
         #: admitted and not finished: key -> its spec (a second spec under the key is compared)
         self._active: dict[str, PipelineSpec] = {}
         self._record_types: dict[int, dict[str, type]] = {}
@@ -913,7 +922,7 @@ class Runner:
             state = queue.get_nowait()
             if state is not None:
                 self._interrupt(state, "queued")
-        for _ticket, states in self._awaiting.values():
+        for _ticket, states, _jumps in self._awaiting.values():
             for state in states:
                 self._interrupt(state, "queued")
         self._awaiting.clear()
@@ -1595,17 +1604,24 @@ class Runner:
                         ctx.held_leases = _ENDED  # as ``reclaim_now`` ends the context
                     if error is None and type(value) is Handoff:
                         try:
-                            jump, value, entry = self._control.stage_handoff(state, ctx, value, t0, wall0)
+                            state.jump = self._control.stage_handoff(state, ctx, value, t0, wall0)
                         except FatalError as exc:
                             error = exc
                         except ArtifactBackendUnavailable as exc:
                             self._backend_failed(state, ctx, t0, wall0, exc)
                             break
                         else:
+                            # durable before the destination starts, as a checkpoint is before the
+                            # next task: the pipeline waits for its group commit off this worker
                             assert self._recorder is not None
-                            await self._recorder.commit_ticket()  # the jump is durable before the next task
-                            if self._control.handed_off(state, ctx, jump, value, entry):
-                                continue
+                            ticket = self._recorder.commit_ticket()
+                            state.attempt = 0
+                            state.task_started = state.task_started_wall = None
+                            group = self._group
+                            if group is None or group[0] is not ticket:
+                                group = self._group = self._awaiting_commit(ticket, queue)
+                            group[1].append(state)
+                            group[2].append(state)
                             break
                     if error is None:
                         try:
@@ -1657,12 +1673,10 @@ class Runner:
                 raise
             me.held = None
 
-    def _awaiting_commit(
-        self, ticket: asyncio.Future[None], queue: WorkQueue[_Pipeline | None]
-    ) -> tuple[asyncio.Future[None], list[_Pipeline]]:
-        """The pipelines whose checkpoint ``ticket``'s group commit carries (one list and one
-        callback per commit, never per pipeline)."""
-        group: tuple[asyncio.Future[None], list[_Pipeline]] = (ticket, [])
+    def _awaiting_commit(self, ticket: asyncio.Future[None], queue: WorkQueue[_Pipeline | None]) -> _Group:
+        """The pipelines whose checkpoint ``ticket``'s group commit carries, and those of them
+        that jumped (two lists and one callback per commit, never per pipeline)."""
+        group: _Group = (ticket, [], [])
         key = next(self._tie)
         self._awaiting[key] = group
         ticket.add_done_callback(functools.partial(self._resume_after, queue, key))
@@ -1693,6 +1707,13 @@ class Runner:
             self._hard_stop("store_unavailable")
             return
         states = group[1]
+        for state in group[2]:  # jumps: durable now, so counted and moved (END: finished below)
+            try:
+                self._control.landed(state)
+            except Exception as exc:  # as in a worker: recorded, never a run left waiting
+                state.jump = None
+                states.remove(state)  # (rare: an O(n) removal keeps the usual path free of a test)
+                self._internal_error(state, exc)
         going = [state for state in states if state.seq < state.n]
         queue.push_front(going)
         for _ in going:  # workers for them, up to ``concurrency`` (idle ones take them first)
@@ -1703,7 +1724,10 @@ class Runner:
                     output, state.output = state.output, None
                     try:
                         assert output is not None
-                        self._succeeded(state, output)
+                        if state.jump is None:
+                            self._succeeded(state, output)
+                        else:  # ended by a jump to END
+                            self._control.ended(state, output)
                     except Exception as exc:  # as in a worker: recorded, never a run left waiting
                         self._internal_error(state, exc)
 

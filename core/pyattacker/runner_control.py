@@ -5,9 +5,11 @@ the per-task path of a plain chain pays one type test on a task's return value, 
 
 A handoff is one group commit, like a checkpoint: the source task's row (``handed_off``), its
 attempt, the entry artifact when the task handed over a value, the ledger row, and the pipeline
-row with its cursor at the destination (``succeeded`` for END). The ledger row, not the event,
-is what a resume reads: the newest ``forward`` row of the current traversal is the jump to
-honour; a ``restart`` row says the traversal began again from the seed.
+row with its cursor at the destination (``succeeded`` for END). The pipeline waits for that
+commit off its worker, as after a checkpoint; the commit's callback moves it (``landed``, then
+``ended`` for END). The ledger row is what a resume reads (and, with ``events: all``, what the
+``pipeline.handoff`` event repeats): the newest ``forward`` row of the current traversal is the
+jump to honour; a ``restart`` row says the traversal began again from the seed.
 
 A traversal writes only the slots it visits, so every start from the seed of a pipeline that
 has rows resets it (``Batch.resets``) in the commit of its pipeline row at cursor 0: a slot the
@@ -422,25 +424,22 @@ class RunnerControl:
             )
         return art
 
-    def handed_off(
-        self,
-        state: _Pipeline,
-        ctx: TaskContext,
-        ledger: HandoffRecord,
-        value: Any,
-        entry: ArtifactRecord | None,
-    ) -> bool:
-        """After the jump's commit: move to the destination, or finish. True: run on."""
+    def landed(self, state: _Pipeline) -> None:
+        """After the group commit that made ``state``'s jump durable: count it, and move the
+        pipeline to the destination with its value; a jump to END leaves it at the chain's end
+        with the entry as its output, and ``ended`` (called next) finishes it."""
+        jump = state.jump
+        assert jump is not None
+        ledger, value, entry = jump
         r = self.runner
-        key = state.spec.key
         r.counters["handoffs"] += 1
         state.ledger_rows += 1
         if r._trace:  # the ledger row records the jump; ``events: all`` repeats it as an event
             r._event(
                 "pipeline.handoff",
                 "pipeline",
-                pipeline_id=key,
-                task_run_id=ctx.task_run_id,
+                pipeline_id=ledger.pipeline_id,
+                task_run_id=f"{ledger.pipeline_id}:{ledger.from_seq}",
                 data={
                     "task": ledger.from_task,
                     "seq": ledger.from_seq,
@@ -453,19 +452,24 @@ class RunnerControl:
                     "operation": ledger.operation,
                 },
             )
-        state.attempt = 0
-        state.task_started = state.task_started_wall = None
         if ledger.to_seq is None:
             state.seq = state.n
-            r._event(
-                "pipeline.succeeded",
-                "pipeline",
-                pipeline_id=key,
-                data={"tasks": state.n, "handed_off": True, "resumed_from": state.record.resume_of},
-            )
-            r._finished(state, "succeeded", entry)
-            return False
+            state.output = entry
+            return
+        state.jump = None
         state.seq = ledger.to_seq
         state.value = value
         state.entry = (ledger.to_seq, ledger.entry_artifact_id, ledger.entry_seq)
-        return True
+
+    def ended(self, state: _Pipeline, entry: ArtifactRecord) -> None:
+        """A pipeline whose jump to END is durable: it succeeded, with the entry as its final
+        artifact."""
+        state.jump = None
+        r = self.runner
+        r._event(
+            "pipeline.succeeded",
+            "pipeline",
+            pipeline_id=state.spec.key,
+            data={"tasks": state.n, "handed_off": True, "resumed_from": state.record.resume_of},
+        )
+        r._finished(state, "succeeded", entry)
