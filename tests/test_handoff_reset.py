@@ -150,6 +150,32 @@ def test_every_restart_resets_even_after_a_traversal_without_a_jump(where: Where
     assert [s for s, final in facts["artifacts"].items() if final] == [N + 2]
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_row_deleted_by_hand_after_a_traversal_without_a_jump_still_resets(
+    kind: str, tmp_path: Path
+) -> None:
+    """No ledger and no pipeline row, but the earlier traversal's other rows (its seed row
+    first) are stored: the new one starts with a reset, so the slots it skips show nothing the
+    earlier one wrote, and its END entry is the pipeline's only final artifact."""
+    where = Where(kind, tmp_path)
+    _run(where, "on")  # all five tasks, the last output final; no jump, so no ledger
+    if where.memory is not None:
+        where.memory._pipelines.clear()
+    else:
+        con = sqlite3.connect(where.path)
+        con.execute("DELETE FROM pipelines")
+        con.commit()
+        con.close()
+    second = _run(where, "end")
+    store = where.read()
+    for p in rows(store, "pipelines"):
+        facts = _facts(store, p.pipeline_id)
+        assert set(facts["tasks"]) == {"fetch", "ask", "judge"}, facts["tasks"]
+        assert {run_id for _, run_id in facts["tasks"].values()} == {second}
+        assert facts["ledger"] == [("forward", None, second)]  # nothing to supersede: no restart row
+        assert [seq for seq, final in facts["artifacts"].items() if final] == [N]
+
+
 def test_a_pipeline_row_deleted_by_hand_resets_its_other_rows(tmp_path: Path) -> None:
     where = Where("sqlite", tmp_path)
     _run(where, "report")

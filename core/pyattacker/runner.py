@@ -2033,8 +2033,6 @@ class Runner:
         if last:
             record.state = "succeeded"
             record.finished_at = now
-            if state.spec.template.control is not None:  # one final artifact, whatever came before
-                batch.finals_cleared.append(key)
         if last or not state.row_written:
             batch.pipelines.append(msgspec.structs.replace(record))  # a snapshot, as msgspec_copy
             state.row_written = True

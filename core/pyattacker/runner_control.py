@@ -156,12 +156,22 @@ class RunnerControl:
         if out.start == 0 and ledger and ledger[-1].operation != "restart":
             out.restart = why if not resumable else "checkpoint_unusable"
         # every start from the seed over an earlier traversal, not only the first after a jump:
-        # the rows of a traversal that made no jump may be skipped by the next one. (A ledger
-        # without a row: the row was deleted by hand, the traversal's other rows were not.)
-        out.reset = out.start == 0 and (row is not None or bool(ledger))
+        # the rows of a traversal that made no jump may be skipped by the next one. (A ledger, or
+        # a seed row, without a pipeline row: the row was deleted by hand, the traversal's other
+        # rows were not.) So the only final artifact a traversal can meet at its end is its own
+        out.reset = out.start == 0 and (row is not None or bool(ledger) or self._seed_stored(spec.key))
         out.handoff = jump if out.entry is not None else None
         out.ledger_rows = len(ledger)
         return out
+
+    def _seed_stored(self, key: str) -> bool:
+        """Whether the pipeline's seed row is stored: every traversal that wrote a row wrote it
+        first (a reset never deletes it), so without it there is nothing to reset. (The SQLite
+        store answers for a fresh pipeline without a query.) An unreadable one counts."""
+        try:
+            return self.runner.store.get_artifact(key, -1) is not None
+        except CorruptRow:
+            return True
 
     @staticmethod
     def declared(spec: PipelineSpec, jump: HandoffRecord) -> bool:
@@ -334,8 +344,7 @@ class RunnerControl:
             ended = r._mono()  # the attempt ends once the backend holds the bytes, as a checkpoint's
         # nothing below raises: the rows go out together or not at all
         batch = recorder.pending
-        if is_end:
-            batch.finals_cleared.append(key)
+        if is_end:  # (no earlier final to unmark: every traversal over stored rows began with a reset)
             if reused and entry_art is not None:  # (a handed-over value's row is marked already)
                 entry_art = msgspec.structs.replace(entry_art, is_final=True)
             elif seed is not None and seed_is_entry:

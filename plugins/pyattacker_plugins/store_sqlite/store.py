@@ -1048,6 +1048,8 @@ class SqliteStore:
 
     @_names_store
     def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
+        if pipeline_id in self._absent:  # no key row, no artifacts (as ``handoffs``)
+            return None
         rows = self._query(_get_artifact_sql(self._ids_for((pipeline_id,))), (pipeline_id, seq))
         return ARTIFACTS.decode(rows[0]) if rows else None
 
