@@ -1315,9 +1315,10 @@ def test_a_reader_kept_open_sees_the_ledger_once_a_writer_migrates_the_file(tmp_
 
 
 def test_an_id_looked_up_without_a_key_reads_no_ledger_until_a_commit_registers_it(tmp_path: Path) -> None:
-    """A run opens every pipeline with control by reading its ledger; for an id the writer's
-    lookup found without a key row the answer is known (ledger rows carry the key), so no query
-    is made. A pipeline whose row was deleted by hand keeps its key, and is still read."""
+    """A run opens every pipeline with control by reading its ledger and looking for its seed
+    row; for an id the writer's lookup found without a key row both answers are known (those
+    rows carry the key), so no query is made. A pipeline whose row was deleted by hand keeps its
+    key, and is still read."""
     store = OPENER.open(str(tmp_path / "l.db"))
 
     def jump(pid: str) -> HandoffRecord:
@@ -1332,10 +1333,12 @@ def test_an_id_looked_up_without_a_key_reads_no_ledger_until_a_commit_registers_
         assert store.lookup_states(["kept", "new"]) == {}
         reads: list[str] = []
         store._db().set_trace_callback(reads.append)
-        assert store.handoffs("new") == [] and reads == []
+        assert store.handoffs("new") == [] and store.get_artifact("new", -1) is None and reads == []
         assert [h.to_task for h in store.handoffs("kept")] == ["report"] and len(reads) == 1
-        commit(store, pipelines=[pipeline("new")], handoffs=[jump("new")])
+        commit(store, pipelines=[pipeline("new")], handoffs=[jump("new")], artifacts=[artifact("new", -1)])
         assert [h.entry_artifact_id for h in store.handoffs("new")] == ["new:3"]
+        seed = store.get_artifact("new", -1)
+        assert seed is not None and seed.artifact_id == "new:-1"
     finally:
         store.close()
 
