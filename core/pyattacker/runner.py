@@ -1690,7 +1690,7 @@ class Runner:
         run stops as for any store failure)."""
         if ticket.cancelled() and (self._stopping or self._hard):
             # a stop cancelled a worker that awaited this same commit (the checkpoint of a
-            # failure or a handoff), and the shared future with it: the commit itself goes on.
+            # failure), and the shared future with it: the commit itself goes on.
             # Its pipelines stay here and the shutdown marks them interrupted (resumable), as
             # any it finds waiting
             return
