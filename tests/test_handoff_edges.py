@@ -274,3 +274,25 @@ def test_a_plan_resolves_each_spelling_of_a_declared_jump_and_refuses_every_othe
     for (source, target), message in refused.items():
         with pytest.raises(FatalError, match=re.escape(message)):
             plan.destination(source, Handoff.to(target))
+
+
+def test_a_directive_takes_names_and_seqs_and_refuses_anything_else_by_what_it_got() -> None:
+    class Name(str):
+        pass
+
+    for target in ("report", Name("report"), 0, 3, "end"):
+        assert Handoff.to(target).target == target
+    refused = [  # (pairs: "" and Name("") are one key of a dict)
+        ("", "Handoff target must not be empty"),
+        (Name(""), "Handoff target must not be empty"),
+        (-1, "Handoff target seq must be >= 0, got -1"),
+        (True, "Handoff target must be a task name, a seq or 'end', got True"),
+        (1.5, "Handoff target must be a task name, a seq or 'end', got 1.5"),
+        (None, "Handoff target must be a task name, a seq or 'end', got None"),
+    ]
+    for target, message in refused:
+        with pytest.raises(FatalError, match=re.escape(message)):
+            Handoff.to(target)  # type: ignore[arg-type]
+    with pytest.raises(FatalError, match="Handoff reason must be a string, got int"):
+        Handoff.to("report", reason=3)  # type: ignore[arg-type]
+    assert Handoff.end(reason=Name("short")).reason == "short"
