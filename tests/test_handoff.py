@@ -220,6 +220,39 @@ def test_a_worker_takes_other_pipelines_while_a_jump_waits_for_its_commit() -> N
     assert [c for c in CALLS if c[0] == "judge"] == []
 
 
+@pytest.mark.parametrize("write_behind", [True, False])
+def test_a_jump_commits_its_rows_together_with_or_without_write_behind(write_behind: bool) -> None:
+    """The source task's row, its attempt, the entry, the ledger row and the pipeline row of a
+    jump are in one commit: with write-behind off, the attempt's own flush must not go out
+    before the rest (the attempt is staged last)."""
+    _reset(route=0)
+
+    class Kept(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.jumps: list[Any] = []
+
+        def commit(self, batch: Any) -> None:
+            if batch.handoffs or any(a.outcome == "handed_off" for a in batch.attempts):
+                self.jumps.append(
+                    (
+                        sorted(h.pipeline_id for h in batch.handoffs),
+                        sorted(t.pipeline_id for t in batch.tasks if t.state == "handed_off"),
+                        sorted(a.pipeline_id for a in batch.attempts if a.outcome == "handed_off"),
+                        sorted(a.pipeline_id for a in batch.artifacts if a.seq == 4),  # n + 0
+                        sorted(p.pipeline_id for p in batch.pipelines if p.cursor == 3),
+                    )
+                )
+            super().commit(batch)
+
+    store = Kept()
+    with vrunner(store, concurrency=2, write_behind=write_behind) as r:
+        assert r.run(QA.map(seeds(4))).counters["handoffs"] == 4
+    assert sum(len(j[0]) for j in store.jumps) == 4
+    for ledger, tasks, attempts, entries, pipelines in store.jumps:
+        assert ledger and ledger == tasks == attempts == entries == pipelines
+
+
 def test_an_error_moving_a_jumped_pipeline_fails_it_alone_and_the_run_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
