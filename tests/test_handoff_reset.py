@@ -176,6 +176,27 @@ def test_a_row_deleted_by_hand_after_a_traversal_without_a_jump_still_resets(
         assert [seq for seq, final in facts["artifacts"].items() if final] == [N]
 
 
+def test_an_unreadable_seed_row_without_a_pipeline_row_counts_as_an_earlier_traversal(
+    tmp_path: Path,
+) -> None:
+    """The seed row that says an earlier traversal wrote rows is damaged (and the pipeline row
+    deleted): the start still resets, as for a readable one, instead of failing the run."""
+    where = Where("sqlite", tmp_path)
+    _run(where, "on")
+    con = sqlite3.connect(where.path)
+    con.execute("UPDATE artifacts SET size = 'not a size' WHERE seq = -1")
+    con.execute("DELETE FROM pipelines")
+    con.commit()
+    con.close()
+    second = _run(where, "end")  # the seed rows are written again by the new traversal
+    store = where.read()
+    for p in rows(store, "pipelines"):
+        facts = _facts(store, p.pipeline_id)
+        assert set(facts["tasks"]) == {"fetch", "ask", "judge"}, facts["tasks"]
+        assert {run_id for _, run_id in facts["tasks"].values()} == {second}
+        assert [seq for seq, final in facts["artifacts"].items() if final] == [N]
+
+
 def test_a_pipeline_row_deleted_by_hand_resets_its_other_rows(tmp_path: Path) -> None:
     where = Where("sqlite", tmp_path)
     _run(where, "report")
