@@ -129,6 +129,8 @@ class RunnerControl:
         without a restart row the next resume would honour one the new traversal never took."""
         r = self.runner
         ledger: list[HandoffRecord] = r.store.handoffs(spec.key)  # type: ignore[attr-defined]
+        if row is None and not ledger:  # nothing to honour (a fresh pipeline, the usual case)
+            return Resumption(start=0, value=spec.seed, reset=self._seed_stored(spec.key))
         jump = _current(ledger)
         n = len(spec.template.tasks)
         out = Resumption(start=0, value=spec.seed)
@@ -232,7 +234,7 @@ class RunnerControl:
     def admitted(self, state: _Pipeline) -> None:
         """The pipeline got its place in the run: its reset (if any) goes into the next commit,
         before any of its tasks can run."""
-        pending = self._resets.pop(state.spec.key, None)
+        pending = self._resets.pop(state.spec.key, None) if self._resets else None
         if pending is not None:
             self.mark_reset(state, *pending)
 
