@@ -130,6 +130,8 @@ class RunnerControl:
         r = self.runner
         ledger: list[HandoffRecord] = r.store.handoffs(spec.key)  # type: ignore[attr-defined]
         if row is None and not ledger:  # nothing to honour (a fresh pipeline, the usual case)
+            # a seed row without a pipeline row or a ledger: the row was deleted by hand after a
+            # traversal without a jump, whose other rows were not (see ``reset`` below)
             return Resumption(start=0, value=spec.seed, reset=self._seed_stored(spec.key))
         jump = _current(ledger)
         n = len(spec.template.tasks)
@@ -157,11 +159,11 @@ class RunnerControl:
                     out.start, out.value = r._load_checkpoint(spec, row)
         if out.start == 0 and ledger and ledger[-1].operation != "restart":
             out.restart = why if not resumable else "checkpoint_unusable"
-        # every start from the seed over an earlier traversal, not only the first after a jump:
-        # the rows of a traversal that made no jump may be skipped by the next one. (A ledger, or
-        # a seed row, without a pipeline row: the row was deleted by hand, the traversal's other
-        # rows were not.) So the only final artifact a traversal can meet at its end is its own
-        out.reset = out.start == 0 and (row is not None or bool(ledger) or self._seed_stored(spec.key))
+        # every start from the seed over an earlier traversal (here there is one: a row, or a
+        # ledger whose row was deleted by hand), not only the first after a jump: the rows of a
+        # traversal that made no jump may be skipped by the next one. So the only final
+        # artifact a traversal can meet at its end is its own
+        out.reset = out.start == 0
         out.handoff = jump if out.entry is not None else None
         out.ledger_rows = len(ledger)
         return out
