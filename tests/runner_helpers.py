@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pyattacker.clock import VirtualClock
+from pyattacker.model import Batch
 from pyattacker.runner import Runner
 from pyattacker_plugins.store_memory import MemoryStore
 
@@ -14,6 +15,20 @@ def vrunner(store: Any = None, **kwargs: Any) -> Runner:
     kwargs.setdefault("clock", VirtualClock())
     kwargs.setdefault("handle_signals", False)
     return Runner(store=store if store is not None else MemoryStore(), **kwargs)
+
+
+class RecordingStore(MemoryStore):
+    """A memory store that keeps a copy of what each commit carried (``batches``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[Batch] = []
+
+    def commit(self, batch: Batch) -> None:
+        super().commit(batch)
+        copy = Batch()
+        copy.extend(batch)
+        self.batches.append(copy)
 
 
 def rows(store: Any, kind: str, **filters: Any) -> list[Any]:

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 from tests._view_fixtures import serving
 from tests.cli_helpers import cli
-from tests.runner_helpers import events, rows, seeds, vrunner
+from tests.runner_helpers import RecordingStore, events, rows, seeds, vrunner
 
 from pyattacker.errors import FatalError, PipelineBuildError, StoreFeatureUnsupported
 from pyattacker.export import iter_kind
@@ -191,29 +191,17 @@ def test_events_all_repeat_each_ledger_row_as_an_event(where: Where) -> None:
     ]
 
 
-class _CountedCommits(MemoryStore):
-    """A memory store that notes the pipelines whose jumps each commit carries."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.jumps: list[list[str]] = []
-
-    def commit(self, batch: Any) -> None:
-        if batch.handoffs:
-            self.jumps.append(sorted(h.pipeline_id for h in batch.handoffs))
-        super().commit(batch)
-
-
 def test_a_worker_takes_other_pipelines_while_a_jump_waits_for_its_commit() -> None:
     """A jump is durable before its destination starts, but its pipeline waits for the group
     commit off the worker, as after a checkpoint: one worker jumps for two pipelines before one
     commit (a worker that waited would make one commit per jump)."""
     _reset(route=0)  # every ask hands {"cached": i} to report
-    store = _CountedCommits()
+    store = RecordingStore()
     with vrunner(store, concurrency=1) as r:
         rep = r.run(QA.map(seeds(4)))
     assert rep.succeeded == 4 and rep.counters["handoffs"] == 4
-    assert sum(map(len, store.jumps)) == 4 and max(map(len, store.jumps)) >= 2, store.jumps
+    jumps = [len(b.handoffs) for b in store.batches if b.handoffs]
+    assert sum(jumps) == 4 and max(jumps) >= 2, jumps
     # and each destination ran only once its jump was committed, with the value handed over
     finals = sorted(str(v) for vs in _finals(store).values() for v in vs)
     assert finals == sorted(str({"report": {"cached": i}}) for i in range(4))
@@ -227,29 +215,22 @@ def test_a_jump_commits_its_rows_together_with_or_without_write_behind(write_beh
     before the rest (the attempt is staged last)."""
     _reset(route=0)
 
-    class Kept(MemoryStore):
-        def __init__(self) -> None:
-            super().__init__()
-            self.jumps: list[Any] = []
-
-        def commit(self, batch: Any) -> None:
-            if batch.handoffs or any(a.outcome == "handed_off" for a in batch.attempts):
-                self.jumps.append(
-                    (
-                        sorted(h.pipeline_id for h in batch.handoffs),
-                        sorted(t.pipeline_id for t in batch.tasks if t.state == "handed_off"),
-                        sorted(a.pipeline_id for a in batch.attempts if a.outcome == "handed_off"),
-                        sorted(a.pipeline_id for a in batch.artifacts if a.seq == 4),  # n + 0
-                        sorted(p.pipeline_id for p in batch.pipelines if p.cursor == 3),
-                    )
-                )
-            super().commit(batch)
-
-    store = Kept()
+    store = RecordingStore()
     with vrunner(store, concurrency=2, write_behind=write_behind) as r:
         assert r.run(QA.map(seeds(4))).counters["handoffs"] == 4
-    assert sum(len(j[0]) for j in store.jumps) == 4
-    for ledger, tasks, attempts, entries, pipelines in store.jumps:
+    jumps = [
+        (
+            sorted(h.pipeline_id for h in b.handoffs),
+            sorted(t.pipeline_id for t in b.tasks if t.state == "handed_off"),
+            sorted(a.pipeline_id for a in b.attempts if a.outcome == "handed_off"),
+            sorted(a.pipeline_id for a in b.artifacts if a.seq == 4),  # the entry, at n + 0
+            sorted(p.pipeline_id for p in b.pipelines if p.cursor == 3),
+        )
+        for b in store.batches
+        if b.handoffs or any(a.outcome == "handed_off" for a in b.attempts)
+    ]
+    assert sum(len(j[0]) for j in jumps) == 4
+    for ledger, tasks, attempts, entries, pipelines in jumps:
         assert ledger and ledger == tasks == attempts == entries == pipelines
 
 

@@ -13,13 +13,12 @@ from typing import Any
 
 import msgspec
 import pytest
-from tests.runner_helpers import rows, seeds, vrunner
+from tests.runner_helpers import RecordingStore, rows, seeds, vrunner
 from tests.test_handoff import Where
 
 from pyattacker.errors import StoreFeatureUnsupported
 from pyattacker.export import iter_kind
 from pyattacker.handoff import Handoff
-from pyattacker.model import Batch
 from pyattacker.pipeline import pipeline
 from pyattacker.stats import store_stats
 from pyattacker.task import task
@@ -214,22 +213,8 @@ def test_a_pipeline_row_deleted_by_hand_resets_its_other_rows(tmp_path: Path) ->
         assert {r for _, r in facts["tasks"].values()} == {second}
 
 
-class _Recording(MemoryStore):
-    """A memory store that keeps a copy of what each commit carried."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.batches: list[Batch] = []
-
-    def commit(self, batch: Batch) -> None:
-        super().commit(batch)
-        copy = Batch()
-        copy.extend(batch)
-        self.batches.append(copy)
-
-
 def test_the_reset_commits_with_the_pipeline_row_at_cursor_0_and_the_restart_row() -> None:
-    store = _Recording()
+    store = RecordingStore()
     ROUTE["to"] = "report"
     with vrunner(store) as r:
         assert r.run(QA.map(seeds(1))).succeeded == 1
@@ -255,7 +240,7 @@ def test_the_reset_commits_with_the_pipeline_row_at_cursor_0_and_the_restart_row
     "flags", [{}, {"retry_succeeded": True}, {"retry_succeeded": True, "fresh_restart": True}]
 )
 def test_a_plain_chain_never_resets(flags: dict[str, bool]) -> None:
-    store = _Recording()
+    store = RecordingStore()
     for _ in range(2):
         store.closed = False
         with vrunner(store, **flags) as r:
