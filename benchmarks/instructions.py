@@ -194,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     baselines = find_baselines(args.baselines)
     results = {r: measure(r, args.n, args.base, baselines, workload) for r in runners}
     print(f"instructions per pipeline (callgrind, N={args.n} minus N={args.base}, {workload.describe()})")
+    if any(r in TASKS_RUN for r in runners):
+        print("  (handoff: the first of the 3 tasks hands each seed to the third; chain2: 2 tasks)")
     for r in runners:
         print(f"  {r:8} {results[r]['per_pipeline']:>12,.0f}  ({results[r]['per_task']:,.0f} per task)")
     ratios: dict[str, float] = {}
