@@ -524,8 +524,8 @@ def test_a_read_that_fails_in_its_child_is_done_again_in_the_parent(
     parent = os.getpid()
     real = merge_module.shard_part
 
-    def only_here(location: str, run_id: Any, task_counts: bool = True) -> Any:
-        return real(location, run_id, task_counts=task_counts) if os.getpid() == parent else threading.Lock()
+    def only_here(location: str, run_id: Any, **options: Any) -> Any:
+        return real(location, run_id, **options) if os.getpid() == parent else threading.Lock()
 
     monkeypatch.setattr(merge_module, "shard_part", only_here)
     merge = _Merge(stores, None, fork=True)
@@ -717,6 +717,134 @@ def test_report_of_shard_stores_combines_their_aggregates(env: dict[str, str], t
         m.setattr(export, "_winners", spy)
         export.export_stores([stores[0], liar], str(tmp_path / "l.jsonl"), rows="pipelines")
     assert merged_calls == [2, 2, 2]  # a store that only claims its shard is merged
+
+
+def _run_ids(store: str) -> list[str]:
+    con = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    try:
+        return [row[0] for row in con.execute("select run_id from runs order by started_at")]
+    finally:
+        con.close()
+
+
+def test_the_run_a_shard_reported_is_read_without_checking_each_key(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store whose only run is the one its shard process reported to the ``--shards`` parent
+    is read from its SQL totals: every row of that run was admitted by its shard filter. The
+    report is the one the per-key check gives; any other run in the store, or another
+    selection, or no report from the shard, and every key is checked as before."""
+    import pyattacker.merge as merge_module
+    from pyattacker.merge import ShardsReport, shard_part
+    from pyattacker.shard_cli import _reported_run
+
+    body = CONFIG.replace('- {use: "audit_mod:first"}', '- {use: "audit_mod:fail_in_shard_1"}')
+    cfg = _config(tmp_path, 40, body)
+    stores = [str(tmp_path / "runs" / f"s.shard{i}of2.db") for i in range(2)]
+    for i in range(2):
+        assert cli(["run", "-c", str(cfg), "--shard", f"{i}/2"], env).returncode in (0, 1)
+    runs = [_run_ids(store) for store in stores]
+    assert all(len(ids) == 1 for ids in runs)
+    checked = [shard_part(store, None) for store in stores]
+    assert all(part is not None for part in checked)
+
+    real = merge_module._shard_totals
+    key_checks: list[str] = []
+
+    def counted(store: Any, run_id: Any, shard: int, shards: int) -> Any:
+        key_checks.append(run_id)
+        return real(store, run_id, shard, shards)
+
+    monkeypatch.setattr(merge_module, "_shard_totals", counted)
+    for store, (rid,), part in zip(stores, runs, checked, strict=True):
+        trusted = shard_part(store, None, written_by=rid)
+        assert trusted is not None and trusted.report.to_dict(100) == part.report.to_dict(100)
+        assert (trusted.shard, trusted.shards) == (part.shard, part.shards)
+        assert key_checks == []  # the SQL totals, no key read one by one
+        for selection, reported in (("all", rid), (None, "another-run"), (None, None)):
+            again = shard_part(store, selection, written_by=reported)
+            assert len(key_checks) == 1, (selection, reported)  # checked as without it
+            plain = shard_part(store, selection)
+            assert again is not None and plain is not None
+            assert again.report.to_dict(100) == plain.report.to_dict(100)
+            key_checks.clear()
+
+    # the parent's merge hands each store the run its shard reported: no key is read
+    merge = _Merge(stores, None, fork=False)
+    for i, (rid,) in enumerate(runs):
+        merge.add(i, rid)
+    combined, why = merge.result()
+    assert why is None and type(combined) is ShardsReport and key_checks == []
+    assert combined.to_dict(100) == merge_stores(stores).to_dict(100)
+    assert combined.to_dict(100)["errors"]  # shard 1's failed rows, read whole
+
+    # a second run in the store: the one reported is no longer all it holds, so keys are read
+    again = cli(["resume", "-c", str(cfg), "--shard", "1/2"], env)
+    assert again.returncode in (0, 1), again.stderr
+    latest = _run_ids(stores[1])[-1]
+    assert latest != runs[1][0]
+    assert shard_part(stores[1], None, written_by=latest) is not None and len(key_checks) == 1
+    key_checks.clear()
+    # what the trust rests on: a store that only claims its shard is caught by the key check
+    liar_cfg = _config(
+        tmp_path, 40, body.replace("grace_s: 5}", 'grace_s: 5, meta: {shard: "1/2"}}'), "l.yaml"
+    )
+    liar = str(tmp_path / "liar.db")  # says shard 1/2, holds every key
+    assert cli(["run", "-c", str(liar_cfg), "--store", liar], env).returncode in (0, 1)
+    assert shard_part(liar, None) is None and shard_part(liar, None, written_by="another-run") is None
+    assert shard_part(liar, None, written_by=_run_ids(liar)[0]) is not None  # only a shard's run
+
+    def status(out: str, code: int | None = 0, sig: int | None = None) -> ShardStatus:
+        return ShardStatus(index=0, exit_code=code, signal=sig, stdout=out)
+
+    summary = json.dumps({"run_id": "r-1", "counters": {}})
+    assert _reported_run(status("warming up\n" + summary)) == "r-1"
+    assert _reported_run(status(summary, code=1)) == "r-1"
+    assert _reported_run(status(summary, code=None, sig=signal.SIGKILL)) is None
+    assert _reported_run(status("not json")) is None
+    assert _reported_run(status('{"run_id": 7}')) is None
+    assert _reported_run(status('["r-1"]')) is None
+
+
+def test_a_sharded_run_reads_its_fresh_stores_without_checking_keys(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process parent (spawned shards): the stores of a fresh ``run --shards 2`` are read
+    without one key check; a second run into the same stores has each store's keys checked.
+    The merged report is the fold's either way."""
+    from click.testing import CliRunner
+
+    import pyattacker.merge as merge_module
+    from pyattacker.cli import cli as command
+
+    cfg = _config(tmp_path, 30)
+    for key, value in env.items():
+        if os.environ.get(key) != value:
+            monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PYATTACKER_SHARD_START", "spawn")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    real = merge_module._shard_totals
+    key_checks: list[str] = []
+
+    def counted(store: Any, run_id: Any, shard: int, shards: int) -> Any:
+        key_checks.append(str(store.path))
+        return real(store, run_id, shard, shards)
+
+    monkeypatch.setattr(merge_module, "_shard_totals", counted)
+    monkeypatch.setattr("pyattacker.shard_cli.fork_safe", lambda: False)  # reads here, counted
+    stores = [str(tmp_path / "runs" / f"s.shard{i}of2.db") for i in range(2)]
+    args = ["run", "-c", str(cfg), "--shards", "2", "--summary-format", "json"]
+    for expected_checks, shown in ((0, {"succeeded": 30}), (2, {})):  # the re-run skips all 30
+        key_checks.clear()
+        result = CliRunner().invoke(command, args)
+        assert result.exit_code == 0, result.output
+        doc = json.loads(result.stdout)
+        assert doc["merged_error"] is None and len(key_checks) == expected_checks, key_checks
+        assert doc["merged"]["pipelines"]["by_state"] == shown
+        folded = merge_stores(stores).to_dict(20)
+        for part in ("pipelines", "tasks", "run_ids", "attempts_total"):
+            assert doc["merged"][part] == folded[part], part
 
 
 def test_unknown_executor_is_a_config_error() -> None:

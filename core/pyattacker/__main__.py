@@ -11,6 +11,10 @@ process at once with that code (what was to be printed is flushed first), instea
 traceback from the shutdown; the shard parent reads a shard's code, so it must stay the
 command's own, not a death by SIGINT.
 
+A command whose process ran no task code (the parent of ``run --shards``) may ask to end
+without the interpreter's teardown (``pyattacker.process_end``): the process then leaves here,
+once its code is decided.
+
 Only the interpreter's own start-up, before this module runs, is out of reach. (So this
 module imports nothing at its top, not even ``typing``.)
 """
@@ -23,6 +27,9 @@ def main(argv: list[str] | None = None) -> None:
     loading = _SigintWhileLoading()
     try:
         try:
+            from .process_end import end_if_requested, forget_request
+
+            forget_request()
             from .cli import main as cli_main
 
             loading.restore()
@@ -36,6 +43,7 @@ def main(argv: list[str] | None = None) -> None:
             exit_code[0] = _code_of(exc.code)
             if swallowed and exit_code[0] == 0:
                 raise KeyboardInterrupt from None
+            end_if_requested(exit_code[0])  # a command that ran no task code: no teardown
             raise
         except Exception as exc:
             if loading.pressed or _caused_by_interrupt(exc):  # a Ctrl-C Python wrapped or lost

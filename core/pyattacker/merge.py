@@ -367,25 +367,45 @@ def report_stores(locations: Sequence[str], run_id: str | None = None) -> Merged
     return merge_stores(locations, run_id)
 
 
-def shard_part(location: str, run_id: str | None, *, task_counts: bool = True) -> ShardPart | None:
+def shard_part(
+    location: str, run_id: str | None, *, task_counts: bool = True, written_by: str | None = None
+) -> ShardPart | None:
     """The aggregates of a shard store whose shown pipelines are provably of its shard: every run
     in it says the same ``meta.shard`` ``I/N`` (what ``--shard I/N`` records), and the key of every
     pipeline of the run selection is of shard ``I`` of ``N`` (``shard_index``; checked while the
     totals are read). None when either does not hold, or the store cannot aggregate: fold it.
 
     ``task_counts=False``: the report's task counts are left empty, for a caller that reads them
-    at the same time elsewhere (``shard_task_counts``) and sets them."""
+    at the same time elsewhere (``shard_task_counts``) and sets them.
+
+    ``written_by``: the run a shard process of the caller's own ``--shards`` command reported
+    (``--shard I/N``, this store). If it is the store's only run and the run shown, every row
+    shown was admitted by that run, which kept only the keys of its shard, so the keys are not
+    checked again one by one: the totals are read in SQL (``pipeline_totals``), which halves the
+    read the command's end waits for. Any other run in the store, or another selection, and
+    every key is checked as without it."""
     with read_only_store(location) as store:
         claim = _shard_claim(store)
         if claim is None:
             return None
         shard, shards = claim
+        sole = _sole_run_totals(store, written_by)
 
         def totals(selected: str | None) -> _Totals | None:
+            if sole is not None and selected == written_by:
+                return sole(selected)
             return _shard_totals(store, selected, shard, shards)
 
         report = _store_report_of(store, location, run_id, totals, task_counts=task_counts)
     return None if report is None else ShardPart(shard, shards, report)
+
+
+def _sole_run_totals(store: Store, written_by: str | None) -> Callable[[str | None], _Totals] | None:
+    """The store's ``pipeline_totals`` if its one and only run is ``written_by`` (else None)."""
+    totals = getattr(store, "pipeline_totals", None)
+    if written_by is None or totals is None:
+        return None
+    return totals if [run.run_id for run in store.runs()] == [written_by] else None
 
 
 def shard_task_counts(location: str, run_id: str | None) -> tuple[str | None, TaskCounts] | None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, PyAttackerError
 from .forking import ForkedCall, ForkedCallError, fork_safe
+from .process_end import request_fast_end
 from .shard import (
     SHARD_ENV,
     check_resume_layout,
@@ -198,6 +199,23 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def _summary(status: ShardStatus) -> dict[str, Any] | None:
+    """The JSON summary a shard printed last on stdout (None: none, or not an object)."""
+    try:
+        parsed = json.loads(_last_line(status.stdout) or "null")
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _reported_run(status: ShardStatus) -> str | None:
+    """The id of the run a shard that exited on its own says it made (None: it said none)."""
+    if status.signal is not None or status.exit_code is None:
+        return None
+    run_id = (_summary(status) or {}).get("run_id")
+    return run_id if isinstance(run_id, str) else None
+
+
 def _outcome(
     index: int,
     count: int,
@@ -222,12 +240,7 @@ def _outcome(
     if status.signal is not None or status.exit_code is None:
         why = f"killed by {status.signal_name}" if status.signal is not None else "no exit status"
         return _Outcome(index, count, store, slot, status, None, 2, f"{why}; counts as exit 2")
-    summary: dict[str, Any] | None = None
-    try:
-        parsed = json.loads(_last_line(status.stdout) or "null")
-        summary = parsed if isinstance(parsed, dict) else None
-    except ValueError:
-        summary = None
+    summary = _summary(status)
     if summary is not None:
         return _Outcome(index, count, store, slot, status, summary, status.exit_code, None)
     err = _last_line(status.stderr_tail)
@@ -255,6 +268,9 @@ class _Merge:
     A store that provably holds only its shard's pipelines is reduced to its aggregates
     (``shard_part``), so the report holds about 8 bytes per pipeline, whatever the run's size;
     if any store is not (another run wrote into it), the stores are folded at the end instead.
+    A store whose only run is the one its shard reported (``_reported_run``) is read from its
+    SQL totals, without checking each key's shard again: about half the read after the last
+    shard (``shard_part``'s ``written_by``).
     """
 
     def __init__(self, stores: list[str], run_id: str | None, *, fork: bool | None = None) -> None:
@@ -262,6 +278,8 @@ class _Merge:
         self.run_id = run_id
         self.fork = fork  # None: whether ``fork_safe()`` at each read (a spawning executor adds threads)
         self.parts: dict[int, ShardPart | None] = {}
+        #: the run each ended shard reported: its store's read may skip the per-key check
+        self.written_by: dict[int, str] = {}
         self.reading: dict[int, tuple[ForkedCall[ShardPart | None], ForkedCall[_Counts | None]]] = {}
         self.why: str | None = None
 
@@ -271,16 +289,20 @@ class _Merge:
         store = self.stores[index]
         return scheme_of(store) not in (None, "file") or os.path.exists(store)
 
-    def add(self, index: int) -> None:
-        """Start reading shard ``index``'s store if it exists (in forked children if allowed)."""
+    def add(self, index: int, written_by: str | None = None) -> None:
+        """Start reading shard ``index``'s store if it exists (in forked children if allowed).
+        ``written_by``: the run the shard reported it made (``shard_part``)."""
         from .merge import shard_part, shard_task_counts
 
         if self.why is not None or index in self.parts or index in self.reading or not self._present(index):
             return
+        if written_by is not None:
+            self.written_by[index] = written_by
         if fork_safe() if self.fork is None else self.fork:
             store = self.stores[index]
+            read = partial(shard_part, task_counts=False, written_by=written_by)
             try:
-                part = ForkedCall(partial(shard_part, task_counts=False), store, self.run_id)
+                part = ForkedCall(read, store, self.run_id)
             except OSError:  # no process to spare: read it here
                 pass
             else:
@@ -297,7 +319,9 @@ class _Merge:
         from .merge import shard_part
 
         try:
-            self.parts[index] = shard_part(self.stores[index], self.run_id)
+            self.parts[index] = shard_part(
+                self.stores[index], self.run_id, written_by=self.written_by.get(index)
+            )
         except Exception as exc:  # called inside the shard loop: never let it stop the other shards
             self.parts[index] = None
             if self.why is None:
@@ -452,7 +476,7 @@ def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
                 count,
                 jobs,
                 make_job,
-                on_finish=lambda status: merge.add(status.index),
+                on_finish=lambda status: merge.add(status.index, _reported_run(status)),
                 forward_signals=not flags["no_signals"],
             )
         finally:
@@ -504,4 +528,5 @@ def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
             f"interrupted: every unfinished pipeline is resumable (run `pyattacker resume"
             f" --shards {count}` with the same flags)"
         )
+    request_fast_end()  # the tasks ran in the shards: nothing here needs the teardown
     raise SystemExit(code)
