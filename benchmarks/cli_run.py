@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import resource
+import sqlite3
 import subprocess
 import sys
 import time
@@ -63,9 +64,11 @@ def main(argv: list[str] | None = None) -> int:
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))),
     }
+    began = time.time()  # the runs' rows are dated with the wall clock
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
+    ended = began + wall
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-3000:])
         return proc.returncode
@@ -83,10 +86,40 @@ def main(argv: list[str] | None = None) -> int:
                 "pipelines_per_s": ran / wall if wall else None,
                 # the largest child (a shard, or the single run process)
                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+                **around_runs(run_spans(args.store, args.shards), began, ended),
             }
         )
     )
     return 0 if ran == args.n else 1
+
+
+def run_spans(store: str, shards: int) -> list[tuple[float, float]]:
+    """``(started_at, ended_at)`` of every run in the command's store(s), read after it ended."""
+    base = Path(store)
+    paths = [base.with_name(f"{base.stem}.shard{i}of{shards}{base.suffix}") for i in range(shards)]
+    spans = []
+    for path in paths if shards else [base]:
+        con = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+        try:
+            rows = con.execute("SELECT started_at, ended_at FROM runs WHERE ended_at IS NOT NULL")
+            spans += rows.fetchall()
+        finally:
+            con.close()
+    return spans
+
+
+def around_runs(spans: list[tuple[float, float]], began: float, ended: float) -> dict[str, float]:
+    """What the command spent around its runs: ``start_s`` before the first run started (start-up,
+    config check, the shards' start), ``tail_s`` after the last run ended (the store's close,
+    the merged report, the exit), and ``spread_s`` between the first and the last run's end
+    (shards that do not end together leave a core idle)."""
+    if not spans:
+        return {}
+    return {
+        "start_s": min(start for start, _ in spans) - began,
+        "tail_s": ended - max(end for _, end in spans),
+        "spread_s": max(end for _, end in spans) - min(end for _, end in spans),
+    }
 
 
 if __name__ == "__main__":

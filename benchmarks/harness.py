@@ -48,6 +48,9 @@ METRICS = (
     "sys_us_per_task",
     "bytes_per_pipeline",
     "store_bytes",
+    "start_s",
+    "tail_s",
+    "spread_s",
 )
 
 

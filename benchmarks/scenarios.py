@@ -421,6 +421,15 @@ def build(
             {"n": n, "shards": 2},
             variants,
             ratios,
+            # what the command adds around its runs (cli_run.py reads the runs' rows afterwards)
+            reported=[
+                (variant, metric)
+                for variant, metrics in (
+                    ("product-1proc", ("start_s", "tail_s")),
+                    ("product-2shards", ("start_s", "tail_s", "spread_s")),
+                )
+                for metric in metrics
+            ],
         )
 
     if name == "handoff":

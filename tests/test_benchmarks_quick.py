@@ -272,6 +272,10 @@ def test_cli_runner_reports_a_sharded_run_like_the_other_runners(tmp_path: Path)
         data = json.loads(proc.stdout.strip().splitlines()[-1])
         assert (data["pipelines_run"], data["shards"], data["status"]) == (60, shards or 1, "completed")
         assert data["pipelines_per_s"] > 0
+        # the command's time around its runs: each part within the command, together no more
+        assert data["start_s"] > 0 and data["tail_s"] > 0 and data["spread_s"] >= 0
+        assert data["start_s"] + data["tail_s"] + data["spread_s"] < data["wall_s"]
+        assert (data["spread_s"] == 0) == (shards == 0)  # one run ends when it ends
     assert {p.name for p in tmp_path.glob("s2.shard*of2.db")} == {"s2.shard0of2.db", "s2.shard1of2.db"}
 
 
