@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from .errors import ConfigError
-from .model import PipelineRecord
+from .model import PipelineRecord, RunRecord
 from .shard import parse_shard, shard_index
 from .stats import count_handoffs, count_rows, duration_summary
 from .store import Store, iter_rows
@@ -385,11 +385,14 @@ def shard_part(
     read the command's end waits for. Any other run in the store, or another selection, and
     every key is checked as without it."""
     with read_only_store(location) as store:
-        claim = _shard_claim(store)
+        runs = store.runs()
+        claim = _shard_claim(runs)
         if claim is None:
             return None
         shard, shards = claim
-        sole = _sole_run_totals(store, written_by)
+        sql_totals = getattr(store, "pipeline_totals", None)
+        # one run, the one reported: it admitted every row, and only keys of its shard
+        sole = sql_totals if written_by is not None and [r.run_id for r in runs] == [written_by] else None
 
         def totals(selected: str | None) -> _Totals | None:
             if sole is not None and selected == written_by:
@@ -398,14 +401,6 @@ def shard_part(
 
         report = _store_report_of(store, location, run_id, totals, task_counts=task_counts)
     return None if report is None else ShardPart(shard, shards, report)
-
-
-def _sole_run_totals(store: Store, written_by: str | None) -> Callable[[str | None], _Totals] | None:
-    """The store's ``pipeline_totals`` if its one and only run is ``written_by`` (else None)."""
-    totals = getattr(store, "pipeline_totals", None)
-    if written_by is None or totals is None:
-        return None
-    return totals if [run.run_id for run in store.runs()] == [written_by] else None
 
 
 def shard_task_counts(location: str, run_id: str | None) -> tuple[str | None, TaskCounts] | None:
@@ -437,9 +432,10 @@ def _distinct_shards(claims: Sequence[tuple[int, int]]) -> bool:
     return len({shards for _shard, shards in claims}) == 1 and len(set(claims)) == len(claims)
 
 
-def _shard_claim(store: Store) -> tuple[int, int] | None:
+def _shard_claim(runs: Iterable[RunRecord]) -> tuple[int, int] | None:
+    """The ``I/N`` every run of a store says it ran as (``meta.shard``), if they all say one."""
     claims = set()
-    for run in store.runs():
+    for run in runs:
         meta = run.config.get("meta") if isinstance(run.config, dict) else None
         claims.add(meta.get("shard") if isinstance(meta, dict) else None)
     if len(claims) != 1:
@@ -460,7 +456,7 @@ def shard_stores(locations: Sequence[str], run_id: str | None = None) -> bool:
     claims = []
     for location in locations:
         with read_only_store(location) as store:
-            claim = _shard_claim(store)
+            claim = _shard_claim(store.runs())
             if claim is None:
                 return False
             shard, shards = claim
