@@ -406,8 +406,10 @@ def test_short_noisy_scenarios_run_more_rounds_unless_told() -> None:
         assert isinstance(sc, Scenario)
         return sc
 
-    resume, overhead = build("resume"), build("overhead")
+    resume, overhead, shards = build("resume"), build("overhead"), build("shards")
     assert scenario_rounds(resume, 3, explicit=False) == 7  # the default of 3 is raised
+    assert scenario_rounds(shards, 3, explicit=False) == 5
+    assert scenario_rounds(shards, 1, explicit=True) == 1
     assert scenario_rounds(overhead, 3, explicit=False) == 3
     assert scenario_rounds(resume, 2, explicit=True) == 2  # --rounds (or --quick) decides
     assert scenario_rounds(resume, 9, explicit=False) == 9
