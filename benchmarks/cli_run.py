@@ -5,7 +5,8 @@ command with ``--shards 2`` (two shard processes, each with its own store, capac
 them, the merged report at the end). This script writes the config (the three tasks of
 ``product_run.py``, one pool, a ``range`` source), runs the command as a child, and prints ONE
 JSON line like the other runners: pipelines/s over the command's whole wall time, start-up and
-the merged report included.
+the merged report included, and what the command spent around its runs (``around_runs``: read
+from the runs' rows once it has ended, so the measurement costs the command nothing).
 
     python benchmarks/cli_run.py --n 50000 --store /tmp/x/cli.db [--shards 2]
 """
