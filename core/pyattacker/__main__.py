@@ -140,15 +140,11 @@ def _late_sigint_exits_with(exit_code: list[int]) -> None:
     (then the handler is not installed, and ``main`` reports the interrupt)."""
     import os
     import signal
-    import sys
+
+    from .process_end import flush_std_streams
 
     def exit_now(signum: int, frame: object) -> None:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                if stream is not None:
-                    stream.flush()
-            except Exception:  # closed, a broken pipe, or in the middle of a write: the exit matters
-                pass
+        flush_std_streams()
         os._exit(exit_code[0])
 
     try:

@@ -19,7 +19,7 @@ import atexit
 import os
 import sys
 
-__all__ = ["end_if_requested", "forget_request", "request_fast_end"]
+__all__ = ["end_if_requested", "flush_std_streams", "forget_request", "request_fast_end"]
 
 _requested = [False]
 
@@ -44,10 +44,16 @@ def end_if_requested(code: int) -> None:
     if threading is not None and threading.active_count() > 1:
         return
     atexit._run_exitfuncs()  # what a normal end runs first (and prints the errors of)
+    flush_std_streams()
+    os._exit(code)
+
+
+def flush_std_streams() -> None:
+    """Flush stdout and stderr before an ``os._exit``; a stream that is closed, whose reader went
+    away, or that is in the middle of a write is left as it is: the exit code matters more."""
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:
                 stream.flush()
-        except Exception:  # closed, or a reader that went away: the exit code still matters
+        except Exception:
             pass
-    os._exit(code)
