@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import resource
-import sqlite3
 import subprocess
 import sys
 import time
@@ -95,17 +94,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_spans(store: str, shards: int) -> list[tuple[float, float]]:
-    """``(started_at, ended_at)`` of every run in the command's store(s), read after it ended."""
-    base = Path(store)
-    paths = [base.with_name(f"{base.stem}.shard{i}of{shards}{base.suffix}") for i in range(shards)]
+    """``(started_at, ended_at)`` of every ended run in the command's store(s), read through the
+    product's own store and shard naming after the command has ended."""
+    from pyattacker.shard import shard_store_path
+    from pyattacker.view_common import read_only_store
+
+    count = max(shards, 1)
     spans = []
-    for path in paths if shards else [base]:
-        con = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
-        try:
-            rows = con.execute("SELECT started_at, ended_at FROM runs WHERE ended_at IS NOT NULL")
-            spans += rows.fetchall()
-        finally:
-            con.close()
+    for index in range(count):
+        with read_only_store(shard_store_path(store, index, count)) as opened:
+            spans += [(run.started_at, run.ended_at) for run in opened.runs() if run.ended_at is not None]
     return spans
 
 
