@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .machine import calibrate, describe
+from .machine import calibrate, core_shares, core_times, describe
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "benchmarks" / "results"
@@ -51,6 +51,12 @@ METRICS = (
     "start_s",
     "tail_s",
     "spread_s",
+    # where the machine's cores spent the run (``machine.core_shares``, Linux): the run's own
+    # processes, everything else, the hypervisor, nothing
+    "run_share",
+    "other_share",
+    "steal_share",
+    "idle_share",
 )
 
 
@@ -285,7 +291,9 @@ def run_scenario(
             tmp.mkdir(parents=True, exist_ok=True)
             cmds = v.build(tmp)
             settle()
+            before = core_times()
             results = run_cmds(cmds, tmp, "run", timeout, v.ok_codes)
+            shares = core_shares(before, core_times())
             if not keep:
                 shutil.rmtree(tmp, ignore_errors=True)
             bad = [res.error for res in results if res.error]
@@ -296,6 +304,7 @@ def run_scenario(
                 continue
             datas = [res.data for res in results if res.data is not None]
             data = v.combine(datas) if v.combine else datas[0]
+            data.update(shares)
             runs[v.name].append(data)
             shown = data.get("pipelines_per_s") or data.get("skipped_per_s")
             log(
@@ -597,9 +606,8 @@ def print_table(results: dict[str, Any]) -> None:
                 f"  met={ch['met']}"
             )
         for rep in sc["reported"]:
-            print(
-                f"  reported {rep['variant']} {rep['metric']}: {_range(rep if rep.get('median') else None)}"
-            )
+            shown = _range(rep if rep.get("median") is not None else None)
+            print(f"  reported {rep['variant']} {rep['metric']}: {shown}")
         for err in sc["errors"]:
             print(f"  ERROR {err.splitlines()[0][:300]}")
 

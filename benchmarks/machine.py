@@ -11,13 +11,14 @@ pass). These two readings say which kind of machine and minute a results file co
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["calibrate", "cpu_windows", "describe", "sync_latencies"]
+__all__ = ["CoreTimes", "calibrate", "core_shares", "core_times", "cpu_windows", "describe", "sync_latencies"]
 
 _sync_data = getattr(os, "fdatasync", os.fsync)
 
@@ -79,3 +80,56 @@ def describe(reading: dict[str, Any] | None) -> str:
         f" {reading['loop_slowest']:.2f} of the median, tenth percentile {reading['loop_p10']:.2f}),"
         f" fdatasync {reading['sync_ms']:.2f} ms (p90 {reading['sync_p90_ms']:.2f} ms)"
     )
+
+
+# ------------------------------------------------------------------------------- the cores' time
+class CoreTimes(NamedTuple):
+    """Seconds of every core together since boot (``/proc/stat``), and the CPU of this process's
+    waited-for descendants (``RUSAGE_CHILDREN``: a shard waited for by its command counts)."""
+
+    busy: float  # user, nice, system, irq, softirq
+    idle: float  # idle and waiting for the disk
+    steal: float  # taken by the hypervisor for other machines
+    children: float
+
+
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+
+
+def core_times() -> CoreTimes | None:
+    """Now, or ``None`` where the kernel does not say (not Linux)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu" or len(fields) < 9:
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = (int(x) * _TICK_S for x in fields[1:9])
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    children = usage.ru_utime + usage.ru_stime
+    return CoreTimes(user + nice + system + irq + softirq, idle + iowait, steal, children)
+
+
+def core_shares(before: CoreTimes | None, after: CoreTimes | None) -> dict[str, float]:
+    """Where the cores' time went between two readings around one run, as shares of it: the
+    run's own processes (``run_share``), everything else that ran (``other_share``: the kernel's
+    threads, other processes, this harness), the hypervisor (``steal_share``) and nothing
+    (``idle_share``: a core the run left unused). A run of two processes that keep two cores
+    busy has a ``run_share`` near 1; one process on two cores, near 0.5."""
+    if before is None or after is None:
+        return {}
+    run = after.children - before.children
+    busy = after.busy - before.busy
+    idle = after.idle - before.idle
+    steal = after.steal - before.steal
+    total = busy + idle + steal
+    if total <= 0:
+        return {}
+    run = min(run, busy)  # ticks and rusage round differently
+    return {
+        "run_share": run / total,
+        "other_share": (busy - run) / total,
+        "steal_share": steal / total,
+        "idle_share": idle / total,
+    }

@@ -90,6 +90,10 @@ def _floor(base: Path, n: int, out: Path, *extra: str) -> Cmd:
     return Cmd([PY, str(base / "floor_runner.py"), "--n", str(n), "--out", str(out), *extra])
 
 
+#: where the cores' time went in a run (``machine.core_shares``), as the shards scenario shows it
+_SHARES = ("run_share", "other_share", "steal_share", "idle_share")
+
+
 def combine_shards(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """Shards as one run: all pipelines over the span from the first start to the last end."""
     if parts and "t_start_epoch" in parts[0]:
@@ -424,12 +428,15 @@ def build(
             # single rounds of this ratio moved from 1.19 to 1.83 within an hour (twenty-ninth
             # pass), and it sits near its target: five rounds, about 1.5 min more than three
             min_rounds=5,
-            # what the command adds around its runs (cli_run.py reads the runs' rows afterwards)
+            # what the command adds around its runs (cli_run.py reads the runs' rows afterwards),
+            # and where the two cores' time went in the runs of two processes (the harness)
             reported=[
                 (variant, metric)
                 for variant, metrics in (
-                    ("product-1proc", ("start_s", "tail_s")),
-                    ("product-2shards", ("start_s", "tail_s", "spread_s")),
+                    ("product-1proc", ("start_s", "tail_s", "run_share")),
+                    ("product-2shards", ("start_s", "tail_s", "spread_s", *_SHARES)),
+                    ("sdk-1proc", ("run_share",)),
+                    ("sdk-2proc", _SHARES),
                 )
                 for metric in metrics
             ],

@@ -571,3 +571,84 @@ def test_instruction_counts_never_depend_on_a_kept_plugin_scan(monkeypatch: pyte
     monkeypatch.setattr(instructions.subprocess, "run", run)
     assert instructions.instructions([sys.executable, "-c", "pass"]) == 1234
     assert seen and seen[0]["PYATTACKER_PLUGIN_CACHE"] == "0" and seen[0]["PYTHONHASHSEED"] == "0"
+
+
+def test_a_runs_share_of_the_cores_splits_their_time_four_ways(tmp_path: Path) -> None:
+    """``machine.core_shares`` splits the cores' time between two readings into the run's own
+    processes, everything else, the hypervisor and nothing; a child that keeps a core busy has
+    a larger share than one that sleeps (real children, real ``/proc/stat``)."""
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks.machine import CoreTimes, core_shares, core_times
+    finally:
+        sys.path.remove(str(REPO))
+
+    before = CoreTimes(busy=100.0, idle=50.0, steal=5.0, children=10.0)
+    after = CoreTimes(busy=106.0, idle=52.0, steal=7.0, children=13.0)
+    assert core_shares(before, after) == {
+        "run_share": 0.3,
+        "other_share": 0.3,
+        "steal_share": 0.2,
+        "idle_share": 0.2,
+    }
+    # rusage and the kernel's ticks round differently: the run never takes more than was busy
+    assert core_shares(before, after._replace(children=20.0))["other_share"] == 0.0
+    assert core_shares(None, after) == {} and core_shares(before, before) == {}
+    if core_times() is None:
+        pytest.skip("no /proc/stat here")
+
+    def share(code: str) -> dict[str, float]:
+        first = core_times()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        return core_shares(first, core_times())
+
+    busy = share("import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass")
+    asleep = share("import time; time.sleep(0.4)")
+    for shares in (busy, asleep):
+        assert set(shares) == {"run_share", "other_share", "steal_share", "idle_share"}
+        assert all(0 <= v <= 1 for v in shares.values()) and abs(sum(shares.values()) - 1) < 1e-9
+    assert busy["run_share"] > asleep["run_share"]
+
+
+def test_every_run_of_a_scenario_carries_its_share_of_the_cores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The harness reads the cores' time just before a variant's commands start and just after
+    the last one is reaped, and stores the shares with that run (and its summary)."""
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks import harness
+        from benchmarks.machine import CoreTimes
+    finally:
+        sys.path.remove(str(REPO))
+    readings = iter(
+        [
+            *(CoreTimes(0.0, 0.0, 0.0, 0.0), CoreTimes(8.0, 1.0, 1.0, 6.0)),  # round 1
+            *(CoreTimes(8.0, 1.0, 1.0, 6.0), CoreTimes(10.0, 8.0, 2.0, 7.0)),  # round 2
+        ]
+    )
+    events: list[str] = []
+    monkeypatch.setattr(harness, "settle", lambda: events.append("settle"))
+
+    def reading() -> CoreTimes:
+        events.append("read")
+        return next(readings)
+
+    monkeypatch.setattr(harness, "core_times", reading)
+    real_run_cmds = harness.run_cmds
+
+    def run_cmds(*args: object, **kwargs: object) -> object:
+        events.append("run")
+        return real_run_cmds(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(harness, "run_cmds", run_cmds)
+    child = "import json; print(json.dumps({'pipelines_per_s': 1.0}))"
+    sc = harness.Scenario(
+        "s", "a child", {}, [harness.Variant("a", lambda tmp: [harness.Cmd([sys.executable, "-c", child])])]
+    )
+    result = harness.run_scenario(sc, 2, tmp_path, 60.0, lambda _msg: None)
+    assert not result["errors"] and events == ["settle", "read", "run", "read"] * 2
+    runs = result["variants"]["a"]["runs"]
+    assert [run["run_share"] for run in runs] == [0.6, 0.1]
+    assert [run["idle_share"] for run in runs] == [0.1, 0.7]
+    assert result["variants"]["a"]["summary"]["steal_share"]["median"] == 0.1
