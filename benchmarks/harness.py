@@ -52,7 +52,8 @@ METRICS = (
     "tail_s",
     "spread_s",
     # where the machine's cores spent the run (``machine.core_shares``, Linux): the run's own
-    # processes, everything else, the hypervisor, nothing
+    # processes (and their CPU seconds), everything else, the hypervisor, nothing
+    "run_cpu_s",
     "run_share",
     "other_share",
     "steal_share",

@@ -115,8 +115,9 @@ def core_shares(before: CoreTimes | None, after: CoreTimes | None) -> dict[str, 
     """Where the cores' time went between two readings around one run, as shares of it: the
     run's own processes (``run_share``), everything else that ran (``other_share``: the kernel's
     threads, other processes, this harness), the hypervisor (``steal_share``) and nothing
-    (``idle_share``: a core the run left unused). A run of two processes that keep two cores
-    busy has a ``run_share`` near 1; one process on two cores, near 0.5."""
+    (``idle_share``: a core the run left unused); and the run's CPU seconds (``run_cpu_s``). A
+    run of two processes that keep two cores busy has a ``run_share`` near 1; one process on two
+    cores, near 0.5."""
     if before is None or after is None:
         return {}
     run = after.children - before.children
@@ -128,6 +129,7 @@ def core_shares(before: CoreTimes | None, after: CoreTimes | None) -> dict[str, 
         return {}
     run = min(run, busy)  # ticks and rusage round differently
     return {
+        "run_cpu_s": run,
         "run_share": run / total,
         "other_share": (busy - run) / total,
         "steal_share": steal / total,

@@ -400,6 +400,15 @@ def build(
         ratios.append(
             Ratio("SDK processes only: 2 / 1 (reference)", "sdk-2proc", "pipelines_per_s", den="sdk-1proc")
         )
+        # the same work's CPU with both cores busy against one: above 1, the cores ran slower
+        # side by side (shared caches, the host's neighbours), which caps both ratios above
+        ratios += [
+            Ratio(f"CPU for the work: {label} (reference)", num, "run_cpu_s", den=den)
+            for label, num, den in (
+                ("product 2 shards / 1 process", "product-2shards", "product-1proc"),
+                ("SDK 2 / 1", "sdk-2proc", "sdk-1proc"),
+            )
+        ]
         if b is not None:
             variants += [
                 Variant("floor-1proc", lambda t: [_floor(b, n, t / "f.db", "--sleep0")]),

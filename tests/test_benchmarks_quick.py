@@ -586,6 +586,7 @@ def test_a_runs_share_of_the_cores_splits_their_time_four_ways(tmp_path: Path) -
     before = CoreTimes(busy=100.0, idle=50.0, steal=5.0, children=10.0)
     after = CoreTimes(busy=106.0, idle=52.0, steal=7.0, children=13.0)
     assert core_shares(before, after) == {
+        "run_cpu_s": 3.0,
         "run_share": 0.3,
         "other_share": 0.3,
         "steal_share": 0.2,
@@ -605,9 +606,10 @@ def test_a_runs_share_of_the_cores_splits_their_time_four_ways(tmp_path: Path) -
     busy = share("import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass")
     asleep = share("import time; time.sleep(0.4)")
     for shares in (busy, asleep):
-        assert set(shares) == {"run_share", "other_share", "steal_share", "idle_share"}
-        assert all(0 <= v <= 1 for v in shares.values()) and abs(sum(shares.values()) - 1) < 1e-9
-    assert busy["run_share"] > asleep["run_share"]
+        parts = {k: v for k, v in shares.items() if k != "run_cpu_s"}
+        assert set(parts) == {"run_share", "other_share", "steal_share", "idle_share"}
+        assert all(0 <= v <= 1 for v in parts.values()) and abs(sum(parts.values()) - 1) < 1e-9
+    assert busy["run_share"] > asleep["run_share"] and busy["run_cpu_s"] > asleep["run_cpu_s"]
 
 
 def test_every_run_of_a_scenario_carries_its_share_of_the_cores(
@@ -650,5 +652,25 @@ def test_every_run_of_a_scenario_carries_its_share_of_the_cores(
     assert not result["errors"] and events == ["settle", "read", "run", "read"] * 2
     runs = result["variants"]["a"]["runs"]
     assert [run["run_share"] for run in runs] == [0.6, 0.1]
+    assert [run["run_cpu_s"] for run in runs] == [6.0, 1.0]
     assert [run["idle_share"] for run in runs] == [0.1, 0.7]
     assert result["variants"]["a"]["summary"]["steal_share"]["median"] == 0.1
+
+
+def test_the_shards_scenario_compares_the_cpu_of_the_same_work_on_one_core_and_two() -> None:
+    """Besides the rates, the shards scenario gives the CPU the same work took with both cores
+    busy over one (per round, for the command and for the SDK processes) and shows where the
+    two cores' time went in the runs of two processes."""
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks import scenarios
+        from benchmarks.harness import Scenario
+    finally:
+        sys.path.remove(str(REPO))
+    sc = scenarios.build("shards", quick=True, scale=1.0, baselines=None, previous={})
+    assert isinstance(sc, Scenario)
+    cpu = {(r.num, r.den) for r in sc.ratios if r.metric == "run_cpu_s" and r.target is None}
+    assert cpu == {("product-2shards", "product-1proc"), ("sdk-2proc", "sdk-1proc")}
+    shares = {"run_share", "other_share", "steal_share", "idle_share"}
+    for variant in ("product-2shards", "sdk-2proc"):
+        assert shares <= {metric for name, metric in sc.reported if name == variant}
