@@ -30,6 +30,7 @@ from pyattacker.shard import (
     in_shard,
     parse_shard,
     shard_index,
+    shard_keeper,
     shard_specs,
     shard_store_path,
     split_capacity,
@@ -133,9 +134,13 @@ def test_shard_index_is_blake2b_of_the_key() -> None:
         for n in (1, 2, 3, 7, 64):
             assert shard_index(key, n) == want % n
             assert in_shard(key, shard_index(key, n), n)
+            # a shard's keeper is the same test, with the count and index fixed once
+            assert [shard_keeper(i, n)(key) for i in range(n)] == [i == want % n for i in range(n)]
     assert all(in_shard(k, 0, 1) for k in ["a", "b"])  # one shard holds everything
     with pytest.raises(ConfigError):
         shard_index("a", 0)
+    with pytest.raises(ConfigError, match="shard count must be >= 1, got 0"):
+        shard_keeper(0, 0)
 
 
 def test_shard_of_every_key_is_the_same_in_another_process(tmp_path: Path) -> None:
@@ -184,6 +189,53 @@ def test_shard_specs_is_lazy_and_partitions() -> None:
     assert sorted(itertools.chain(*parts)) == sorted(s.pipeline_id for s in specs)
     assert len(set(parts[0]) & set(parts[1])) == 0
     assert [s.pipeline_id for s in shard_specs(specs, 0, 1)] == [s.pipeline_id for s in specs]
+
+
+def test_a_shard_binds_only_the_seeds_of_its_own_given_keys() -> None:
+    """With ``keep``, a given key is tested before its seed is bound: another shard's seed is
+    never encoded here (one no codec can encode raises nothing), while a content-addressed key,
+    known only from its bound seed, is bound and then tested. Repeats are kept one by one."""
+    from pyattacker.errors import ArtifactCodecError
+    from pyattacker.pipeline import pipeline
+    from pyattacker.task import task
+
+    @task(name="noop")
+    def noop(value: Any) -> Any:
+        return value
+
+    template = pipeline("keyed", noop)
+    keys = [f"row-{i}" for i in range(60)]
+    mine = [k for k in keys if shard_index(k, 2) == 0]
+    unencodable = object()
+    pairs = [(k, {"i": k} if k in mine else unencodable) for k in keys]
+    with pytest.raises(ArtifactCodecError):
+        list(template.map_keyed(pairs))  # every seed bound: the foreign ones fail
+    kept = list(template.map_keyed(pairs, keep=shard_keeper(0, 2)))
+    assert [s.key for s in kept] == mine and [s.seed for s in kept] == [{"i": k} for k in mine]
+    assert all(s.seed_key == s.key for s in kept)
+    # repeats: each key#r belongs to its own shard; the specs are those of the unfiltered stream
+    good = [(k, {"i": k}) for k in keys] + [(None, {"i": i}) for i in range(40)]
+    for index in range(3):
+        for repeats in (1, 2):
+            want = shard_specs(template.map_keyed(good, repeats=repeats), index, 3)
+            got = template.map_keyed(good, repeats=repeats, keep=shard_keeper(index, 3))
+            assert [(s.key, s.repeat, s.seed_key, s.seed_digest) for s in got] == [
+                (s.key, s.repeat, s.seed_key, s.seed_digest) for s in want
+            ]
+
+
+def test_a_config_shard_keeps_its_keys_after_the_limit(tmp_path: Path, env: dict[str, str]) -> None:
+    """``built.specs(keep)``: without a limit the shard's own specs; with one, the limit counts
+    the dataset's first specs (every shard's) and the shard keeps its part of them."""
+    body = CONFIG.replace('"audit_mod:first"', "echo").replace('"audit_mod:record"', "echo")
+    loaded = load_config(_config(tmp_path, 50, body))
+    whole, limited = build(loaded), build(loaded, limit=20)
+    every = [s.key for s in whole.specs()]
+    for index in range(2):
+        keep = shard_keeper(index, 2)
+        assert [s.key for s in whole.specs(keep)] == [k for k in every if keep(k)]
+        assert [s.key for s in limited.specs(keep)] == [k for k in every[:20] if keep(k)]
+    assert [s.key for s in limited.specs()] == every[:20]
 
 
 @pytest.mark.parametrize(
@@ -1110,6 +1162,37 @@ def test_sharded_run_equals_a_single_process_run(env: dict[str, str], tmp_path: 
         finally:
             con.close()
         assert meta["shard"] == f"{i}/2" and meta["capacity_share"] in ("0/2", "1/2")
+
+
+def test_a_keyed_source_with_repeats_splits_like_a_single_run(env: dict[str, str], tmp_path: Path) -> None:
+    """A JSONL source with explicit keys and repeats (each shard binds only its own keys' seeds):
+    every ``key#r`` runs once, in the store its key names, as in a single process."""
+    rows = [{"id": f"q{i}", "text": "x" * i} for i in range(30)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    body = CONFIG.replace('"audit_mod:first"', "echo").replace('"audit_mod:record"', "echo")
+    body = body.replace(
+        "source: {kind: range, n: N}", "source: {kind: jsonl, path: rows.jsonl, key_field: id, repeats: 2}"
+    )
+    cfg = tmp_path / "keyed.yaml"
+    cfg.write_text(body)
+    sharded = cli(
+        ["run", "-c", str(cfg), "--shards", "2", "--store", "k.db", "--summary-format", "json"],
+        env,
+        cwd=tmp_path,
+    )
+    assert sharded.returncode == 0, sharded.stderr
+    assert json.loads(sharded.stdout)["merged"]["pipelines"]["by_state"] == {"succeeded": 60}
+    stores = [str(tmp_path / f"k.shard{i}of2.db") for i in range(2)]
+    keys = [set(merge_stores([store], "all").rows) for store in stores]
+    assert keys[0] | keys[1] == {f"q{i}#{r}" for i in range(30) for r in range(2)}
+    assert all(keys) and not keys[0] & keys[1]
+    for i, held in enumerate(keys):
+        assert all(shard_index(pid, 2) == i for pid in held)
+    single = cli(["run", "-c", str(cfg), "--store", "one.db", "--summary-format", "json"], env, cwd=tmp_path)
+    assert single.returncode == 0, single.stderr
+    one = merge_stores([str(tmp_path / "one.db")], "all").rows
+    both = merge_stores(stores, "all").rows
+    assert {k: r.state for k, r in both.items()} == {k: r.state for k, r in one.items()}
 
 
 def test_text_summary_lines_and_full_capacity_option(env: dict[str, str], tmp_path: Path) -> None:

@@ -401,13 +401,15 @@ def _run(flags: dict[str, Any], *, resume: bool) -> None:
     built = build(checked, overrides, limit=flags["limit"], capacity_share=share)
     if resume:
         _warn_nothing_to_resume(str(built.config.store))
-    specs: Iterable[Any] = built.specs()
+    specs: Iterable[Any]
     total = built.total
     if shard is not None and shard[1] > 1:
-        from .shard import shard_specs
+        from .shard import shard_keeper
 
-        specs = shard_specs(specs, *shard)
+        specs = built.specs(keep=shard_keeper(*shard))  # other shards' seeds are not bound here
         total = None  # the share of a shard is only known by walking the keys
+    else:
+        specs = built.specs()
     report, health = _execute(
         built.config, built.pools, specs, total=total, progress=flags["progress"], template=built.template
     )

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -101,6 +101,13 @@ class CheckedConfig:
     source: SourceDef
 
 
+class SpecsFactory(Protocol):
+    """A fresh pass over the config's specs; ``keep``: only those whose key it accepts (a shard's
+    share, tested before a given key's seed is bound)."""
+
+    def __call__(self, keep: Callable[[str], bool] | None = None) -> Iterator[PipelineSpec]: ...
+
+
 @dataclass
 class Built:
     """What ``run`` needs: settings, pools, the template and a factory of the seed stream."""
@@ -108,7 +115,7 @@ class Built:
     config: RunConfig
     pools: list[Any]
     template: PipelineTemplate
-    specs: Callable[[], Iterator[PipelineSpec]]
+    specs: SpecsFactory
     total: int | None
     checked: CheckedConfig
 
@@ -579,16 +586,21 @@ def _make_pools(checked: CheckedConfig, capacity_share: tuple[int, int] | None =
     return pools
 
 
-def _specs(checked: CheckedConfig, limit: int | None) -> Callable[[], Iterator[PipelineSpec]]:
+def _specs(checked: CheckedConfig, limit: int | None) -> SpecsFactory:
     src = checked.source
     template = checked.template
     base = checked.loaded.base_dir
 
-    def bind() -> Iterator[PipelineSpec]:
-        return template.map_keyed(src.source.open(src.options, base), repeats=src.repeats)
+    def bind(keep: Callable[[str], bool] | None = None) -> Iterator[PipelineSpec]:
+        return template.map_keyed(src.source.open(src.options, base), repeats=src.repeats, keep=keep)
 
-    def specs() -> Iterator[PipelineSpec]:
-        return bind() if limit is None else itertools.islice(bind(), limit)
+    def specs(keep: Callable[[str], bool] | None = None) -> Iterator[PipelineSpec]:
+        if limit is None:
+            return bind(keep)
+        # the limit counts the dataset's first specs, every shard's (``--shards 2 --limit 100``
+        # runs the same 100 pipelines as ``--limit 100``): bound, then kept
+        first = itertools.islice(bind(), limit)
+        return first if keep is None else (spec for spec in first if keep(spec.key))
 
     return specs
 

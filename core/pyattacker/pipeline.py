@@ -97,6 +97,34 @@ def _bind_pairs(
             yield bind(seed, key, r, base)
 
 
+def _bind_kept_pairs(
+    bind: Callable[[Any, str | None, int, str | None], PipelineSpec],
+    pairs: Iterable[tuple[Any, Any]],
+    repeats: int,
+    keep: Callable[[str], bool],
+) -> Iterator[PipelineSpec]:
+    """``_bind_pairs`` that yields only the specs whose key ``keep`` accepts (one shard's share),
+    testing a given key before its seed is bound: the seeds of other shards are never encoded
+    or digested here (the shard that owns them does that, and reports their errors). A
+    content-addressed key is known only once its seed is bound."""
+    for key_given, seed in pairs:
+        if key_given is None:
+            for r in range(repeats):
+                spec = bind(seed, None, r, None)
+                if keep(spec.key):
+                    yield spec
+            continue
+        base = str(key_given)
+        if repeats == 1:
+            if keep(base):
+                yield bind(seed, base, 0, base)
+            continue
+        for r in range(repeats):
+            key = f"{base}#{r}"
+            if keep(key):
+                yield bind(seed, key, r, base)
+
+
 class SpecStream:
     """The specs ``PipelineTemplate.map`` binds: an iterator (one pass, lazy) that also says how
     many it will yield when that is known (``length``; None otherwise). Nothing is bound, and
@@ -222,11 +250,20 @@ class PipelineTemplate:
             self._binder(), ((None if key_of is None else key_of(seed), seed) for seed in seeds), repeats
         )
 
-    def map_keyed(self, pairs: Iterable[tuple[str | None, Any]], repeats: int = 1) -> Iterator[PipelineSpec]:
+    def map_keyed(
+        self,
+        pairs: Iterable[tuple[str | None, Any]],
+        repeats: int = 1,
+        keep: Callable[[str], bool] | None = None,
+    ) -> Iterator[PipelineSpec]:
         """Bind ``(key, seed)`` pairs lazily, as a config's source yields them (a None key: the
         content-addressed one). ``map`` with ``key_of``, without a call per seed, and with one
-        binder for the whole stream (and no generator of its own around ``_bind_pairs``)."""
+        binder for the whole stream (and no generator of its own around ``_bind_pairs``).
+        ``keep``: only the specs whose key it accepts (a shard's share), a given key tested
+        before its seed is bound."""
         _check_repeats(repeats)
+        if keep is not None:
+            return _bind_kept_pairs(self._binder(), pairs, repeats, keep)
         return _bind_pairs(self._binder(), pairs, repeats)
 
     def describe(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .errors import ConfigError
@@ -28,6 +28,7 @@ __all__ = [
     "parse_capacity_share",
     "parse_shard",
     "shard_index",
+    "shard_keeper",
     "shard_layouts",
     "shard_specs",
     "shard_store_path",
@@ -38,7 +39,9 @@ __all__ = [
 #: Environment variable naming this process's shard ("I/N"); the spec's spelling (one T).
 SHARD_ENV = "PYATACKER_SHARD"
 
-_blake2b = hashlib.blake2b
+#: BLAKE2b-128 with nothing hashed yet, copied per key: about half the cost of a new hasher,
+#: whose keyword arguments are parsed on every call (a shard hashes every key of the dataset)
+_EMPTY = hashlib.blake2b(digest_size=16)
 _from_bytes = int.from_bytes
 
 
@@ -50,7 +53,9 @@ def shard_index(key: str, n: int) -> int:
     pipeline in it)."""
     if n < 1:
         raise ConfigError(f"shard count must be >= 1, got {n}")
-    return _from_bytes(_blake2b(key.encode("utf-8"), digest_size=16).digest()[:8], "big") % n
+    hasher = _EMPTY.copy()
+    hasher.update(key.encode("utf-8"))
+    return _from_bytes(hasher.digest()[:8], "big") % n
 
 
 def in_shard(key: str, index: int, count: int) -> bool:
@@ -58,13 +63,29 @@ def in_shard(key: str, index: int, count: int) -> bool:
     return count <= 1 or shard_index(key, count) == index
 
 
+def shard_keeper(index: int, count: int) -> Callable[[str], bool]:
+    """``in_shard`` for one shard, as a function of the key alone with everything else looked
+    up once: what a shard's seed stream calls for every key of the dataset."""
+    if count < 1:
+        raise ConfigError(f"shard count must be >= 1, got {count}")
+    copy, from_bytes = _EMPTY.copy, _from_bytes
+
+    def keep(key: str) -> bool:
+        hasher = copy()
+        hasher.update(key.encode("utf-8"))
+        return from_bytes(hasher.digest()[:8], "big") % count == index
+
+    return keep
+
+
 def shard_specs(specs: Iterable[Any], index: int, count: int, key: str = "pipeline_id") -> Iterator[Any]:
     """Lazily keep the specs of one shard (``key`` names the attribute holding the pipeline key)."""
     if count <= 1:
         yield from specs
         return
+    keep = shard_keeper(index, count)
     for spec in specs:
-        if shard_index(getattr(spec, key), count) == index:
+        if keep(getattr(spec, key)):
             yield spec
 
 
