@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -78,11 +78,15 @@ def _check_repeats(repeats: int) -> None:
         raise ConfigError(f"repeats must be an integer >= 1, got {repeats!r}")
 
 
+#: what ``_bind_pairs``'s ``bind`` gives for each key: a spec (or None: a spec not kept)
+_Bound = TypeVar("_Bound")
+
+
 def _bind_pairs(
-    bind: Callable[[Any, str | None, int, str | None], PipelineSpec],
+    bind: Callable[[Any, str | None, int, str | None], _Bound],
     pairs: Iterable[tuple[Any, Any]],
     repeats: int,
-) -> Iterator[PipelineSpec]:
+) -> Iterator[_Bound]:
     """Specs of ``(key, seed)`` pairs (a key is made a string; None: content-addressed); with
     repeats, repeat ``r`` is keyed ``key#r``."""
     if repeats == 1:  # a config's usual source: no range and no key test per seed
@@ -107,22 +111,14 @@ def _bind_kept_pairs(
     testing a given key before its seed is bound: the seeds of other shards are never encoded
     or digested here (the shard that owns them does that, and reports their errors). A
     content-addressed key is known only once its seed is bound."""
-    for key_given, seed in pairs:
-        if key_given is None:
-            for r in range(repeats):
-                spec = bind(seed, None, r, None)
-                if keep(spec.key):
-                    yield spec
-            continue
-        base = str(key_given)
-        if repeats == 1:
-            if keep(base):
-                yield bind(seed, base, 0, base)
-            continue
-        for r in range(repeats):
-            key = f"{base}#{r}"
-            if keep(key):
-                yield bind(seed, key, r, base)
+
+    def bind_kept(seed: Any, key: str | None, repeat: int, seed_key: str | None) -> PipelineSpec | None:
+        if key is not None:
+            return bind(seed, key, repeat, seed_key) if keep(key) else None
+        spec = bind(seed, None, repeat, seed_key)
+        return spec if keep(spec.key) else None
+
+    return filter(None, _bind_pairs(bind_kept, pairs, repeats))
 
 
 class SpecStream:

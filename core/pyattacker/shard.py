@@ -45,6 +45,13 @@ _EMPTY = hashlib.blake2b(digest_size=16)
 _from_bytes = int.from_bytes
 
 
+def _number(key: str) -> int:
+    """The first 8 bytes of the key's BLAKE2b-128 digest, big-endian."""
+    hasher = _EMPTY.copy()
+    hasher.update(key.encode("utf-8"))
+    return _from_bytes(hasher.digest()[:8], "big")
+
+
 def shard_index(key: str, n: int) -> int:
     """The shard (``0 <= i < n``) of a pipeline key: first 16 hex of BLAKE2b-128, modulo n.
 
@@ -53,9 +60,7 @@ def shard_index(key: str, n: int) -> int:
     pipeline in it)."""
     if n < 1:
         raise ConfigError(f"shard count must be >= 1, got {n}")
-    hasher = _EMPTY.copy()
-    hasher.update(key.encode("utf-8"))
-    return _from_bytes(hasher.digest()[:8], "big") % n
+    return _number(key) % n
 
 
 def in_shard(key: str, index: int, count: int) -> bool:
@@ -64,18 +69,11 @@ def in_shard(key: str, index: int, count: int) -> bool:
 
 
 def shard_keeper(index: int, count: int) -> Callable[[str], bool]:
-    """``in_shard`` for one shard, as a function of the key alone with everything else looked
-    up once: what a shard's seed stream calls for every key of the dataset."""
+    """``in_shard`` for one shard, as a function of the key alone (the count checked once):
+    what a shard's seed stream calls for every key of the dataset."""
     if count < 1:
         raise ConfigError(f"shard count must be >= 1, got {count}")
-    copy, from_bytes = _EMPTY.copy, _from_bytes
-
-    def keep(key: str) -> bool:
-        hasher = copy()
-        hasher.update(key.encode("utf-8"))
-        return from_bytes(hasher.digest()[:8], "big") % count == index
-
-    return keep
+    return lambda key: _number(key) % count == index
 
 
 def shard_specs(specs: Iterable[Any], index: int, count: int, key: str = "pipeline_id") -> Iterator[Any]:
