@@ -400,8 +400,9 @@ def build(
         ratios.append(
             Ratio("SDK processes only: 2 / 1 (reference)", "sdk-2proc", "pipelines_per_s", den="sdk-1proc")
         )
-        # the same work's CPU with both cores busy against one: above 1, the cores ran slower
-        # side by side (shared caches, the host's neighbours), which caps both ratios above
+        # the same work's CPU with both cores busy against one: above 1, it cost more side by
+        # side (the machine's two cores slowing each other; for the command also its parent and
+        # its reads at the end), which caps the ratios above (performance.md, thirtieth pass)
         ratios += [
             Ratio(f"CPU for the work: {label} (reference)", num, "run_cpu_s", den=den)
             for label, num, den in (
