@@ -184,6 +184,67 @@ def test_row_costs_leave_out_only_the_rows_asked_for(tmp_path: Path) -> None:
     assert "| no-attempts | attempts |" in proc.stdout and "| all | - | 1 (reference) |" in proc.stdout
 
 
+#: a stand-in for a baseline script: checks it was asked for the overhead workload, then
+#: reports the next of two rates (a counter file beside it), as the real ones print a summary
+_FAKE_BASELINE = """
+import argparse, json, pathlib, sys
+ap = argparse.ArgumentParser()
+ap.add_argument("--n", type=int); ap.add_argument("--out"); ap.add_argument("--sleep0", action="store_true")
+args = ap.parse_args()
+if args.n != 150 or not args.sleep0 or not args.out:
+    sys.exit(3)
+pathlib.Path(args.out).write_text("x")
+counter = pathlib.Path(__file__).with_suffix(".count")
+calls = int(counter.read_text()) if counter.exists() else 0
+counter.write_text(str(calls + 1))
+print(json.dumps({"pipelines_per_s": RATES[calls % 2], "elapsed_s": 1.0}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_row_costs_read_each_variant_against_the_baselines_of_its_round(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--targets``: the floor runner and the peer run at each round's start and end, and every
+    variant's rate (``all``: the mean of its runs) is taken over the mean of a baseline's two."""
+    from benchmarks import row_costs
+
+    base = tmp_path / "baselines"
+    base.mkdir()
+    for script, rates in (("floor_runner.py", (1000.0, 3000.0)), ("baseline_peer.py", (100.0, 300.0))):
+        (base / script).write_text(f"RATES = {rates!r}\n" + _FAKE_BASELINE)
+    out = tmp_path / "rows.json"
+    argv = ["--n", "150", "--rounds", "1", "--variants", "none", "--targets", "--baselines", str(base)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        mp.setenv("PYTHONPATH", str(REPO))
+        assert row_costs.main([*argv, "--out", str(out)]) == 0
+    shown = capsys.readouterr().out
+    variants = json.loads(out.read_text())["variants"]
+    assert [(base / f"{s}.count").read_text() for s in ("floor_runner", "baseline_peer")] == ["2", "2"]
+    every, none = variants["all"], variants["none"]
+    assert every["runs"] == 2 and none["runs"] == 1
+    # one round: the median of all's two runs is their mean, and a variant's one run is itself
+    for kind, mean in (("floor", 2000.0), ("peer", 200.0)):
+        for name in ("all", "none"):
+            got = variants[name][f"vs_{kind}"]
+            assert got["rounds"] == [pytest.approx(variants[name]["pipelines_per_s"] / mean)]
+    assert "vs floor (target 0.3x) | vs peer (target 3x) |" in shown
+    assert f"| {none['vs_floor']['median']:.3f}x (" in shown
+    # a third floor run: the first rate again, and the file it wrote is gone
+    assert row_costs.run_baseline("floor", base, 150, tmp_path) == 1000.0
+    assert not list(tmp_path.glob("baseline-floor.out*"))
+    # a baseline that fails says which one, and --targets without baselines stops before any run
+    (base / "baseline_peer.py").write_text("import sys; sys.exit(5)\n")
+    with pytest.raises(RuntimeError, match=r"baseline baseline_peer.py gave no rate \(5\)"):
+        row_costs.run_baseline("peer", base, 150, tmp_path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(row_costs, "measure", lambda *a, **k: pytest.fail("ran without baselines"))
+        mp.setattr("benchmarks.scenarios.find_baselines", lambda given: None)
+        assert row_costs.main(["--targets", "--baselines", str(tmp_path / "none")]) == 2
+    assert "--targets: no floor_runner.py and baseline_peer.py in" in capsys.readouterr().err
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 def test_row_costs_count_the_instructions_a_variant_leaves_out() -> None:
