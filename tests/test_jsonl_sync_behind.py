@@ -55,6 +55,7 @@ def _hold_syncs(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
         release.wait()
         _real_sync(fd)
 
+    monkeypatch.setattr(sync_behind, "USE_HELPER", False)  # (the thread's sync is the one wrapped)
     monkeypatch.setattr(sync_behind, "_sync_data", held)
     return release
 
@@ -149,6 +150,7 @@ def test_a_group_commit_is_acknowledged_once_the_journal_is_synced(
         _real_sync(fd)
         synced.append(fd)
 
+    monkeypatch.setattr(sync_behind, "USE_HELPER", False)  # (the thread's sync is the one wrapped)
     store = OPENER.open(str(tmp_path / "s"))
     try:
         monkeypatch.setattr(sync_behind, "_sync_data", held)

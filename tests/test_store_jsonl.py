@@ -239,6 +239,7 @@ def test_a_failed_sync_fails_its_commit_and_refuses_every_later_one(
     failed fsync a later success proves nothing), so the store writes nothing more."""
     from pyattacker_plugins import sync_behind
 
+    monkeypatch.setattr(sync_behind, "USE_HELPER", False)  # (the thread's sync is the one failed)
     path = tmp_path / "s"
     store = OPENER.open(str(path))
     commit(store, pipelines=[pipeline("p1")])

@@ -1,4 +1,4 @@
-"""``synchronous=full`` syncs the log on a thread: a commit is acknowledged only after a sync
+"""``synchronous=full`` syncs the log behind the writer: a commit is acknowledged only after a sync
 that began after it was written, commits written during a sync share the next one, a failed
 sync fails every commit from then on, and the runner starts no task before its predecessor's
 sync (and goes on with other pipelines meanwhile). Real SQLite files; the sync is the real
@@ -69,7 +69,11 @@ class _Gate:
 
 
 def _gate(monkeypatch: pytest.MonkeyPatch, log: list[tuple[Any, ...]], **kwargs: Any) -> _Gate:
+    """Syncs on the thread (whose ``fdatasync`` this wraps), not in the helper process: these
+    tests are about what the store and the runner do around a sync, which both keep alike
+    (the helper's own tests are in ``test_sync_helper.py``)."""
     gate = _Gate(log, **kwargs)
+    monkeypatch.setattr(sync_behind, "USE_HELPER", False)
     monkeypatch.setattr(sync_behind, "_sync_data", gate)
     return gate
 
@@ -182,7 +186,8 @@ def test_a_log_that_cannot_be_opened_leaves_the_syncs_to_sqlite(
         store.close()
 
 
-def test_the_thread_ends_with_the_store(tmp_path: Path) -> None:
+def test_the_thread_ends_with_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sync_behind, "USE_HELPER", False)  # (the helper's end: test_sync_helper.py)
     store = _full(tmp_path / "f.db")
     commit(store, pipelines=[pipeline("p0")])
     commit(store, pipelines=[pipeline("p1")])

@@ -169,8 +169,9 @@ class SelfKillingStore:
 
     def commit_behind(self, batch: Batch) -> Future[None] | None:
         """The store's group commit that is durable later (SQLite with ``synchronous=full``): the
-        chosen commit kills the process once it is durable, from the store's sync thread, while
-        the loop may have written later commits (unacknowledged) meanwhile."""
+        chosen commit kills the process once it is durable, where the store learns it (the loop
+        reading the sync helper's answers, or the sync thread), while the loop may have written
+        later commits (unacknowledged) meanwhile."""
         if getattr(type(self._inner), "commit_behind", None) is None:
             self.commit(batch)
             return None
