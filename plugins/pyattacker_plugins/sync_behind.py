@@ -283,8 +283,12 @@ class SyncBehind:
 
     @staticmethod
     def _wait_readable(helper: SyncHelper, timeout: float | None) -> None:
+        """Until the helper has answered (or ended), or ``timeout`` seconds. ``poll``, not
+        ``select``: a run with many files open may give the pipe a number above 1023."""
+        poller = select.poll()
         try:
-            select.select([helper.answers], [], [], timeout)
+            poller.register(helper.answers, select.POLLIN)
+            poller.poll(None if timeout is None else max(0, int(timeout * 1000)))
         except (OSError, ValueError):  # (closed meanwhile: the reader settled everything)
             pass
 

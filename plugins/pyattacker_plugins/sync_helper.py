@@ -46,6 +46,10 @@ while True:
 """
 
 
+#: bytes read from the answers' pipe at a time (an answer is two bytes per commit or so)
+_CHUNK = 65536
+
+
 def helper_possible() -> bool:
     """Whether this process can start the helper: a POSIX system (the event loop watches the
     answers' pipe) and an interpreter to run it with (not a frozen application, whose
@@ -111,13 +115,15 @@ class SyncHelper:
         chunks = []
         while True:
             try:
-                got = os.read(self.answers, 65536)
+                got = os.read(self.answers, _CHUNK)
             except BlockingIOError:
                 break
             if not got:
                 out.ended = True
                 break
             chunks.append(got)
+            if len(got) < _CHUNK:  # all there was (a read more would only say so)
+                break
         data = self._partial + b"".join(chunks)
         error_at = data.find(b"E")
         oks = data if error_at < 0 else data[:error_at]
