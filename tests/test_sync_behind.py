@@ -450,3 +450,34 @@ def test_a_sync_that_ends_after_the_loop_closed_is_dropped_quietly(caplog: pytes
     with caplog.at_level(logging.DEBUG):
         store.later[0].set_result(None)
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_commit_made_durable_on_the_loops_own_thread_does_not_wake_the_loop() -> None:
+    """The sync helper's answers are read on the loop's thread: the recorder then schedules its
+    settling with ``call_soon`` (no wake-up of the loop through its self-pipe); a commit made
+    durable on another thread (the sync thread) still goes through ``call_soon_threadsafe``."""
+    store = _Later()
+    rec = Recorder(store)
+    woken: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        real = loop.call_soon_threadsafe
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            woken.append("threadsafe")
+            return real(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        first = await _group_commit(rec, "a")
+        store.later[0].set_result(None)  # on the loop's thread
+        await asyncio.wait_for(first, 30)
+        assert woken == []
+        second = await _group_commit(rec, "b")
+        resolver = threading.Thread(target=store.later[1].set_result, args=(None,))
+        resolver.start()
+        resolver.join(30)
+        await asyncio.wait_for(second, 30)
+        assert woken == ["threadsafe"]
+
+    asyncio.run(main())

@@ -10,7 +10,7 @@ last unflushed history, never an acknowledged checkpoint. Event sinks get events
 are committed, one call per batch.
 
 A store may make a commit durable after it returns (``commit_behind``, e.g. SQLite with
-``synchronous=full`` syncs its log on a thread): the group commit's waiters are then resolved
+``synchronous=full`` syncs its log in a helper process): the group commit's waiters are then resolved
 when the store says so, and the loop runs other pipelines, and the next group commit, meanwhile.
 Synchronous ``flush()`` calls (heartbeat, end of run, ``--no-write-behind``) always wait.
 """
@@ -18,7 +18,9 @@ Synchronous ``flush()`` calls (heartbeat, end of run, ``--no-write-behind``) alw
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -167,7 +169,7 @@ class Recorder:
             return
         self._behind.append((later, fut, batch.events))
         loop = asyncio.get_running_loop()  # (behind only from the loop's own callback)
-        later.add_done_callback(lambda _: _call_in(loop, self._settle))
+        later.add_done_callback(functools.partial(_settle_on, loop, threading.get_ident(), self._settle))
 
     def _settle(self) -> None:
         """On the loop: resolve, in commit order, the commits made durable since (waiters woken,
@@ -224,9 +226,23 @@ class Recorder:
                 log.warning("pyattacker: event sink %r failed to close: %s", sink, exc)
 
 
+def _settle_on(
+    loop: asyncio.AbstractEventLoop, loop_thread: int, settle: Callable[[], None], _done: Future[None]
+) -> None:
+    """A commit made durable: ``settle`` on the loop, scheduled without waking it when the loop's
+    own thread learnt it (the store read the sync helper's answers there), else as ``_call_in``."""
+    if threading.get_ident() != loop_thread:
+        _call_in(loop, settle)
+        return
+    try:
+        loop.call_soon(settle)
+    except RuntimeError:  # (closed: the run's last flush settles every commit before it)
+        pass
+
+
 def _call_in(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
-    """Run ``fn()`` on ``loop`` from the store's sync thread (dropped if the loop closed: the
-    run's last flush, a synchronous commit, settled every commit before it)."""
+    """Run ``fn()`` on ``loop`` from another thread, the store's sync thread say (dropped if the
+    loop closed: the run's last flush, a synchronous commit, settled every commit before it)."""
     try:
         loop.call_soon_threadsafe(fn)
     except RuntimeError:

@@ -2,7 +2,7 @@
 
 Each ``commit`` appends its rows plus a commit marker with a single write and one sync (the
 kernel already groups rows, so this is group fsync); the recorder's group commits are synced
-behind on a thread (``commit_behind``, ``sync_behind``: acknowledged once synced), which is why
+behind the writer (``commit_behind``, ``sync_behind``: acknowledged once synced), which is why
 a marker records how far the journal was synced when it was written (``journal``). On open the
 journal is replayed into an in-memory ``Index``; an uncommitted or torn tail is ignored, and a
 writer truncates it before appending so the committed prefix of the file is never rewritten.

@@ -458,7 +458,7 @@ class SqliteStore:
             if self.checkpointer is None
             else WalBound(path + "-wal", BUSY_TIMEOUT_MS, exclusive=self.checkpointer.lock)
         )
-        #: FULL makes its commits durable on a thread (``sync_behind``) from the second commit on
+        #: FULL makes its commits durable beside the writer (``sync_behind``) from the second commit on
         self.sync_behind = SyncBehind(path + "-wal") if not read_only and synchronous == "full" else None
 
     def _has_table(self, name: str) -> bool:
