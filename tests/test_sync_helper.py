@@ -207,14 +207,16 @@ def test_a_run_reads_the_helpers_answers_on_its_event_loop(tmp_path: Path) -> No
 
 def test_a_helper_killed_during_a_run_stops_it_before_any_later_task(tmp_path: Path) -> None:
     started: list[tuple[str, int]] = []
+    killed: list[str] = []
     store = _full(tmp_path / "f.db")
 
     @task
     async def step(x: Any, ctx: Any) -> Any:
         started.append((ctx.pipeline_id, ctx.seq))
         syncer = store.sync_behind
-        if ctx.seq == 0 and syncer is not None and syncer.helper_pid is not None:
+        if ctx.seq == 0 and not killed and syncer is not None and syncer.helper_pid is not None:
             os.kill(syncer.helper_pid, signal.SIGKILL)
+            killed.append(ctx.pipeline_id)
             await asyncio.sleep(0.2)
         return x
 
@@ -222,9 +224,10 @@ def test_a_helper_killed_during_a_run_stops_it_before_any_later_task(tmp_path: P
         Runner(store=store, concurrency=1, handle_signals=False) as r,
         pytest.raises(StoreUnavailable, match=r"sync helper .* ended before syncing"),
     ):
-        r.run(chain("p", step, step.with_overrides(name="b")).map(seeds(3)))
-    # the task whose checkpoint the dead helper never synced had no successor
-    assert {seq for _, seq in started} == {0}
+        r.run(chain("p", step, step.with_overrides(name="b")).map(seeds(5)))
+    # the task whose checkpoint the dead helper never synced had no successor, nor did any other
+    assert len(killed) == 1
+    assert started[-1] == (killed[0], 0) and (killed[0], 1) not in started
 
 
 def test_the_helper_ends_when_its_writer_is_killed(tmp_path: Path) -> None:
