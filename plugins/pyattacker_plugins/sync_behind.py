@@ -166,9 +166,9 @@ class SyncBehind:
                 helper.ask()
             except OSError:  # the helper is gone: its answers' pipe says how (read below)
                 pass
-        if self._watcher is None or self._watcher is not asyncio._get_running_loop():
+        if self._watcher is not asyncio._get_running_loop():
             self._watch()
-        if helper is not None and not self._watching():
+        if not self._watching():
             self._take_answers()  # (no loop watches: say at once what is known already)
         return fut
 
