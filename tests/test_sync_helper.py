@@ -328,3 +328,34 @@ def test_answers_settle_only_the_oldest_requests_they_cover(tmp_path: Path) -> N
         os.close(answers_w)
         syncer.stop()
         os.close(requests_r)
+
+
+@pytest.mark.parametrize("program", ["ends", "hangs"])
+def test_an_executable_that_does_not_run_the_helper_leaves_the_syncs_to_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, program: str
+) -> None:
+    """``sys.executable`` of an application that embeds Python is not Python: the helper never
+    says it runs (the program ends, or waits for something else). The store finds out before
+    its first sync, stops that program and syncs on the thread; no commit waits for it."""
+    from pyattacker_plugins import sync_helper
+
+    pid_file = tmp_path / "pid"
+    fake = tmp_path / "not-python"
+    body = "exit 0" if program == "ends" else "exec sleep 600"
+    fake.write_text(f"#!/bin/sh\necho $$ > {pid_file}\n{body}\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    monkeypatch.setattr(sync_helper, "GREETING_S", 0.5)
+    store = _full(tmp_path / "f.db")
+    try:
+        with caplog.at_level(logging.WARNING, logger="pyattacker"):
+            commit(store, pipelines=[pipeline("p0")])
+            commit(store, pipelines=[pipeline("p1")])  # synced, by the thread
+        assert store.sync_behind is not None and store.sync_behind.helper_pid is None
+        assert store.sync_behind.syncs == 1
+        why = "it ended" if program == "ends" else "no answer"
+        assert f"syncing on a thread (the sync helper did not start: {fake} -I -S did not run" in caplog.text
+        assert f"({why})" in caplog.text
+        assert _wait_gone(int(pid_file.read_text()))  # not left behind
+    finally:
+        store.close()

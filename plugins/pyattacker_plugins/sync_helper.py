@@ -7,7 +7,9 @@ sleep and wakes it through the other core: syncing the log on a thread cost the 
 13 % of its rate with the ``fdatasync`` itself left out, against 6 % for a process fed through a
 pipe (docs/performance.md, thirty-first pass). The helper shares no lock with the run.
 
-The protocol, over two pipes: the writer sends one byte per request, once the data to make
+The protocol, over two pipes: the helper first answers ``+`` (it runs: ``sys.executable`` of an
+application that embeds Python may be something else, which is then stopped and left to the
+thread). The writer sends one byte per request, once the data to make
 durable is written. The helper reads every byte waiting, makes one ``fdatasync`` of the file
 (an inherited descriptor: the very file the writer writes, never a path opened again), and
 answers with one ``k`` per byte read and a ``.``: each request it read was written before that
@@ -21,10 +23,11 @@ the run handles by stopping gracefully (and committing), does not end it first.
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 
-__all__ = ["HELPER_SOURCE", "Replies", "SyncHelper", "helper_possible"]
+__all__ = ["GREETING_S", "HELPER_SOURCE", "Replies", "SyncHelper", "helper_possible"]
 
 #: the helper's whole program (``python -I -S -c``: no site, no environment, nothing imported
 #: but ``os``); argv[1] is the inherited descriptor of the file to sync
@@ -32,6 +35,7 @@ HELPER_SOURCE = """\
 import os, sys
 fd = int(sys.argv[1])
 sync = getattr(os, "fdatasync", os.fsync)
+os.write(1, b"+")
 while True:
     got = os.read(0, 65536)
     if not got:
@@ -48,6 +52,11 @@ while True:
 
 #: bytes read from the answers' pipe at a time (an answer is two bytes per commit or so)
 _CHUNK = 65536
+
+
+#: seconds the helper has to say it runs (``+``) before it is given up for the thread: an
+#: interpreter that is not Python (an application embedding one) fails here, not in a commit
+GREETING_S = 10.0
 
 
 def helper_possible() -> bool:
@@ -99,6 +108,34 @@ class SyncHelper:
         self.answers = answers_r
         os.set_blocking(answers_r, False)
         self._partial = b""  # an error line not yet read to its end
+        try:
+            self._greeted()
+        except OSError:
+            self._abandon()
+            raise
+
+    def _greeted(self) -> None:
+        """Wait (``GREETING_S`` at most) for the helper's ``+``; ``OSError`` if it does not come:
+        ``sys.executable`` did not run the helper (it exited, or is something else that waits)."""
+        poller = select.poll()
+        poller.register(self.answers, select.POLLIN)
+        poller.poll(int(GREETING_S * 1000))
+        try:
+            got = os.read(self.answers, 1)
+        except BlockingIOError:
+            got = None
+        if got != b"+":
+            why = "no answer" if got is None else f"it answered {got!r}" if got else "it ended"
+            raise OSError(f"{sys.executable} -I -S did not run the sync helper ({why})")
+
+    def _abandon(self) -> None:
+        """Stop a helper that never said it runs, and release its pipes."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
+        os.close(self._requests)
+        os.close(self.answers)
+        self._requests = self.answers = -1
 
     @property
     def pid(self) -> int:
