@@ -53,7 +53,6 @@ while True:
 #: bytes read from the answers' pipe at a time (an answer is two bytes per commit or so)
 _CHUNK = 65536
 
-
 #: seconds the helper has to say it runs (``+``) before it is given up for the thread: an
 #: interpreter that is not Python (an application embedding one) fails here, not in a commit
 GREETING_S = 10.0
