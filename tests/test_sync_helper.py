@@ -7,8 +7,10 @@ Real SQLite files, real processes held and killed with real signals."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -359,3 +361,34 @@ def test_an_executable_that_does_not_run_the_helper_leaves_the_syncs_to_the_thre
         assert _wait_gone(int(pid_file.read_text()))  # not left behind
     finally:
         store.close()
+
+
+def test_waiting_for_answers_works_on_a_pipe_numbered_above_1023(tmp_path: Path) -> None:
+    """A run with many files open may give the answers' pipe a number ``select`` refuses: the
+    wait must still block until the helper answers (``poll``), not return at once and spin."""
+    from pyattacker_plugins.sync_helper import SyncHelper
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1100:
+        pytest.skip(f"at most {hard} open files here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100), hard))
+    r, w = os.pipe()
+    high_r, high_w = (fcntl.fcntl(fd, fcntl.F_DUPFD, 1050) for fd in (r, w))  # (free numbers >= 1050)
+    os.close(r)
+    os.close(w)
+    assert min(high_r, high_w) > 1023
+    helper = SyncHelper.__new__(SyncHelper)
+    helper.answers = high_r
+    waiter = threading.Thread(target=SyncBehind._wait_readable, args=(helper, None))
+    try:
+        waiter.start()
+        waiter.join(0.3)
+        assert waiter.is_alive()  # still waiting: nothing was answered
+        os.write(high_w, b"k.")
+        waiter.join(30)
+        assert not waiter.is_alive()
+    finally:
+        os.close(high_w)
+        waiter.join(30)
+        os.close(high_r)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
