@@ -120,6 +120,8 @@ def test_a_commit_is_acknowledged_only_once_the_helper_has_synced_it(tmp_path: P
         for i, fut in enumerate(held):
             assert fut is not None
             fut.add_done_callback(lambda _, i=i: settled.append(i))
+        # waiting through ``exception`` reads the answers too (nobody else reads them here)
+        assert held[0].exception(timeout=60) is None  # type: ignore[union-attr]
         held[-1].result(timeout=60)  # type: ignore[union-attr]
         assert all(f is not None and f.done() and f.exception() is None for f in held)
         assert settled == [0, 1, 2, 3]
@@ -392,3 +394,18 @@ def test_waiting_for_answers_works_on_a_pipe_numbered_above_1023(tmp_path: Path)
         waiter.join(30)
         os.close(high_r)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_frozen_application_syncs_on_the_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frozen application's ``sys.executable`` is the application itself: never started as
+    the helper."""
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    store = _full(tmp_path / "f.db")
+    try:
+        commit(store, pipelines=[pipeline("p0")])
+        commit(store, pipelines=[pipeline("p1")])
+        assert store.sync_behind is not None and store.sync_behind.helper_pid is None
+        assert store.sync_behind.syncs == 1
+        assert any(t.name == "pyattacker-sync" for t in threading.enumerate())
+    finally:
+        store.close()
