@@ -96,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
 def run_spans(store: str, shards: int) -> list[tuple[float, float]]:
     """``(started_at, ended_at)`` of every ended run in the command's store(s), read through the
     product's own store and shard naming after the command has ended."""
-    from pyattacker.shard import shard_store_path
-    from pyattacker.view_common import read_only_store
+    from pyattacker.shard.plan import shard_store_path
+    from pyattacker.views.common import read_only_store
 
     count = max(shards, 1)
     spans = []

@@ -7,7 +7,7 @@ lateness and scheduling on this machine, which no runner can recover; the latenc
 shows the product's and the floor runner's fractions beside it (docs/performance.md).
 
 Prints ONE JSON line, like ``product_run.py`` and the baselines. Self-contained apart from
-``pyattacker.event_loop``; runs as ``python benchmarks/loop_ceiling.py``.
+``pyattacker.engine.event_loop``; runs as ``python benchmarks/loop_ceiling.py``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from pyattacker.errors import ConfigError
-from pyattacker.event_loop import loop_factory, resolve_event_loop
+from pyattacker import ConfigError
+from pyattacker.engine.event_loop import loop_factory, resolve_event_loop
 
 
 async def _drain(pipelines: Iterator[int], concurrency: int, tasks: int, latency_s: float) -> int:

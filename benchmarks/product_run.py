@@ -20,11 +20,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from pyattacker.handoff import Handoff
-from pyattacker.pipeline import PipelineTemplate, pipeline
-from pyattacker.pool import Pool, Resource
-from pyattacker.runner import Runner
-from pyattacker.task import task
+from pyattacker import Handoff, Pool, Resource, Runner, pipeline, task
+from pyattacker.flow.chain import PipelineTemplate
 
 #: per-task latency in seconds; 0 means "await asyncio.sleep(0) once" (the cheapest real suspension)
 _LATENCY_S = 0.0

@@ -7,9 +7,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from pyattacker.plugins import get_plugins
-from pyattacker.registry import Provided, Registry
-from pyattacker.retry import Retrying
+from pyattacker import Retrying
+from pyattacker.plugins.manager import get_plugins
+from pyattacker.plugins.registry import Provided, Registry
 from pyattacker_plugins.bench.scenario import EndpointSpec, Scenario, register_scenario
 
 DEAD = "test_all_dead"

@@ -10,10 +10,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pyattacker.clock import VirtualClock
-from pyattacker.plugins import Plugins, reset_plugins
-from pyattacker.pool import Lease, Pool, ResourceEvent
-from pyattacker.registry import Registry
+from pyattacker import Lease, Pool, VirtualClock
+from pyattacker.plugins.manager import Plugins, reset_plugins
+from pyattacker.plugins.registry import Registry
+from pyattacker.resources.pool import ResourceEvent
 from pyattacker_plugins import (
     algo_backoff,
     algo_failover,

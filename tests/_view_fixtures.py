@@ -13,14 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pyattacker.errors import RetryableError
-from pyattacker.handoff import Handoff
+from pyattacker import Handoff, Pool, Resource, RetryableError, Runner, pipeline, task
 from pyattacker.model import Batch, EventRecord
-from pyattacker.pipeline import pipeline
-from pyattacker.pool import Pool, Resource
-from pyattacker.runner import Runner
-from pyattacker.store import open_store
-from pyattacker.task import task
+from pyattacker.store.location import open_store
 
 XSS = "<script>alert('x')</script>"
 

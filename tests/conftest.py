@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pyattacker.plugins import reset_plugins
+from pyattacker.plugins.manager import reset_plugins
 
 
 @pytest.fixture(autouse=True)

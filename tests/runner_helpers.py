@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pyattacker.clock import VirtualClock
+from pyattacker import Runner, VirtualClock
 from pyattacker.model import Batch
-from pyattacker.runner import Runner
 from pyattacker_plugins.store_memory import MemoryStore
 
 
@@ -32,7 +31,7 @@ class RecordingStore(MemoryStore):
 
 
 def rows(store: Any, kind: str, **filters: Any) -> list[Any]:
-    from pyattacker.store import iter_rows
+    from pyattacker.store.base import iter_rows
 
     return list(iter_rows(store, kind, **filters))
 

@@ -25,7 +25,7 @@ from pyattacker.model import (
     RunRecord,
     TaskRecord,
 )
-from pyattacker.store import Store
+from pyattacker.store.base import Store
 from pyattacker_plugins import store_memory
 from pyattacker_plugins.store_jsonl import JsonlStore, JsonlStoreOpener
 from pyattacker_plugins.store_sqlite import SqliteStore, SqliteStoreOpener

@@ -10,18 +10,16 @@ import msgspec
 import pytest
 
 from _pool_fixtures import Ctx, algorithms_fixture, clock_fixture, run
-from pyattacker.algorithm import (
+from pyattacker import AcquireTimeout, ConfigError, Lease, Pool, Resource, ResourceUnavailable, VirtualClock
+from pyattacker.plugins.manager import discover
+from pyattacker.plugins.registry import Registry
+from pyattacker.resources.algorithm import (
     Algorithm,
     algorithm_fingerprint,
     backoff_delay,
     resolve_algorithm,
     validate_algorithm_spec,
 )
-from pyattacker.clock import VirtualClock
-from pyattacker.errors import AcquireTimeout, ConfigError, ResourceUnavailable
-from pyattacker.plugins import discover
-from pyattacker.pool import Lease, Pool, Resource
-from pyattacker.registry import Registry
 from pyattacker_plugins.algo_backoff import Backoff
 from pyattacker_plugins.algo_failover import Failover
 from pyattacker_plugins.algo_least_busy import LeastBusy

@@ -10,13 +10,16 @@ import msgspec
 import pytest
 from tests.runner_helpers import rows, vrunner
 
-from pyattacker.backends import ArtifactBackend, parse_backend_spec, resolve_backend, validate_backend_spec
+from pyattacker import ConfigError, pipeline, task
 from pyattacker.digest import digest_bytes
-from pyattacker.errors import ConfigError
 from pyattacker.model import ArtifactRecord
-from pyattacker.pipeline import pipeline
-from pyattacker.registry import Provided, Registry
-from pyattacker.task import task
+from pyattacker.plugins.registry import Provided, Registry
+from pyattacker.store.backends import (
+    ArtifactBackend,
+    parse_backend_spec,
+    resolve_backend,
+    validate_backend_spec,
+)
 from pyattacker_plugins.backend_file import FileBackend
 from pyattacker_plugins.backend_inline import InlineBackend
 from pyattacker_plugins.backend_null import NullBackend
@@ -249,7 +252,7 @@ def test_a_backend_name_typo_is_an_error_not_a_folder(spec: str, hint: str) -> N
 def test_a_root_that_cannot_hold_blobs_stops_a_writer_but_not_a_reader(tmp_path: Path) -> None:
     """The root is checked by ``prepare_to_write`` (a run's start), not by the constructor: a
     view that only reads blobs back (export) builds the backend on any root."""
-    from pyattacker.plugins import get_plugins
+    from pyattacker.plugins.manager import get_plugins
 
     a_file = tmp_path / "f"
     a_file.write_text("not a folder")

@@ -21,9 +21,8 @@ from typing import Any
 import pytest
 
 from _bench_fixtures import DEAD, Block, Poll, Spin, register_dead, registry_with
-from pyattacker.errors import ConfigError
-from pyattacker.plugins import get_plugins
-from pyattacker.retry import Retrying
+from pyattacker import ConfigError, Retrying
+from pyattacker.plugins.manager import get_plugins
 from pyattacker_plugins.bench.api import BenchOptions, BenchReport, make_plan, run_bench
 from pyattacker_plugins.bench.errors import BenchmarkStalled, BenchmarkTimeout
 from pyattacker_plugins.bench.keys import keyed_rng
@@ -466,10 +465,10 @@ def test_a_blocking_algorithm_from_the_command_line_is_exit_2() -> None:
     thread of the command (the test fails by its timeout if the process is never stopped)."""
     code = (
         "from _bench_fixtures import Block\n"
-        "from pyattacker.plugins import get_plugins\n"
-        "from pyattacker.registry import Provided\n"
+        "from pyattacker.plugins.manager import get_plugins\n"
+        "from pyattacker.plugins.registry import Provided\n"
         "get_plugins().algorithms.add(Provided('algorithms', 'block', Block, 'test-plugin', False))\n"
-        "from pyattacker.cli import main\n"
+        "from pyattacker.cli.main import main\n"
         "main(['bench', '--algorithms', 'block', '--seeds', '1', '--jobs', '4', '--wall-budget', '1'])\n"
     )
     proc = subprocess.run(
@@ -504,7 +503,7 @@ def test_a_third_party_algorithm_is_benchmarked_through_the_registry() -> None:
 def test_pool_cooldowns_follow_the_scaled_clock() -> None:
     """On ``--clock real`` the loop's time and the pool's clock are the same compressed time,
     so a 20 s cooldown ends after 20 simulated seconds (a tenth of a real second at x200)."""
-    from pyattacker.pool import Pool, Resource
+    from pyattacker import Pool, Resource
     from pyattacker_plugins.bench.clocks import ScaledClock
 
     clock = ScaledClock(200.0)
@@ -665,7 +664,7 @@ def test_a_dead_world_from_the_command_line_is_exit_2() -> None:
     code = (
         "from _bench_fixtures import register_dead\n"
         "register_dead()\n"
-        "from pyattacker.cli import main\n"
+        "from pyattacker.cli.main import main\n"
         f"main(['bench', '--scenario', {DEAD!r}, '--seeds', '1'])\n"
     )
     proc = subprocess.run(
@@ -697,7 +696,7 @@ def test_a_tiny_run_on_the_scaled_real_clock() -> None:
 def test_help_does_not_import_the_simulator() -> None:
     code = (
         "import sys\n"
-        "from pyattacker.cli import main\n"
+        "from pyattacker.cli.main import main\n"
         "try:\n"
         "    main(['--help'])\n"
         "except SystemExit:\n"

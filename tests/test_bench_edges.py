@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from _bench_fixtures import registry_with
-from pyattacker.pool import Lease, Pool, Resource
+from pyattacker import Lease, Pool, Resource
 from pyattacker_plugins.bench.api import BenchOptions, make_plan, run_bench
 from pyattacker_plugins.bench.errors import BenchmarkError
 
@@ -64,7 +64,7 @@ class ReleasedLease(_Hostile):
     async def acquire(
         self, pool: Any, *, ctx: Any, where: Any, timeout: float | None, selector: Mapping[str, Any]
     ) -> Lease:
-        from pyattacker.algorithm import resolve_algorithm
+        from pyattacker.resources.algorithm import resolve_algorithm
 
         lease: Lease = await resolve_algorithm("wait").acquire(
             pool, ctx=ctx, where=where, timeout=timeout, selector=selector
@@ -99,7 +99,7 @@ def test_an_algorithm_that_breaks_its_contract_ends_the_benchmark_naming_it(
 
 
 def test_acquisition_failures_an_algorithm_raises_on_purpose_are_still_task_failures() -> None:
-    from pyattacker.errors import FatalError
+    from pyattacker import FatalError
 
     class GivesUp(_Hostile):
         async def acquire(
@@ -130,7 +130,7 @@ class BreaksAtBuild(_Hostile):
 
 def test_an_algorithm_that_raises_at_build_is_a_config_error_naming_it() -> None:
     """Before: the factory's RuntimeError escaped make_plan (a traceback, exit 1)."""
-    from pyattacker.errors import ConfigError
+    from pyattacker import ConfigError
 
     registry = registry_with(hostile=BreaksAtBuild)
     with pytest.raises(
@@ -178,7 +178,7 @@ def test_list_with_a_run_flag_is_refused_naming_it() -> None:
 @pytest.mark.timeout(30)  # the hang guard: before the fix this never returned
 def test_a_huge_seed_count_is_refused_at_once_naming_the_flag() -> None:
     """Before: `--seeds 10**21` built the list of seeds before the first line (a hang)."""
-    from pyattacker.errors import ConfigError
+    from pyattacker import ConfigError
 
     with pytest.raises(ConfigError, match=r"--seeds must be at most \d+, got 1000000000000000000000"):
         make_plan(BenchOptions(seeds=10**21))
@@ -268,7 +268,7 @@ def _endpoint(**changes: Any) -> Any:
 def test_registration_refuses_a_bad_world_naming_the_field(changes: dict[str, Any], words: str) -> None:
     """Before: each of these registered, then crashed mid-run (a traceback), measured a world
     where nothing can succeed, or ran with a bool as a count."""
-    from pyattacker.errors import ConfigError
+    from pyattacker import ConfigError
     from pyattacker_plugins.bench.scenario import Outage, Scenario, register_scenario, unregister_scenario
 
     if changes.get("outages") == ("OUTAGE",):

@@ -391,7 +391,7 @@ def test_loop_ceiling_refuses_a_loop_that_is_not_installed(
     """``--event-loop uvloop`` without uvloop: exit 2 naming the flag, before any run."""
     import importlib.util
 
-    from pyattacker import event_loop
+    from pyattacker.engine import event_loop
 
     spec = importlib.util.spec_from_file_location("loop_ceiling", REPO / "benchmarks" / "loop_ceiling.py")
     assert spec is not None and spec.loader is not None

@@ -11,11 +11,8 @@ from typing import Any
 
 import pytest
 
-from pyattacker.errors import ConfigError
-from pyattacker.pipeline import pipeline
-from pyattacker.plugins import get_plugins
-from pyattacker.pool import Pool
-from pyattacker.runner import Runner
+from pyattacker import ConfigError, Pool, Runner, pipeline
+from pyattacker.plugins.manager import get_plugins
 
 
 def _factory(name: str) -> Any:

@@ -3,9 +3,9 @@
 The command is started the two ways a user starts it: the console script of ``[project.scripts]``
 (the wrapper pip generates: import the entry point, ``sys.exit(main())``) and
 ``python -m pyattacker``. A real SIGINT is sent by PID at several delays after the child began
-importing ``pyattacker.cli`` (the slow part, where a Ctrl-C used to print a traceback). The
+importing ``pyattacker.cli.main`` (the slow part, where a Ctrl-C used to print a traceback). The
 moment is known from a meta-path finder that the test's own wrapper installs: it writes one byte
-to a pipe when the import of ``pyattacker.cli`` starts. Nothing in the product is there for
+to a pipe when the import of ``pyattacker.cli.main`` starts. Nothing in the product is there for
 the test. The interpreter's own start-up, before any pyattacker code runs, is not tested: no
 code of ours can handle a signal there.
 """
@@ -25,14 +25,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: the test's wrapper: one byte on fd ``argv[1]`` when ``pyattacker.cli`` starts being imported
+#: the test's wrapper: one byte on fd ``argv[1]`` when ``pyattacker.cli.main`` starts being imported
 _MARK = """\
 import importlib.abc, os, sys
 _fd = int(sys.argv.pop(1))
 
 class _Mark(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name == "pyattacker.cli":
+        if name == "pyattacker.cli.main":
             sys.meta_path.remove(self)
             os.write(_fd, b".")
             os.close(_fd)
@@ -108,7 +108,7 @@ def test_ctrl_c_while_a_command_loads_is_one_line_and_exit_130(tmp_path: Path, s
     assert 130 in outcomes  # some signal did land while the command loaded or ran
 
 
-#: test wrappers that raise a Ctrl-C, while ``pyattacker.cli`` is imported, where Python does
+#: test wrappers that raise a Ctrl-C, while ``pyattacker.cli.main`` is imported, where Python does
 #: not let it propagate as it is. Both ended without "Interrupted." and 130 before.
 _INTERRUPTS = {
     # in a finalizer: Python can only report it ("Exception ignored in ...", as one landing in
@@ -143,7 +143,7 @@ import importlib.abc, sys
 {cls}
 class _Mark(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name == "pyattacker.cli":
+        if name == "pyattacker.cli.main":
             sys.meta_path.remove(self)
             {trigger}
         return None
@@ -189,12 +189,12 @@ def test_an_ignored_sigint_stays_ignored_while_the_command_line_loads(tmp_path: 
 def test_the_command_runs_under_pythons_own_sigint_handler(monkeypatch: pytest.MonkeyPatch) -> None:
     """The handler that notes a Ctrl-C while the command line loads is gone once it has loaded:
     ``asyncio`` installs its own Ctrl-C handling only over Python's default one."""
-    import pyattacker.cli
+    import pyattacker.cli.main
     from pyattacker import __main__ as entry
 
     seen: list[object] = []
     monkeypatch.setattr(
-        pyattacker.cli, "main", lambda argv=None: seen.append(signal.getsignal(signal.SIGINT))
+        pyattacker.cli.main, "main", lambda argv=None: seen.append(signal.getsignal(signal.SIGINT))
     )
     before = signal.getsignal(signal.SIGINT)
     assert before is signal.default_int_handler

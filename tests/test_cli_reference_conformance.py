@@ -13,8 +13,8 @@ from tests.cli_helpers import cli, cli_env
 # Imported by the config's `use:`, it breaks the runner outside task code the way a framework
 # bug would: a BaseException escaping the checkpoint write kills the worker (WorkerCrashed).
 CRASH = """
-from pyattacker.runner import Runner
-from pyattacker.task import task
+from pyattacker import Runner
+from pyattacker import task
 
 
 class Boom(BaseException):

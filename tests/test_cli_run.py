@@ -18,7 +18,7 @@ from tests.runner_helpers import count_succeeded
 
 AUDIT = """
 import asyncio, os
-from pyattacker.task import task
+from pyattacker import task
 
 LOG = os.environ["AUDIT_LOG"]
 
@@ -516,7 +516,8 @@ def test_a_blob_write_that_fails_mid_run_stops_it_resumable_with_exit_2(
     with no attempt row. Now the attempt is recorded, the pipeline stays resumable, the run
     stops with exit 2 naming the backend, task and pipeline, and a resume finishes the work."""
     from pyattacker.digest import digest_bytes
-    from pyattacker.store import iter_rows, open_store
+    from pyattacker.store.base import iter_rows
+    from pyattacker.store.location import open_store
 
     root = tmp_path / "blobs"
     root.mkdir()

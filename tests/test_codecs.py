@@ -18,11 +18,10 @@ from typing import Any
 import pytest
 from tests.runner_helpers import vrunner
 
-from pyattacker.codecs import CodecRegistry
-from pyattacker.errors import ConfigError
-from pyattacker.pipeline import pipeline
-from pyattacker.store import iter_rows, open_store
-from pyattacker.task import task
+from pyattacker import ConfigError, pipeline, task
+from pyattacker.store.base import iter_rows
+from pyattacker.store.codecs import CodecRegistry
+from pyattacker.store.location import open_store
 
 
 def _twice(tmp_path: Path, produced: Any, produce: Any = None) -> tuple[list[Any], Any]:

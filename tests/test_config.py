@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from pyattacker.config import build, check_config, effective_config, load_config
-from pyattacker.errors import ConfigError
+from pyattacker import ConfigError
+from pyattacker.config.build import build, check_config, effective_config, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD_TAIL = "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 3}\n"
@@ -471,8 +471,8 @@ def test_limit_and_total(tmp_path: Path) -> None:
 
 
 def test_event_sinks_and_events_in_the_run_block(tmp_path: Path) -> None:
-    from pyattacker.config import build, check_config, load_config
-    from pyattacker.errors import ConfigError
+    from pyattacker import ConfigError
+    from pyattacker.config.build import build, check_config, load_config
 
     good = tmp_path / "good.toml"
     good.write_text(
@@ -538,7 +538,7 @@ def test_default_resource_ids_never_replace_an_explicit_one(tmp_path: Path) -> N
     """``{id: llm-1}`` beside a resource without an id: the second used to get ``llm-1`` from a
     process-wide counter and silently replace the first. Ids are now counted within the pool,
     skipping explicit ones; two resources with one id in the SDK are an error."""
-    from pyattacker.pool import Pool, Resource
+    from pyattacker import Pool, Resource
 
     text = (
         "pools: {llm: {kind: llm, resources: [{id: llm-1, options: {m: a}}, {options: {m: b}}, {}]}}\n"
@@ -576,7 +576,8 @@ def test_a_key_given_twice_is_refused_in_every_format(
 
 def test_the_sdk_run_config_has_the_same_bounds() -> None:
     """``Runner(concurrency=...)`` and friends take the same values a config file does."""
-    from pyattacker.config_model import MAX_CONCURRENCY, RunConfig
+    from pyattacker import RunConfig
+    from pyattacker.engine.settings import MAX_CONCURRENCY
 
     RunConfig(concurrency=MAX_CONCURRENCY)
     with pytest.raises(ConfigError, match=r"run\.concurrency: must be at most 100,000"):
@@ -586,7 +587,7 @@ def test_the_sdk_run_config_has_the_same_bounds() -> None:
 
 
 def test_local_file_of_a_store_location() -> None:
-    from pyattacker.store import local_file
+    from pyattacker.store.location import local_file
 
     assert local_file("runs/x.db") == "runs/x.db"
     assert local_file("sqlite:///tmp/x.db?synchronous=full") == "/tmp/x.db"
@@ -802,7 +803,7 @@ def test_validate_and_run_refuse_a_nested_non_finite_number_with_exit_2(tmp_path
 
 
 TARGETS = """
-from pyattacker.task import task
+from pyattacker import task
 
 @task(name="unknown_algo", algorithm="nosuch")
 def unknown_algo(value):

@@ -21,10 +21,7 @@ import pytest
 
 from _view_fixtures import XSS, build_handoff_store, serving
 from browser import render
-from pyattacker.handoff import Handoff
-from pyattacker.pipeline import pipeline
-from pyattacker.runner import Runner
-from pyattacker.task import task
+from pyattacker import Handoff, Runner, pipeline, task
 
 TOKEN = "browser-test-token"
 _CARD = re.compile(r'<div class="card"><div class="v">([^<]*)</div><div class="k">([^<]*)</div></div>')

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pyattacker.hookspecs import HOOK_KINDS
-from pyattacker.plugins import Plugins
+from pyattacker.plugins.hookspecs import HOOK_KINDS
+from pyattacker.plugins.manager import Plugins
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
 

@@ -10,12 +10,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from pyattacker.clock import VirtualClock
-from pyattacker.errors import ConfigError
-from pyattacker.event_loop import loop_factory, resolve_event_loop
-from pyattacker.pipeline import pipeline
-from pyattacker.runner import Runner
-from pyattacker.task import task
+from pyattacker import ConfigError, Runner, VirtualClock, pipeline, task
+from pyattacker.engine.event_loop import loop_factory, resolve_event_loop
 
 uvloop = pytest.importorskip("uvloop", reason="the test extra installs uvloop (not on Windows)")
 

@@ -15,14 +15,11 @@ from typing import Any
 import pytest
 
 from _view_fixtures import XSS, build_store
-from pyattacker import export as export_mod
-from pyattacker.errors import ConfigError
-from pyattacker.export import ROW_KINDS, export_stores, guard_cell, infer_format, iter_kind
-from pyattacker.pipeline import pipeline
-from pyattacker.runner import Runner
-from pyattacker.stats import store_stats
-from pyattacker.store import open_store
-from pyattacker.task import task
+from pyattacker import ConfigError, Runner, pipeline, task
+from pyattacker.store.location import open_store
+from pyattacker.views import export as export_mod
+from pyattacker.views.export import ROW_KINDS, export_stores, guard_cell, infer_format, iter_kind
+from pyattacker.views.stats import store_stats
 
 EXPECTED = {"pipelines": 20, "tasks": 40, "results": 20, "metrics": 42, "points": 60}
 
@@ -279,8 +276,8 @@ def test_rows_of_every_kind_are_json_ready_builtins(store: str) -> None:
     that encoding it equals encoding its builtins form (no record, set or bytes left inside)."""
     import msgspec
 
-    from pyattacker.codecs import CodecRegistry
-    from pyattacker.view_common import encode_json
+    from pyattacker.store.codecs import CodecRegistry
+    from pyattacker.views.common import encode_json
 
     plain = (dict, list, str, int, float, bool, type(None))
 
@@ -428,9 +425,7 @@ def test_stdout_piped_to_head_exits_0_without_a_traceback(tmp_path: Path, fmt: s
 def test_payloads_kept_by_msgpack_export_as_json(tmp_path: Path, fmt: str) -> None:
     """An output JSON cannot hold exactly (integer keys, a NaN) is stored with msgpack; every
     export format still writes it, as JSON does: keys as strings, a NaN as null."""
-    from pyattacker.pipeline import pipeline
-    from pyattacker.runner import Runner
-    from pyattacker.task import task
+    from pyattacker import Runner, pipeline, task
 
     @task
     async def score(row: int, ctx: Any) -> dict[Any, Any]:
@@ -452,9 +447,7 @@ def test_payloads_kept_by_msgpack_export_as_json(tmp_path: Path, fmt: str) -> No
 
 def _blob_run(tmp_path: Path) -> str:
     """A finished run whose every output (and seed) went to blobs under tmp_path/blobs."""
-    from pyattacker.pipeline import pipeline
-    from pyattacker.runner import Runner
-    from pyattacker.task import task
+    from pyattacker import Runner, pipeline, task
 
     @task
     async def big(row: int, ctx: Any) -> dict[str, Any]:
@@ -529,7 +522,7 @@ async def _leasing(row: Any, ctx: Any) -> Any:
 @pytest.mark.parametrize("kind", ["sqlite", "memory", "jsonl"])
 def test_task_rows_say_which_lease_their_last_attempt_used(kind: str, tmp_path: Path) -> None:
     """The CLI reference's `tasks` row: state, duration, error, and which lease was used."""
-    from pyattacker.pool import Pool, Resource
+    from pyattacker import Pool, Resource
     from pyattacker_plugins.store_memory import MemoryStore
 
     store: Any = MemoryStore() if kind == "memory" else str(tmp_path / "l.db")
@@ -554,8 +547,8 @@ def test_task_rows_say_which_lease_their_last_attempt_used(kind: str, tmp_path: 
 def test_a_damaged_lease_column_is_named(tmp_path: Path) -> None:
     import sqlite3
 
+    from pyattacker import Pool, Resource
     from pyattacker.errors import CorruptRow
-    from pyattacker.pool import Pool, Resource
 
     path = str(tmp_path / "d.db")
     with Runner(store=path, pools=[Pool("llm", [Resource.create("llm", id="a")])], handle_signals=False) as r:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pyattacker.forking import (
+from pyattacker.shard.forking import (
     ForkedCall,
     ForkedCallError,
     fork_safe,

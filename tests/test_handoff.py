@@ -17,12 +17,10 @@ from tests._view_fixtures import serving
 from tests.cli_helpers import cli
 from tests.runner_helpers import RecordingStore, events, rows, seeds, vrunner
 
-from pyattacker.errors import FatalError, PipelineBuildError, StoreFeatureUnsupported
-from pyattacker.export import iter_kind
-from pyattacker.handoff import Handoff
-from pyattacker.pipeline import pipeline
-from pyattacker.store import open_store
-from pyattacker.task import task
+from pyattacker import FatalError, Handoff, pipeline, task
+from pyattacker.errors import PipelineBuildError, StoreFeatureUnsupported
+from pyattacker.store.location import open_store
+from pyattacker.views.export import iter_kind
 from pyattacker_plugins.store_memory import MemoryStore
 
 CALLS: list[tuple[str, int]] = []
@@ -240,7 +238,7 @@ def test_an_error_moving_a_jumped_pipeline_fails_it_alone_and_the_run_ends(
     """The commit's callback moves a pipeline that jumped; an internal error there is recorded
     as a worker records one (``runner.internal_error``, the pipeline failed), the pipeline is
     not run again from its source, and the others finish."""
-    from pyattacker.runner_control import RunnerControl
+    from pyattacker.engine.control import RunnerControl
 
     landed = RunnerControl.landed
     broken: list[str] = []
@@ -586,7 +584,7 @@ def test_config_with_a_backward_edge_is_refused_naming_the_field(tmp_path: Path)
 
 
 def test_a_fanout_child_cannot_hand_off() -> None:
-    from pyattacker.pipeline import fanout
+    from pyattacker import fanout
 
     @task
     def jumper(x: Any) -> Any:

@@ -28,10 +28,10 @@ N = 4
 CHILD = textwrap.dedent(
     """
     import os, sys
-    from pyattacker.handoff import Handoff
-    from pyattacker.pipeline import pipeline
-    from pyattacker.runner import Runner
-    from pyattacker.task import task
+    from pyattacker import Handoff
+    from pyattacker import pipeline
+    from pyattacker import Runner
+    from pyattacker import task
     from pyattacker_plugins.store_jsonl.store import JsonlStore
     from pyattacker_plugins.store_sqlite.store import SqliteStore
 

@@ -17,11 +17,10 @@ import pytest
 from tests.runner_helpers import seeds, vrunner
 from tests.test_handoff import CALLS, QA, _reset
 
-from pyattacker.errors import FatalError, PipelineBuildError
-from pyattacker.handoff import ControlPlan, Handoff, check_control
+from pyattacker import FatalError, Handoff, pipeline, task
+from pyattacker.errors import PipelineBuildError
+from pyattacker.flow.handoff import ControlPlan, check_control
 from pyattacker.model import Batch
-from pyattacker.pipeline import pipeline
-from pyattacker.task import task
 from pyattacker_plugins.store_memory import MemoryStore
 from store_contract import artifact
 
@@ -76,7 +75,7 @@ def test_a_control_that_is_not_a_mapping_is_a_build_error(control: Any) -> None:
 
 def test_validate_and_run_refuse_a_superscript_key_with_exit_2_and_write_nothing(tmp_path: Path) -> None:
     (tmp_path / "tasks.py").write_text(
-        "from pyattacker.task import task\n@task\ndef a(x):\n    return x\n@task\ndef b(x):\n    return x\n"
+        "from pyattacker import task\n@task\ndef a(x):\n    return x\n@task\ndef b(x):\n    return x\n"
     )
     store = tmp_path / "x.db"
     config = {

@@ -16,12 +16,10 @@ import pytest
 from tests.runner_helpers import RecordingStore, rows, seeds, vrunner
 from tests.test_handoff import Where
 
+from pyattacker import Handoff, pipeline, task
 from pyattacker.errors import StoreFeatureUnsupported
-from pyattacker.export import iter_kind
-from pyattacker.handoff import Handoff
-from pyattacker.pipeline import pipeline
-from pyattacker.stats import store_stats
-from pyattacker.task import task
+from pyattacker.views.export import iter_kind
+from pyattacker.views.stats import store_stats
 from pyattacker_plugins.store_memory import MemoryStore
 from pyattacker_plugins.store_sqlite import SqliteStore
 

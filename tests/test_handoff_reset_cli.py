@@ -19,8 +19,8 @@ from tests.cli_helpers import cli
 
 TASKS = """
 import os
-from pyattacker.handoff import Handoff
-from pyattacker.task import task
+from pyattacker import Handoff
+from pyattacker import task
 
 @task
 def fetch(seed):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pyattacker.errors import ConfigError
+from pyattacker import ConfigError
 from pyattacker.model import Batch
 from pyattacker_plugins import sync_behind
 from pyattacker_plugins.store_jsonl import JOURNAL, JsonlStoreOpener

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from pyattacker.cli import main
+from pyattacker import hookimpl
+from pyattacker.cli.main import main
 from pyattacker.errors import PluginError
-from pyattacker.hookspecs import hookimpl
-from pyattacker.lazy_command import LazyCommand
-from pyattacker.plugins import Plugins, reset_plugins
-from pyattacker.registry import RegistrationError
+from pyattacker.plugins.lazy_command import LazyCommand
+from pyattacker.plugins.manager import Plugins, reset_plugins
+from pyattacker.plugins.registry import RegistrationError
 
 
 def test_discovery_imports_no_command_line_library() -> None:
@@ -23,7 +23,7 @@ def test_discovery_imports_no_command_line_library() -> None:
     plugin without importing click or rich-click (the serve command is registered lazily)."""
     code = (
         "import sys\n"
-        "from pyattacker.plugins import get_plugins\n"
+        "from pyattacker.plugins.manager import get_plugins\n"
         "plugins = get_plugins()\n"
         "assert 'serve' in plugins.commands.objects(), plugins.commands.objects()\n"
         "print(sorted(m for m in ('click', 'rich_click', 'email.parser') if m in sys.modules))\n"

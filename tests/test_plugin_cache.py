@@ -1,4 +1,4 @@
-"""The kept scan of the installed entry points (``pyattacker.plugin_cache``): used while nothing
+"""The kept scan of the installed entry points (``pyattacker.plugins.cache``): used while nothing
 it read has changed, scanned again as soon as something is installed, removed or edited."""
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import pytest
 from click.testing import CliRunner
 from tests.plugin_fixtures import make_fake_dist
 
-from pyattacker import plugin_cache
-from pyattacker.plugins import GROUP, discover, get_plugins
+from pyattacker.plugins import cache as plugin_cache
+from pyattacker.plugins.manager import GROUP, discover, get_plugins
 
 ROOT = Path(__file__).resolve().parents[1]
 ONLY = {"pyattacker", "fake-cached", "fake-later"}
 
 PLUGIN = """
-from pyattacker.hookspecs import hookimpl
-from pyattacker.task import task
+from pyattacker import hookimpl
+from pyattacker import task
 
 @task(name="{task}")
 def fn(value):
@@ -130,7 +130,7 @@ def test_a_forged_scan_with_the_right_fingerprint_is_used_but_plugins_command_re
 ) -> None:
     """What proves the kept scan is read (discovery believes it) and that ``pyattacker plugins``
     reads the installed metadata instead (it never lists the forged entry)."""
-    from pyattacker.cli import cli
+    from pyattacker.cli.main import cli
 
     _tasks()
     where = plugin_cache.cache_file()
@@ -216,7 +216,7 @@ def test_old_kept_scans_are_pruned(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_a_second_process_starts_from_the_kept_scan_without_importlib_metadata(tmp_path: Path) -> None:
     code = (
         "import json, sys\n"
-        "from pyattacker.plugins import get_plugins\n"
+        "from pyattacker.plugins.manager import get_plugins\n"
         "rows = get_plugins().listing()\n"
         "print(json.dumps({'metadata': 'importlib_metadata' in sys.modules,"
         " 'rows': [[r.name, r.status, r.provides] for r in rows]}))\n"

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from tests.plugin_fixtures import make_fake_dist
 
-from pyattacker.hookspecs import hookimpl
-from pyattacker.plugins import BUILTIN_PLUGINS, EntryPointInfo, Plugins, discover
+from pyattacker import hookimpl
+from pyattacker.plugins.manager import BUILTIN_PLUGINS, EntryPointInfo, Plugins, discover
 
 ROOT = Path(__file__).resolve().parents[1]
 
 GOOD = """
-from pyattacker.hookspecs import hookimpl
-from pyattacker.task import task
+from pyattacker import hookimpl
+from pyattacker import task
 
 @task(name="shout")
 def shout(value):
@@ -244,10 +244,8 @@ def test_kernel_works_with_zero_plugins() -> None:
     """No entry points at all: the test registers the store, codec and task it needs by hand."""
     import asyncio
 
-    from pyattacker.codecs import CodecRegistry
-    from pyattacker.pipeline import pipeline
-    from pyattacker.runner import Runner
-    from pyattacker.task import task
+    from pyattacker import Runner, pipeline, task
+    from pyattacker.store.codecs import CodecRegistry
 
     class Store:
         @hookimpl
@@ -321,7 +319,7 @@ def test_discovery_reads_each_distributions_metadata_once(monkeypatch: pytest.Mo
     command and of every shard process)."""
     import importlib_metadata
 
-    from pyattacker import plugins as plugins_mod
+    from pyattacker.plugins import manager as plugins_mod
 
     reads = {"n": 0}
 
@@ -360,7 +358,7 @@ def test_distribution_name_and_version_come_from_the_metadata_head() -> None:
     every installed distribution, and the full parse as the fallback when the head lacks one."""
     import importlib_metadata
 
-    from pyattacker.plugins import _name_and_version
+    from pyattacker.plugins.manager import _name_and_version
 
     dists = list(importlib_metadata.distributions())
     assert dists

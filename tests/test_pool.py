@@ -9,19 +9,11 @@ import msgspec
 import pytest
 
 from _pool_fixtures import Ctx, Recorder, algorithms_fixture, clock_fixture, run
-from pyattacker.bus import Bus
-from pyattacker.clock import Clock, VirtualClock
-from pyattacker.errors import AcquireTimeout, ConfigError, ResourceUnavailable
-from pyattacker.pool import (
-    Lease,
-    Pool,
-    PoolStats,
-    Resource,
-    ResourceEvent,
-    ResourceState,
-    mask_secrets,
-)
-from pyattacker.registry import Registry
+from pyattacker import AcquireTimeout, ConfigError, Lease, Pool, Resource, ResourceUnavailable, VirtualClock
+from pyattacker.clock import Clock
+from pyattacker.plugins.registry import Registry
+from pyattacker.resources.bus import Bus
+from pyattacker.resources.pool import PoolStats, ResourceEvent, ResourceState, mask_secrets
 
 __all__ = ["algorithms_fixture", "clock_fixture"]  # fixtures used by name below
 
@@ -161,7 +153,7 @@ def test_lease_attributes_and_as_dict(clock: VirtualClock) -> None:
 def test_try_free_leases_like_the_wait_algorithms_first_try(clock: VirtualClock) -> None:
     """``Pool.try_free`` (the runner's route for ``ctx.acquire()``) is ``try_free_slot`` without a
     filter: the same resources in the same order, each lease recorded as a zero wait."""
-    from pyattacker.algorithm import try_free_slot
+    from pyattacker.resources.algorithm import try_free_slot
 
     def leases(take: Any, pool: Pool) -> list[str | None]:
         got = [take(pool) for _ in range(4)]

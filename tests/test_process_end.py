@@ -1,5 +1,5 @@
 """A command that ran no task code ends its process without the interpreter's teardown
-(``pyattacker.process_end``): exit handlers run and output is flushed, finalizers do not run,
+(``pyattacker.cli.process_end``): exit handlers run and output is flushed, finalizers do not run,
 the command's exit code stays; everything else ends as Python ends it."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class Finalized:
         write("finalized\\n")
 keep = Finalized()
 atexit.register(lambda: sys.stdout.write("atexit\\n"))
-from pyattacker.process_end import end_if_requested, forget_request, request_fast_end
+from pyattacker.cli.process_end import end_if_requested, forget_request, request_fast_end
 sys.stdout.write("printed")  # still in the buffer: stdout is a pipe
 {mode}
 end_if_requested(3)
@@ -64,9 +64,9 @@ def test_a_requested_end_flushes_runs_exit_handlers_and_skips_finalizers() -> No
 def test_the_entry_point_ends_fast_only_for_a_command_that_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process: ``__main__.main`` honours a request made by the command it runs, with that
     command's code, and drops one left by code that ran before it."""
-    import pyattacker.cli
+    import pyattacker.cli.main
     from pyattacker import __main__ as entry
-    from pyattacker import process_end
+    from pyattacker.cli import process_end
 
     ended: list[int] = []
 
@@ -88,11 +88,11 @@ def test_the_entry_point_ends_fast_only_for_a_command_that_asked(monkeypatch: py
 
     before = signal.getsignal(signal.SIGINT)
     try:  # main() hands SIGINT to its late-exit handler on the way out: put Python's back
-        monkeypatch.setattr(pyattacker.cli, "main", asks)
+        monkeypatch.setattr(pyattacker.cli.main, "main", asks)
         with pytest.raises(Ended):
             entry.main([])
         assert ended == [5]
-        monkeypatch.setattr(pyattacker.cli, "main", plain)
+        monkeypatch.setattr(pyattacker.cli.main, "main", plain)
         process_end.request_fast_end()  # left by an in-process call of the command line
         with pytest.raises(SystemExit):
             entry.main([])

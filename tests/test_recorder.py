@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from pyattacker.model import AttemptRecord, Batch, EventRecord
-from pyattacker.recorder import Recorder
+from pyattacker.store.recorder import Recorder
 from pyattacker_plugins.store_memory import MemoryStore
 
 

@@ -12,9 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from _view_fixtures import XSS, add_repair_failure, build_store
-from pyattacker.cli import cli
-from pyattacker.errors import ConfigError
-from pyattacker.merge import (
+from pyattacker import ConfigError
+from pyattacker.cli.main import cli
+from pyattacker.model import PipelineRecord
+from pyattacker.views.merge import (
     Folded,
     MergedReport,
     StoreMerger,
@@ -24,7 +25,6 @@ from pyattacker.merge import (
     state_rank,
     wins,
 )
-from pyattacker.model import PipelineRecord
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_state_rank_and_ties() -> None:
 
 
 def test_fold_keeps_whole_rows_of_failed_winners_only() -> None:
-    from pyattacker.merge import MergedReport
+    from pyattacker.views.merge import MergedReport
 
     rep = MergedReport()
 
@@ -167,7 +167,7 @@ def test_a_scheme_location_globs_its_path_only(store: str) -> None:
     """``sqlite:x.db?synchronous=normal``: the ``?`` of the options is not a glob character (it was read
     as a pattern that matched nothing); a pattern in the path still expands, scheme and options
     kept on each match."""
-    from pyattacker.view_common import expand_locations
+    from pyattacker.views.common import expand_locations
 
     folder = Path(store).parent
     assert expand_locations([f"sqlite:{store}?synchronous=normal"]) == [f"sqlite:{store}?synchronous=normal"]
@@ -206,9 +206,7 @@ def test_merged_report_from_store_summaries_equals_reading_every_row(
     import asyncio
     from typing import Any
 
-    from pyattacker.pipeline import pipeline
-    from pyattacker.runner import Runner
-    from pyattacker.task import task
+    from pyattacker import Runner, pipeline, task
     from pyattacker_plugins.store_sqlite import SqliteStore
 
     failing = {"on": True}

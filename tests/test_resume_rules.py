@@ -13,10 +13,10 @@ import msgspec
 import pytest
 from tests.runner_helpers import seeds, vrunner
 
+from pyattacker import pipeline, task
 from pyattacker.model import Batch
-from pyattacker.pipeline import pipeline
-from pyattacker.store import iter_rows, open_store
-from pyattacker.task import task
+from pyattacker.store.base import iter_rows
+from pyattacker.store.location import open_store
 
 CALLS: dict[str, int] = {}
 
@@ -186,7 +186,7 @@ def test_dataclasses_and_structs_round_trip_to_their_type(tmp_path: Path) -> Non
 def test_help_imports_no_optional_dependency() -> None:
     code = (
         "import sys\n"
-        "from pyattacker.cli import main\n"
+        "from pyattacker.cli.main import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         "heavy = [m for m in ('yaml', 'boto3', 'ray', 'tenacity', 'pytest') if m in sys.modules]\n"
         "print(','.join(heavy))\n"

@@ -8,16 +8,9 @@ from typing import Any
 
 import pytest
 
-from pyattacker.errors import (
-    AcquireTimeout,
-    ConfigError,
-    FatalError,
-    ResourceUnavailable,
-    RetryableError,
-    error_class_of,
-    retry_after_of,
-)
-from pyattacker.retry import Retrying, backoff_delay, coerce_retry
+from pyattacker import AcquireTimeout, ConfigError, FatalError, ResourceUnavailable, RetryableError, Retrying
+from pyattacker.errors import error_class_of, retry_after_of
+from pyattacker.flow.retry import backoff_delay, coerce_retry
 
 
 class HTTPError(Exception):

@@ -10,15 +10,9 @@ from typing import Any
 import pytest
 from tests.runner_helpers import events, rows, seeds, states, vrunner
 
-from pyattacker.errors import (
-    ConfigError,
-    FatalError,
-    PipelineIdentityConflict,
-    RetryableError,
-    WorkerCrashed,
-)
-from pyattacker.pipeline import fanout, pipeline
-from pyattacker.task import UNSET, task
+from pyattacker import ConfigError, FatalError, RetryableError, fanout, pipeline, task
+from pyattacker.errors import PipelineIdentityConflict, WorkerCrashed
+from pyattacker.flow.taskspec import UNSET
 
 
 def _add_then_double() -> Any:
@@ -261,7 +255,7 @@ def test_admission_budget_bounds_what_is_pulled_from_the_source() -> None:
         r.stop("user")
         await task_
 
-    from pyattacker.clock import VirtualClock
+    from pyattacker import VirtualClock
 
     with asyncio.Runner(loop_factory=VirtualClock().new_event_loop) as runner:
         runner.run(main())
@@ -282,7 +276,7 @@ def test_cancelling_run_async_leaves_pipelines_interrupted() -> None:
         with pytest.raises(asyncio.CancelledError):
             await t
 
-    from pyattacker.clock import VirtualClock
+    from pyattacker import VirtualClock
 
     with asyncio.Runner(loop_factory=VirtualClock().new_event_loop) as runner:
         runner.run(main())
@@ -365,7 +359,7 @@ def test_task_signature_is_checked() -> None:
 
 def test_pipeline_key_is_the_same_in_another_process() -> None:
     code = (
-        "from pyattacker.pipeline import pipeline\n"
+        "from pyattacker import pipeline\n"
         "from pyattacker_plugins.task_echo import echo\n"
         "print(pipeline('p', echo).bind({'q': 'what is 2+2', 'n': [1, 2.5]}).key)\n"
     )

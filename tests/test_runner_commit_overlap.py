@@ -15,11 +15,9 @@ from typing import Any
 import pytest
 from tests.runner_helpers import events, rows, seeds, vrunner
 
-from pyattacker.errors import FatalError, StoreUnavailable
+from pyattacker import FatalError, Runner, pipeline, task
+from pyattacker.errors import StoreUnavailable
 from pyattacker.model import Batch
-from pyattacker.pipeline import pipeline
-from pyattacker.runner import Runner
-from pyattacker.task import task
 from pyattacker_plugins.store_memory import MemoryStore
 
 

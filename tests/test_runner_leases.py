@@ -12,14 +12,10 @@ from hypothesis import strategies as st
 from rich.console import Console
 from tests.runner_helpers import events, rows, seeds, states, vrunner
 
-from pyattacker.clock import VirtualClock
-from pyattacker.errors import RetryableError
-from pyattacker.pipeline import pipeline
-from pyattacker.pool import Pool, Resource
-from pyattacker.task import task
-from pyattacker.view_common import choose_run
-from pyattacker.view_live import LiveDigest, snapshot
-from pyattacker.watch import render_snapshot
+from pyattacker import Pool, Resource, RetryableError, VirtualClock, pipeline, task
+from pyattacker.views.common import choose_run
+from pyattacker.views.live import LiveDigest, snapshot
+from pyattacker.views.watch import render_snapshot
 
 
 def _pool(clock: VirtualClock, capacity: int = 2, n: int = 2) -> Pool:

@@ -16,12 +16,20 @@ from typing import Any
 import pytest
 from tests.runner_helpers import events, rows, seeds, vrunner
 
-from pyattacker.clock import VirtualClock
-from pyattacker.errors import ConfigError, FatalError, PipelineBuildError, RetryableError
-from pyattacker.pipeline import PipelineSpec, fanout, pipeline
-from pyattacker.pool import Pool, Resource
-from pyattacker.runner import Runner
-from pyattacker.task import task
+from pyattacker import (
+    ConfigError,
+    FatalError,
+    Pool,
+    Resource,
+    RetryableError,
+    Runner,
+    VirtualClock,
+    fanout,
+    pipeline,
+    task,
+)
+from pyattacker.errors import PipelineBuildError
+from pyattacker.flow.chain import PipelineSpec
 
 
 class _CustomBase(BaseException):
@@ -475,7 +483,7 @@ def test_a_tasks_source_is_read_once_when_its_identity_is_first_needed(
     """Reading a body's source costs milliseconds, and a process discovers every task its
     plugins offer: a task reads it when its fingerprint is first made (a pipeline built from
     it), once, and a copy with overrides keeps it; the fingerprint is the one it always was."""
-    import pyattacker.task as task_module
+    import pyattacker.flow.taskspec as task_module
 
     reads: list[Any] = []
     real = task_module._source_digest

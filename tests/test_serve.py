@@ -202,8 +202,8 @@ def test_missing_store_refused(tmp_path: Path) -> None:
 def test_warm_catches_up_with_the_default_run_before_any_request(view_store: str, tmp_path: Path) -> None:
     """``serve`` warms its view of the default run at start-up (on a thread), so the first page
     load of a large run does not wait for the catch-up; a warm-up that fails raises nothing."""
-    from pyattacker.stats import store_stats
-    from pyattacker.view_common import choose_run, read_only_store
+    from pyattacker.views.common import choose_run, read_only_store
+    from pyattacker.views.stats import store_stats
     from pyattacker_plugins.serve.api import Api
 
     api = Api(view_store)

@@ -22,10 +22,11 @@ import pytest
 from tests.cli_helpers import cli, cli_env
 from tests.runner_helpers import count_succeeded
 
-from pyattacker.config import build, load_config
-from pyattacker.errors import ConfigError
-from pyattacker.merge import merge_stores
-from pyattacker.shard import (
+from pyattacker import ConfigError
+from pyattacker.cli.shard import _exit_code, _Merge, _outcome, capacity_plan, child_argv
+from pyattacker.config.build import build, load_config
+from pyattacker.shard.executor import ShardJob, ShardStatus, get_executor, run_shards
+from pyattacker.shard.plan import (
     capacity_share,
     in_shard,
     parse_shard,
@@ -35,14 +36,13 @@ from pyattacker.shard import (
     shard_store_path,
     split_capacity,
 )
-from pyattacker.shard_cli import _exit_code, _Merge, _outcome, capacity_plan, child_argv
-from pyattacker.shard_exec import ShardJob, ShardStatus, get_executor, run_shards
+from pyattacker.views.merge import merge_stores
 from pyattacker_plugins.executor_local import LocalExecutor, LocalHandle
 from pyattacker_plugins.local_fork import ForkedHandle
 
 AUDIT = """
 import asyncio, os, signal, time
-from pyattacker.task import task
+from pyattacker import task
 
 def _note(value, name):
     with open(os.environ["AUDIT_LOG"], "a") as fh:
@@ -145,8 +145,7 @@ def test_shard_index_is_blake2b_of_the_key() -> None:
 
 def test_shard_of_every_key_is_the_same_in_another_process(tmp_path: Path) -> None:
     """Never Python's salted ``hash``: other processes (other hash seeds) agree on every key."""
-    from pyattacker.pipeline import pipeline
-    from pyattacker.task import task
+    from pyattacker import pipeline, task
 
     @task(name="noop")
     def noop(value: Any) -> Any:
@@ -158,7 +157,7 @@ def test_shard_of_every_key_is_the_same_in_another_process(tmp_path: Path) -> No
     here = [shard_index(k, n) for k in keys for n in (2, 3, 5)]
     code = (
         "import json, sys\n"
-        "from pyattacker.shard import shard_index\n"
+        "from pyattacker.shard.plan import shard_index\n"
         "keys = json.load(open(sys.argv[1]))\n"
         "print(json.dumps([shard_index(k, n) for k in keys for n in (2, 3, 5)]))\n"
     )
@@ -195,9 +194,8 @@ def test_a_shard_binds_only_the_seeds_of_its_own_given_keys() -> None:
     """With ``keep``, a given key is tested before its seed is bound: another shard's seed is
     never encoded here (one no codec can encode raises nothing), while a content-addressed key,
     known only from its bound seed, is bound and then tested. Repeats are kept one by one."""
+    from pyattacker import pipeline, task
     from pyattacker.errors import ArtifactCodecError
-    from pyattacker.pipeline import pipeline
-    from pyattacker.task import task
 
     @task(name="noop")
     def noop(value: Any) -> Any:
@@ -538,7 +536,7 @@ def test_merge_decides_to_fork_at_each_read(tmp_path: Path) -> None:
     """A spawning executor starts relay threads after the merge is set up: a read that starts
     while another thread runs is done in-process (forking then is unsafe)."""
     from _view_fixtures import build_store
-    from pyattacker.forking import single_threaded
+    from pyattacker.shard.forking import single_threaded
 
     if not single_threaded():
         pytest.skip("the test process runs other threads")
@@ -567,7 +565,7 @@ def test_a_read_that_fails_in_its_child_is_done_again_in_the_parent(
 ) -> None:
     """A forked read is only a faster way: when the child cannot hand its result back (here it
     does not pickle), the parent reads the store itself and the report is the same."""
-    import pyattacker.merge as merge_module
+    import pyattacker.views.merge as merge_module
     from _view_fixtures import build_store
 
     stores = [str(tmp_path / f"m.shard{i}of2.db") for i in range(2)]
@@ -594,7 +592,7 @@ def test_halves_of_a_read_that_saw_different_runs_are_read_again_whole(
     """A store's task counts are read beside the rest of it; counts of another run than the one
     the other half shows (the store changed between them) are not used: the store is read
     again in-process, so the report is what a single read says."""
-    import pyattacker.merge as merge_module
+    import pyattacker.views.merge as merge_module
 
     cfg = _config(tmp_path, 12)
     stores = [str(tmp_path / "runs" / f"s.shard{i}of2.db") for i in range(2)]
@@ -640,7 +638,7 @@ def test_the_shard_loop_pause_returns_on_output_or_an_ending_shard() -> None:
     """``_pause`` with an hour's timeout returns at once when a handle's pipe is readable, and
     soon when a handle's output is closed (its shard is exiting); a handle without
     ``wait_fds`` makes it sleep the timeout (here 0). Without these, the test would hang."""
-    from pyattacker.shard_exec import _pause
+    from pyattacker.shard.executor import _pause
 
     class Offers:
         def __init__(self, fds: list[int]) -> None:
@@ -689,7 +687,7 @@ def test_report_of_shard_stores_combines_their_aggregates(env: dict[str, str], t
     only claims a shard, or holds two, is folded."""
     import shutil
 
-    from pyattacker.merge import MergedReport, ShardsReport, report_stores, shard_part
+    from pyattacker.views.merge import MergedReport, ShardsReport, report_stores, shard_part
 
     body = CONFIG.replace('- {use: "audit_mod:first"}', '- {use: "audit_mod:fail_in_shard_1"}')
     cfg = _config(tmp_path, 40, body)
@@ -742,8 +740,8 @@ def test_report_of_shard_stores_combines_their_aggregates(env: dict[str, str], t
     assert why is None and type(folded_instead) is MergedReport and folded_instead.duplicates > 0
 
     # export: shard stores are concatenated without a winner map; the others are merged
-    import pyattacker.export as export
-    from pyattacker.merge import shard_stores
+    import pyattacker.views.export as export
+    from pyattacker.views.merge import shard_stores
 
     assert shard_stores(stores) and shard_stores(stores[::-1])
     assert not shard_stores([stores[0], liar]) and not shard_stores([stores[1], both])
@@ -786,9 +784,9 @@ def test_the_run_a_shard_reported_is_read_without_checking_each_key(
     is read from its SQL totals: every row of that run was admitted by its shard filter. The
     report is the one the per-key check gives; any other run in the store, or another
     selection, or no report from the shard, and every key is checked as before."""
-    import pyattacker.merge as merge_module
-    from pyattacker.merge import ShardsReport, shard_part
-    from pyattacker.shard_cli import _reported_run
+    import pyattacker.views.merge as merge_module
+    from pyattacker.cli.shard import _reported_run
+    from pyattacker.views.merge import ShardsReport, shard_part
 
     body = CONFIG.replace('- {use: "audit_mod:first"}', '- {use: "audit_mod:fail_in_shard_1"}')
     cfg = _config(tmp_path, 40, body)
@@ -866,8 +864,8 @@ def test_a_sharded_run_reads_its_fresh_stores_without_checking_keys(
     The merged report is the fold's either way."""
     from click.testing import CliRunner
 
-    import pyattacker.merge as merge_module
-    from pyattacker.cli import cli as command
+    import pyattacker.views.merge as merge_module
+    from pyattacker.cli.main import cli as command
 
     cfg = _config(tmp_path, 30)
     for key, value in env.items():
@@ -884,7 +882,7 @@ def test_a_sharded_run_reads_its_fresh_stores_without_checking_keys(
         return real(store, run_id, shard, shards)
 
     monkeypatch.setattr(merge_module, "_shard_totals", counted)
-    monkeypatch.setattr("pyattacker.shard_cli.fork_safe", lambda: False)  # reads here, counted
+    monkeypatch.setattr("pyattacker.cli.shard.fork_safe", lambda: False)  # reads here, counted
     stores = [str(tmp_path / "runs" / f"s.shard{i}of2.db") for i in range(2)]
     args = ["run", "-c", str(cfg), "--shards", "2", "--summary-format", "json"]
     for expected_checks, shown in ((0, {"succeeded": 30}), (2, {})):  # the re-run skips all 30
@@ -1045,7 +1043,7 @@ def test_auto_start_forks_only_when_it_is_safe(monkeypatch: pytest.MonkeyPatch) 
 
 IMPORTS_MOD = """
 import os, sys
-from pyattacker.task import task
+from pyattacker import task
 
 with open(os.environ["IMPORT_LOG"], "a") as fh:
     fh.write(f"{os.getpid()}\\n")
@@ -1513,7 +1511,7 @@ def test_ctrl_c_while_the_merged_report_is_read_still_says_how_the_shards_ended(
     (tmp_path / "sitecustomize.py").write_text(
         "import os\n"
         "if os.environ.get('INTERRUPT_MERGE') and not os.environ.get('PYATACKER_SHARD'):\n"
-        "    import pyattacker.shard_cli as m\n"
+        "    import pyattacker.cli.shard as m\n"
         "    def _interrupted(self):\n"
         "        raise KeyboardInterrupt\n"
         "    m._Merge.result = _interrupted\n"

@@ -10,14 +10,11 @@ from typing import Any
 import pytest
 
 from _view_fixtures import XSS, fetch, judge
-from pyattacker.errors import ConfigError
+from pyattacker import ConfigError, Pool, Resource, Runner, pipeline, task
 from pyattacker.model import EventRecord
-from pyattacker.pipeline import pipeline
-from pyattacker.plugins import get_plugins
-from pyattacker.pool import Pool, Resource
-from pyattacker.runner import Runner
-from pyattacker.store import iter_rows, open_store
-from pyattacker.task import task
+from pyattacker.plugins.manager import get_plugins
+from pyattacker.store.base import iter_rows
+from pyattacker.store.location import open_store
 from pyattacker_plugins.sink_console import ConsoleSink
 from pyattacker_plugins.sink_jsonl import JsonlSink
 

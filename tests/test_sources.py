@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pyattacker.errors import ConfigError
-from pyattacker.plugins import get_plugins
+from pyattacker import ConfigError
+from pyattacker.plugins.manager import get_plugins
 
 
 def _source(kind: str):  # type: ignore[no-untyped-def]
@@ -57,7 +57,7 @@ def test_jsonl_missing_file(tmp_path: Path) -> None:
 
 
 def test_repeats_is_pass_at_k(tmp_path: Path) -> None:
-    from pyattacker.config import build, load_config
+    from pyattacker.config.build import build, load_config
 
     (tmp_path / "d.jsonl").write_text('{"id": "a"}\n')
     cfg = tmp_path / "c.json"

@@ -15,10 +15,10 @@ from pathlib import Path
 import pluggy
 import pytest
 
-from pyattacker import hookspecs
-from pyattacker.hookspecs import hookimpl
+from pyattacker import hookimpl
 from pyattacker.model import RunRecord
-from pyattacker.plugins import BUILTIN_PLUGINS, Plugins, _Manager, discover, installed_entry_points
+from pyattacker.plugins import hookspecs
+from pyattacker.plugins.manager import BUILTIN_PLUGINS, Plugins, _Manager, discover, installed_entry_points
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,7 +95,7 @@ def test_discovery_leaves_optional_parts_unimported(tmp_path: Path) -> None:
     optional = ["pickle", "tempfile", "shutil", "glob", "importlib_metadata"]
     code = (
         "import json, sys\n"
-        "from pyattacker.plugins import get_plugins\n"
+        "from pyattacker.plugins.manager import get_plugins\n"
         "before = set(sys.modules)\n"
         "plugins = get_plugins()\n"
         "print(json.dumps({'failed': [r.name for r in plugins.failures()],"

@@ -10,8 +10,8 @@ import pytest
 
 from pyattacker.errors import StoreUnavailable
 from pyattacker.model import HandoffRecord
-from pyattacker.stats import compute_stats, store_stats
-from pyattacker.store import PAGE_KINDS, Store, iter_rows
+from pyattacker.store.base import PAGE_KINDS, Store, iter_rows
+from pyattacker.views.stats import compute_stats, store_stats
 from store_contract import (
     STORE_KINDS,
     StoreFactory,

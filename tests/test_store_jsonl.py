@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pyattacker.errors import ConfigError, StoreUnavailable
-from pyattacker.store import resolve_opener
+from pyattacker import ConfigError
+from pyattacker.errors import StoreUnavailable
+from pyattacker.store.location import resolve_opener
 from pyattacker_plugins.store_jsonl import JOURNAL, MARKER, JsonlStoreOpener
 from pyattacker_plugins.store_sqlite import SqliteStoreOpener
 from store_contract import artifact, attempt, commit, pipeline

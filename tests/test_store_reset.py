@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pyattacker.model import HandoffRecord, PipelineReset
-from pyattacker.stats import store_stats
-from pyattacker.store import Store, iter_rows
+from pyattacker.store.base import Store, iter_rows
+from pyattacker.views.stats import store_stats
 from store_contract import (
     STORE_KINDS,
     StoreFactory,
@@ -196,7 +196,7 @@ def test_a_jsonl_reader_that_does_not_know_a_line_kind_refuses_the_journal(
     """A ``reset`` line read by a pyattacker that predates it (simulated: the kind unknown to the
     decoder) is refused like corruption, never skipped: skipping it would show the rows the
     reset removed. The message names the kind and says a newer pyattacker may have written it."""
-    from pyattacker.errors import ConfigError
+    from pyattacker import ConfigError
     from pyattacker_plugins.store_jsonl import journal
     from pyattacker_plugins.store_jsonl.store import JsonlStore
 

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from pyattacker.errors import ConfigError, StoreUnavailable
+from pyattacker import ConfigError
+from pyattacker.errors import StoreUnavailable
 from pyattacker.model import OK_DECISION, HandoffRecord
-from pyattacker.store import resolve_opener
+from pyattacker.store.location import resolve_opener
 from pyattacker_plugins.store_jsonl import JsonlStoreOpener
 from pyattacker_plugins.store_sqlite import APPLICATION_ID, SCHEMA_VERSION, SqliteStore, SqliteStoreOpener
 from sqlite_downgrades import downgrade_to_v1, downgrade_to_v2, downgrade_to_v3, raw
@@ -658,7 +659,7 @@ def test_count_rows_counts_what_page_returns(tmp_path: Path) -> None:
     """``count_rows`` (the merged report's event count) agrees with paging for every kind and
     run selection; artifacts, which carry no run, ignore the run filter exactly as ``page``
     does; an unknown kind is refused by name."""
-    from pyattacker.store import PAGE_KINDS, iter_rows
+    from pyattacker.store.base import PAGE_KINDS, iter_rows
 
     store = OPENER.open(str(tmp_path / "c.db"))
     try:

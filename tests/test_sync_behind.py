@@ -18,12 +18,11 @@ from typing import Any
 import pytest
 from tests.runner_helpers import seeds
 
+from pyattacker import Runner, task
+from pyattacker import pipeline as chain
 from pyattacker.errors import StoreUnavailable
 from pyattacker.model import Batch, EventRecord
-from pyattacker.pipeline import pipeline as chain
-from pyattacker.recorder import Recorder
-from pyattacker.runner import Runner
-from pyattacker.task import task
+from pyattacker.store.recorder import Recorder
 from pyattacker_plugins import sync_behind
 from pyattacker_plugins.store_memory import MemoryStore
 from pyattacker_plugins.store_sqlite import SqliteStore

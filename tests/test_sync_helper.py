@@ -24,10 +24,9 @@ from typing import Any
 import pytest
 from tests.runner_helpers import seeds
 
+from pyattacker import Runner, task
+from pyattacker import pipeline as chain
 from pyattacker.errors import StoreUnavailable
-from pyattacker.pipeline import pipeline as chain
-from pyattacker.runner import Runner
-from pyattacker.task import task
 from pyattacker_plugins import sync_behind
 from pyattacker_plugins.store_jsonl import JsonlStoreOpener
 from pyattacker_plugins.store_sqlite import SqliteStore

@@ -12,13 +12,11 @@ import pytest
 from rich.console import Console
 
 from _view_fixtures import build_store, fetch, judge
-from pyattacker.pipeline import pipeline
-from pyattacker.pool import Pool, Resource
-from pyattacker.runner import Runner
-from pyattacker.stats import count_rows, store_stats
-from pyattacker.view_common import choose_run, read_only_store
-from pyattacker.view_live import LiveDigest, snapshot
-from pyattacker.watch import bar, watch
+from pyattacker import Pool, Resource, Runner, pipeline
+from pyattacker.views.common import choose_run, read_only_store
+from pyattacker.views.live import LiveDigest, snapshot
+from pyattacker.views.stats import count_rows, store_stats
+from pyattacker.views.watch import bar, watch
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +143,7 @@ def test_snapshot_says_how_old_its_counts_are(store: str) -> None:
         snap = snapshot(st, choice, LiveDigest(choice.run_id))
     assert 0.0 <= snap["stats_age_s"] < 60.0
     out = io.StringIO()
-    from pyattacker.watch import render_snapshot
+    from pyattacker.views.watch import render_snapshot
 
     Console(file=out, width=200).print(render_snapshot({**snap, "stats_age_s": 12.0}))
     assert "(counts 12 s old)" in out.getvalue()
@@ -161,7 +159,7 @@ def test_digest_from_summaries_equals_the_one_from_whole_rows(
     (``attempt_summaries``, ``event_summaries``); the figures must be those built from whole
     rows, for one run and for all runs, read in one go or in several updates (pages of 7 rows
     here), and the recent events and errors the same whole rows."""
-    import pyattacker.view_live as view_live
+    import pyattacker.views.live as view_live
     from pyattacker_plugins.store_sqlite import SqliteStore
 
     path = build_store(tmp_path / "d.db", 14)
@@ -213,7 +211,7 @@ def test_recent_events_and_errors_are_the_last_ones_as_rows(store: str) -> None:
             events += page
             after = (page[-1].event_id,)
     assert [r["event_id"] for r in digest.recent_events] == [e.event_id for e in events[-5:]]
-    from pyattacker.view_live import _ERROR_KINDS
+    from pyattacker.views.live import _ERROR_KINDS
 
     errors = [e for e in events if e.kind in _ERROR_KINDS]
     assert errors, "the fixture has failures"
@@ -228,7 +226,7 @@ def test_attempt_fold_matches_its_per_row_definition() -> None:
     import bisect
     import random
 
-    from pyattacker.view_live import HISTOGRAM_EDGES_MS
+    from pyattacker.views.live import HISTOGRAM_EDGES_MS
 
     rnd = random.Random(7)
     values = [*HISTOGRAM_EDGES_MS, 0.0, 0.5, 1.0000001, 299999.9, 300000.0, 300000.1, 9e9]
@@ -268,7 +266,7 @@ def test_attempt_fold_matches_its_per_row_definition() -> None:
 def test_recent_events_stay_the_last_ones_across_updates(tmp_path: Path) -> None:
     """A later update reads whole rows only for the events added since, and the view still
     shows the last ones of the store, errors included."""
-    from pyattacker.view_live import _ERROR_KINDS
+    from pyattacker.views.live import _ERROR_KINDS
 
     path = build_store(tmp_path / "u.db", 14)
 
@@ -300,7 +298,7 @@ def test_recent_events_stay_the_last_ones_across_updates(tmp_path: Path) -> None
 
 def test_the_panel_says_when_leases_wait_for_something_that_may_never_come() -> None:
     """The wait hints are counted per run and said in words; none, no line."""
-    from pyattacker.watch import _wait_hints
+    from pyattacker.views.watch import _wait_hints
 
     assert _wait_hints({}) == []
     lines = [t.plain for t in _wait_hints({"acquire.waiting_unmatched": 3, "acquire.suspected_deadlock": 1})]
@@ -315,7 +313,7 @@ def test_the_panel_says_when_leases_wait_for_something_that_may_never_come() -> 
 def test_a_run_stores_how_many_pipelines_it_expects(tmp_path: Path) -> None:
     """Seeds with a length are counted (times the repeats); a generator is not (unknown);
     `expected=` wins."""
-    from pyattacker.task import task
+    from pyattacker import task
 
     tpl = pipeline("p", task(lambda x: x, name="same"))
     db = str(tmp_path / "e.db")
@@ -346,7 +344,7 @@ def test_the_cli_stores_the_count_of_a_source_that_knows_it(tmp_path: Path) -> N
 
 def test_eta_is_what_is_left_at_the_rate_so_far_from_the_last_heartbeat() -> None:
     from pyattacker.model import RunRecord
-    from pyattacker.view_live import _eta
+    from pyattacker.views.live import _eta
 
     run = RunRecord(run_id="r", started_at=1000.0, heartbeat_at=1100.0, config={"expected_pipelines": 1000})
     counters = {"pipelines_done": 100, "skipped": 50}
@@ -362,7 +360,7 @@ def test_eta_is_what_is_left_at_the_rate_so_far_from_the_last_heartbeat() -> Non
 
 
 def test_the_panel_shows_the_eta_in_words() -> None:
-    from pyattacker.watch import duration_text, render_snapshot
+    from pyattacker.views.watch import duration_text, render_snapshot
 
     assert [duration_text(s) for s in (0, 45.4, 750, 3720, 90061)] == [
         "0s",

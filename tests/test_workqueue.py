@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from pyattacker.workqueue import EMPTY, WorkQueue
+from pyattacker.engine.workqueue import EMPTY, WorkQueue
 
 
 def test_offer_and_take_hand_items_over_in_order_up_to_the_bound() -> None:

@@ -1,5 +1,103 @@
-"""pyattacker: run tens of thousands of resumable pipelines, observably and politely."""
+"""pyattacker: run tens of thousands of resumable pipelines, observably and politely.
+
+This module is the public face: what a pipeline author or a plugin author writes daily, imported
+from here (``from pyattacker import task, pipeline, Runner``). The names resolve lazily on first
+use (PEP 562), so ``import pyattacker`` alone loads neither asyncio, sqlite3, rich nor the engine,
+and the modules behind the names may move without breaking anyone.
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+#: face name -> the module that defines it
+_FACE: dict[str, str] = {
+    # what a user declares
+    "task": "pyattacker.flow.taskspec",
+    "TaskSpec": "pyattacker.flow.taskspec",
+    "pipeline": "pyattacker.flow.chain",
+    "fanout": "pyattacker.flow.chain",
+    "Handoff": "pyattacker.flow.handoff",
+    "Retrying": "pyattacker.flow.retry",
+    # running it
+    "Runner": "pyattacker.engine.runner",
+    "RunConfig": "pyattacker.engine.settings",
+    "RunReport": "pyattacker.engine.report",
+    "TaskContext": "pyattacker.engine.context",
+    "VirtualClock": "pyattacker.clock",
+    # endpoints
+    "Pool": "pyattacker.resources.pool",
+    "Resource": "pyattacker.resources.pool",
+    "Lease": "pyattacker.resources.pool",
+    # failures a task raises or a caller catches
+    "PyAttackerError": "pyattacker.errors",
+    "RetryableError": "pyattacker.errors",
+    "FatalError": "pyattacker.errors",
+    "ConfigError": "pyattacker.errors",
+    "AcquireTimeout": "pyattacker.errors",
+    "ResourceUnavailable": "pyattacker.errors",
+    # writing plugins
+    "hookimpl": "pyattacker.plugins.hookspecs",
+}
+
+__all__ = [
+    "__version__",
+    "task",
+    "TaskSpec",
+    "pipeline",
+    "fanout",
+    "Handoff",
+    "Retrying",
+    "Runner",
+    "RunConfig",
+    "RunReport",
+    "TaskContext",
+    "VirtualClock",
+    "Pool",
+    "Resource",
+    "Lease",
+    "PyAttackerError",
+    "RetryableError",
+    "FatalError",
+    "ConfigError",
+    "AcquireTimeout",
+    "ResourceUnavailable",
+    "hookimpl",
+]
+
+if TYPE_CHECKING:
+    from pyattacker.clock import VirtualClock
+    from pyattacker.engine.context import TaskContext
+    from pyattacker.engine.report import RunReport
+    from pyattacker.engine.runner import Runner
+    from pyattacker.engine.settings import RunConfig
+    from pyattacker.errors import (
+        AcquireTimeout,
+        ConfigError,
+        FatalError,
+        PyAttackerError,
+        ResourceUnavailable,
+        RetryableError,
+    )
+    from pyattacker.flow.chain import fanout, pipeline
+    from pyattacker.flow.handoff import Handoff
+    from pyattacker.flow.retry import Retrying
+    from pyattacker.flow.taskspec import TaskSpec, task
+    from pyattacker.plugins.hookspecs import hookimpl
+    from pyattacker.resources.pool import Lease, Pool, Resource
+
+
+def __getattr__(name: str) -> Any:
+    module = _FACE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pyattacker' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # resolved once: later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_FACE})

@@ -12,7 +12,7 @@ traceback from the shutdown; the shard parent reads a shard's code, so it must s
 command's own, not a death by SIGINT.
 
 A command whose process ran no task code (the parent of ``run --shards``) may ask to end
-without the interpreter's teardown (``pyattacker.process_end``): the process then leaves here,
+without the interpreter's teardown (``pyattacker.cli.process_end``): the process then leaves here,
 once its code is decided.
 
 Only the interpreter's own start-up, before this module runs, is out of reach. (So this
@@ -27,10 +27,10 @@ def main(argv: list[str] | None = None) -> None:
     loading = _SigintWhileLoading()
     try:
         try:
-            from .process_end import end_if_requested, forget_request
+            from pyattacker.cli.process_end import end_if_requested, forget_request
 
             forget_request()
-            from .cli import main as cli_main
+            from pyattacker.cli.main import main as cli_main
 
             loading.restore()
             if swallowed:
@@ -141,7 +141,7 @@ def _late_sigint_exits_with(exit_code: list[int]) -> None:
     import os
     import signal
 
-    from .process_end import flush_std_streams
+    from pyattacker.cli.process_end import flush_std_streams
 
     def exit_now(signum: int, frame: object) -> None:
         flush_std_streams()

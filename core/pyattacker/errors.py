@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 __all__ = [
+    "type_name",
     "RETRYABLE_CLASSES",
     "AcquireTimeout",
     "ArtifactBackendUnavailable",
@@ -224,3 +225,17 @@ def retry_after_of(exc: BaseException) -> float | None:
     if seconds != seconds or seconds < 0 or seconds == float("inf"):
         return None
     return seconds
+
+
+def type_name(value: Any) -> str:
+    """How an error message names the type of ``value`` (the words a config author knows)."""
+    if value is None:
+        return "null"
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "list",
+        dict: "mapping",
+    }.get(type(value), type(value).__name__)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import ConfigError
+from pyattacker.errors import ConfigError
 
 __all__ = ["make_parent", "unwritable"]
 

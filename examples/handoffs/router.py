@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyattacker.handoff import Handoff
-from pyattacker.task import task
+from pyattacker import Handoff, task
 
 #: answers already known (a real pipeline would read a cache keyed by the question)
 CACHE = {0: "four", 2: "paris"}

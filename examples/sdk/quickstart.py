@@ -10,11 +10,7 @@ import asyncio
 import sys
 from typing import Any
 
-from pyattacker.errors import RetryableError
-from pyattacker.pipeline import pipeline
-from pyattacker.pool import Pool, Resource
-from pyattacker.runner import Runner
-from pyattacker.task import task
+from pyattacker import Pool, Resource, RetryableError, Runner, pipeline, task
 
 
 @task

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pyattacker.algorithm import (
+from pyattacker import AcquireTimeout, Lease, Pool, hookimpl
+from pyattacker.plugins.hookspecs import Register
+from pyattacker.resources.algorithm import (
     JITTERS,
     ParameterError,
     backoff_delay,
@@ -20,9 +22,6 @@ from pyattacker.algorithm import (
     number_param,
     optional_number_param,
 )
-from pyattacker.errors import AcquireTimeout
-from pyattacker.hookspecs import Register, hookimpl
-from pyattacker.pool import Lease, Pool
 
 
 class Backoff:

@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pyattacker.algorithm import FallbackRef, ParameterError
-from pyattacker.errors import ResourceUnavailable
-from pyattacker.hookspecs import Register, hookimpl
-from pyattacker.pool import Lease, Pool
+from pyattacker import Lease, Pool, ResourceUnavailable, hookimpl
+from pyattacker.plugins.hookspecs import Register
+from pyattacker.resources.algorithm import FallbackRef, ParameterError
 
 
 class Failover:

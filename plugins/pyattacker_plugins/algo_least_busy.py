@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pyattacker.algorithm import FallbackRef
-from pyattacker.hookspecs import Register, hookimpl
-from pyattacker.pool import Lease, Pool
+from pyattacker import Lease, Pool, hookimpl
+from pyattacker.plugins.hookspecs import Register
+from pyattacker.resources.algorithm import FallbackRef
 
 
 class LeastBusy:

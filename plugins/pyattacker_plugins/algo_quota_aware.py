@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pyattacker.algorithm import FallbackRef, ParameterError, number_param
-from pyattacker.hookspecs import Register, hookimpl
-from pyattacker.pool import Lease, Pool, Resource
+from pyattacker import Lease, Pool, Resource, hookimpl
+from pyattacker.plugins.hookspecs import Register
+from pyattacker.resources.algorithm import FallbackRef, ParameterError, number_param
 
 #: Score of a resource that declares no usable quota for the metric.
 UNKNOWN_SCORE = -100.0

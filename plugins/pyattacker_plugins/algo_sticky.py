@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pyattacker.algorithm import FallbackRef
-from pyattacker.errors import ResourceUnavailable
-from pyattacker.hookspecs import Register, hookimpl
-from pyattacker.pool import DEAD, REVOKED, Lease, Pool
+from pyattacker import Lease, Pool, ResourceUnavailable, hookimpl
+from pyattacker.plugins.hookspecs import Register
+from pyattacker.resources.algorithm import FallbackRef
+from pyattacker.resources.pool import DEAD, REVOKED
 
 META_KEY = "sticky"
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pyattacker.algorithm import optional_number_param, try_free_slot, unavailable, wait_for_lease
-from pyattacker.hookspecs import Register, hookimpl
-from pyattacker.pool import Lease, Pool
+from pyattacker import Lease, Pool, hookimpl
+from pyattacker.plugins.hookspecs import Register
+from pyattacker.resources.algorithm import optional_number_param, try_free_slot, unavailable, wait_for_lease
 
 
 class Wait:

@@ -19,8 +19,8 @@ from typing import Any
 
 import msgspec
 
+from pyattacker import hookimpl
 from pyattacker.digest import DIGEST_SIZE, digest_bytes
-from pyattacker.hookspecs import hookimpl
 from pyattacker.model import ArtifactRecord
 from pyattacker.paths import unwritable
 

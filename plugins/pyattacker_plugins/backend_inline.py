@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyattacker.hookspecs import hookimpl
+from pyattacker import hookimpl
 from pyattacker.model import ArtifactRecord
 
 __all__ = ["InlineBackend"]

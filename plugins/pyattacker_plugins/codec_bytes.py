@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyattacker.hookspecs import hookimpl
+from pyattacker import hookimpl
 
 
 class BytesCodec:

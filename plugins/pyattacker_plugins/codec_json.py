@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from pyattacker.hookspecs import hookimpl
+from pyattacker import hookimpl
 
 
 def _enc_hook(value: Any) -> Any:

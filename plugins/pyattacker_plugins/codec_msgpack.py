@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from pyattacker.hookspecs import hookimpl
+from pyattacker import hookimpl
 
 
 class MsgpackCodec:

@@ -1,7 +1,7 @@
 """The ``local`` shard executor: every shard is a child process on this machine.
 
 It is the reference implementation of the engine-neutral interface in
-``pyattacker.shard_exec`` (a cluster executor such as Ray implements the same four calls).
+``pyattacker.shard.executor`` (a cluster executor such as Ray implements the same four calls).
 
 Start method (``start``, or ``PYATTACKER_SHARD_START``): ``spawn`` runs ``python -m pyattacker``;
 ``fork`` forks this process, which has imported everything and checked the config already, so
@@ -28,10 +28,10 @@ import sys
 import threading
 from typing import IO
 
-from pyattacker.errors import ConfigError
-from pyattacker.hookspecs import Register, hookimpl
-from pyattacker.shard import SHARD_ENV
-from pyattacker.shard_exec import PARENT_PID_ENV, ShardJob, ShardStatus
+from pyattacker import ConfigError, hookimpl
+from pyattacker.plugins.hookspecs import Register
+from pyattacker.shard.executor import PARENT_PID_ENV, ShardJob, ShardStatus
+from pyattacker.shard.plan import SHARD_ENV
 
 from .local_fork import ForkedHandle, fork_shard, single_threaded
 from .shard_output import ShardOutput

@@ -28,8 +28,8 @@ import traceback
 from collections.abc import Callable, Iterable
 from typing import IO, NoReturn
 
-from pyattacker.forking import fork_into, release_signals, single_threaded
-from pyattacker.shard_exec import ShardJob, ShardStatus
+from pyattacker.shard.executor import ShardJob, ShardStatus
+from pyattacker.shard.forking import fork_into, release_signals, single_threaded
 
 from .shard_output import ShardOutput
 
@@ -88,7 +88,7 @@ def _child(job: ShardJob, env: dict[str, str], out_w: int, err_w: int, close: li
         # the parent's objects stay shared: the shard's full collections neither trace them nor
         # copy the pages their headers are on
         gc.freeze()
-        from pyattacker.cli import main
+        from pyattacker.cli.main import main
 
         main(list(job.argv))
         code = 0

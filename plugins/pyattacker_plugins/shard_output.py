@@ -11,7 +11,7 @@ import threading
 from collections import deque
 from typing import IO
 
-from pyattacker.shard_exec import ShardJob, ShardStatus
+from pyattacker.shard.executor import ShardJob, ShardStatus
 
 __all__ = ["ShardOutput"]
 

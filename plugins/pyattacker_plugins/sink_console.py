@@ -11,8 +11,7 @@ import time
 from collections.abc import Collection, Mapping
 from typing import IO, Any
 
-from pyattacker.errors import ConfigError
-from pyattacker.hookspecs import hookimpl
+from pyattacker import ConfigError, hookimpl
 from pyattacker.model import EventRecord
 
 __all__ = ["NOTABLE_KINDS", "ConsoleSink"]

@@ -12,8 +12,7 @@ from typing import Any
 
 import msgspec
 
-from pyattacker.errors import ConfigError
-from pyattacker.hookspecs import hookimpl
+from pyattacker import ConfigError, hookimpl
 from pyattacker.model import EventRecord
 from pyattacker.paths import unwritable
 

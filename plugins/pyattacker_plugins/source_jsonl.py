@@ -19,8 +19,8 @@ from typing import Annotated, Any
 
 import msgspec
 
-from pyattacker.errors import ConfigError
-from pyattacker.hookspecs import Register, hookimpl
+from pyattacker import ConfigError, hookimpl
+from pyattacker.plugins.hookspecs import Register
 
 __all__ = ["JsonlOptions", "JsonlSource"]
 

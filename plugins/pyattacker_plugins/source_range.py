@@ -12,7 +12,8 @@ from typing import Annotated, Any
 
 import msgspec
 
-from pyattacker.hookspecs import Register, hookimpl
+from pyattacker import hookimpl
+from pyattacker.plugins.hookspecs import Register
 
 __all__ = ["RangeOptions", "RangeSource"]
 

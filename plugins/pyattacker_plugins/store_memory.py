@@ -11,8 +11,8 @@ from typing import Any
 
 import msgspec
 
+from pyattacker import hookimpl
 from pyattacker.errors import StoreUnavailable
-from pyattacker.hookspecs import hookimpl
 from pyattacker.model import (
     ArtifactRecord,
     AttemptRecord,
@@ -26,7 +26,7 @@ from pyattacker.model import (
     RunRecord,
     TaskRecord,
 )
-from pyattacker.store import PAGE_KINDS
+from pyattacker.store.base import PAGE_KINDS
 
 __all__ = ["MemoryStore", "MemoryStoreOpener"]
 

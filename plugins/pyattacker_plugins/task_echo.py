@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyattacker.hookspecs import hookimpl
-from pyattacker.task import task
+from pyattacker import hookimpl, task
 
 
 @task(name="echo")

@@ -23,9 +23,9 @@ from typing import Any
 
 import msgspec
 
-from pyattacker.errors import ConfigError, PyAttackerError
-from pyattacker.hookspecs import Register, hookimpl
-from pyattacker.task import TaskSpec, factory_task
+from pyattacker import ConfigError, PyAttackerError, TaskSpec, hookimpl
+from pyattacker.flow.taskspec import factory_task
+from pyattacker.plugins.hookspecs import Register
 
 __all__ = ["ShellCommandError", "kill_group", "run_command", "shell_run"]
 

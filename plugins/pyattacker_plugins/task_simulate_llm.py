@@ -17,9 +17,9 @@ from typing import Any
 
 import msgspec
 
-from pyattacker.errors import ConfigError, FatalError, RetryableError
-from pyattacker.hookspecs import Register, hookimpl
-from pyattacker.task import TaskSpec, factory_task
+from pyattacker import ConfigError, FatalError, RetryableError, TaskSpec, hookimpl
+from pyattacker.flow.taskspec import factory_task
+from pyattacker.plugins.hookspecs import Register
 
 __all__ = ["ERRORS", "simulate_llm"]
 

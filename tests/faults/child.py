@@ -28,9 +28,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from pyattacker.errors import FatalError, PyAttackerError, RetryableError
+from pyattacker import FatalError, PyAttackerError, RetryableError, task
 from pyattacker.model import TERMINAL_STATES, Batch
-from pyattacker.task import task
 
 #: where the tasks append their audit lines (set by ``main``; not part of any task identity)
 LEDGER_ENV = "PYATTACKER_FAULT_LEDGER"
@@ -252,7 +251,7 @@ class BrokenSink:
 
 # -- running ------------------------------------------------------------------------------------------
 def _pool() -> Any:
-    from pyattacker.pool import Pool, Resource
+    from pyattacker import Pool, Resource
 
     return Pool(POOL, [Resource("llm", id="r1", capacity=3), Resource("llm", id="r2", capacity=3)])
 
@@ -300,9 +299,8 @@ def _chain() -> tuple[Any, ...]:
 
 
 def run_sdk(args: argparse.Namespace, result: dict[str, Any]) -> int:
-    from pyattacker.pipeline import pipeline
-    from pyattacker.runner import Runner
-    from pyattacker.store import open_store
+    from pyattacker import Runner, pipeline
+    from pyattacker.store.location import open_store
 
     store = _wrap(open_store(args.store), args)
     result["store_wrapper"] = store
@@ -378,9 +376,9 @@ def _cli_config(args: argparse.Namespace, workdir: Path) -> Path:
 
 def run_cli(args: argparse.Namespace, result: dict[str, Any]) -> int:
     """The real ``pyattacker resume`` command, with the store wrapped (for its exit code)."""
-    import pyattacker.cli_run as cli_run
-    import pyattacker.runner as runner_mod
-    from pyattacker.cli import main as cli_main
+    import pyattacker.cli.run as cli_run
+    import pyattacker.engine.runner as runner_mod
+    from pyattacker.cli.main import main as cli_main
 
     workdir = Path(args.workdir or Path(args.ledger).parent)
     config = _cli_config(args, workdir)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyattacker.hookspecs import hookimpl
-from pyattacker.lazy_command import LazyCommand
+from pyattacker import hookimpl
+from pyattacker.plugins.lazy_command import LazyCommand
 
 __all__ = ["BENCH"]
 

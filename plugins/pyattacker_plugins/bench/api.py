@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyattacker.algorithm import resolve_algorithm
-from pyattacker.errors import ConfigError
-from pyattacker.registry import Registry
+from pyattacker import ConfigError
+from pyattacker.plugins.registry import Registry
+from pyattacker.resources.algorithm import resolve_algorithm
 
 from .clocks import CLOCKS
 from .driver import RunResult, RunSettings, run_once
@@ -120,7 +120,7 @@ def algorithm_registry(registry: Registry | None = None) -> Registry:
     """``registry``, else the process-wide algorithms registry (plugins included)."""
     if registry is not None:
         return registry
-    from pyattacker.plugins import get_plugins
+    from pyattacker.plugins.manager import get_plugins
 
     return get_plugins().algorithms
 

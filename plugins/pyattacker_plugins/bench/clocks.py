@@ -17,8 +17,8 @@ import selectors
 import time
 from typing import Any
 
-from pyattacker.clock import Clock, VirtualClock
-from pyattacker.errors import ConfigError
+from pyattacker import ConfigError, VirtualClock
+from pyattacker.clock import Clock
 
 __all__ = ["CLOCKS", "ScaledClock", "make_clock"]
 

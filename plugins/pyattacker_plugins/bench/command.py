@@ -14,7 +14,7 @@ import click as plain_click
 import rich_click as click
 from click.core import ParameterSource
 
-from pyattacker.errors import ConfigError
+from pyattacker import ConfigError
 
 __all__ = ["bench_command"]
 

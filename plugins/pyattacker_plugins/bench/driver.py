@@ -20,10 +20,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyattacker.algorithm import resolve_algorithm
-from pyattacker.errors import FatalError, ResourceUnavailable, RetryableError
-from pyattacker.pool import Lease, Pool, Resource
-from pyattacker.registry import Registry
+from pyattacker import FatalError, Lease, Pool, Resource, ResourceUnavailable, RetryableError
+from pyattacker.plugins.registry import Registry
+from pyattacker.resources.algorithm import resolve_algorithm
 
 from .clocks import make_clock
 from .errors import AlgorithmFault, BenchmarkError, BenchmarkStalled, BenchmarkTimeout

@@ -6,7 +6,7 @@ would sit under the right heading and mean something else.
 
 from __future__ import annotations
 
-from pyattacker.errors import PyAttackerError
+from pyattacker import PyAttackerError
 
 __all__ = ["AlgorithmFault", "BenchmarkError", "BenchmarkStalled", "BenchmarkTimeout"]
 

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from pyattacker.errors import ConfigError
-from pyattacker.retry import Retrying
+from pyattacker import ConfigError, Retrying
 
 __all__ = [
     "DEFAULT_POOL",

@@ -20,11 +20,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from pyattacker.errors import ConfigError, StoreUnavailable
+from pyattacker import ConfigError
+from pyattacker.errors import StoreUnavailable
 from pyattacker.model import PIPELINE_STATES
-from pyattacker.store import Store
-from pyattacker.view_common import ALL_RUNS, RunChoice, choose_run, open_view, to_plain
-from pyattacker.view_live import LiveDigest, snapshot
+from pyattacker.store.base import Store
+from pyattacker.views.common import ALL_RUNS, RunChoice, choose_run, open_view, to_plain
+from pyattacker.views.live import LiveDigest, snapshot
 
 from .shared_answers import ANSWER_TTL_S, SharedAnswers
 

@@ -11,7 +11,7 @@ import sys
 
 import rich_click as click
 
-from pyattacker.cli_suites import refuse_suite_flags
+from pyattacker.cli.suites import refuse_suite_flags
 
 __all__ = ["TOKEN_ENV", "serve_command"]
 

@@ -22,8 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import IO, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from pyattacker.errors import ConfigError
-from pyattacker.view_common import read_only_store
+from pyattacker import ConfigError
+from pyattacker.views.common import read_only_store
 
 from . import assets
 from .api import Api, ApiError

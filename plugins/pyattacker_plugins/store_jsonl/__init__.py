@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pyattacker.hookspecs import hookimpl
+from pyattacker import hookimpl
 
 from .marker import MARKER, is_store_dir
 

@@ -26,7 +26,7 @@ from pyattacker.model import (
     RunRecord,
     TaskRecord,
 )
-from pyattacker.store import PAGE_KINDS
+from pyattacker.store.base import PAGE_KINDS
 
 from .journal import Entry
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from pyattacker.errors import ConfigError
+from pyattacker import ConfigError
 from pyattacker.model import (
     ArtifactRecord,
     AttemptRecord,

@@ -21,7 +21,8 @@ from typing import Any
 
 import msgspec
 
-from pyattacker.errors import ConfigError, CorruptRow, StoreUnavailable
+from pyattacker import ConfigError
+from pyattacker.errors import CorruptRow, StoreUnavailable
 from pyattacker.model import (
     ArtifactRecord,
     Batch,
@@ -32,8 +33,8 @@ from pyattacker.model import (
     ResourceRecord,
     RunRecord,
 )
-from pyattacker.store import PAGE_KINDS
-from pyattacker.writer_lock import WriterLock
+from pyattacker.store.base import PAGE_KINDS
+from pyattacker.store.writer_lock import WriterLock
 
 from ..sync_behind import SyncBehind, not_durable, wait_durable
 from .index import Index, copy

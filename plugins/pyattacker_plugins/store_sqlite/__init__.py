@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qsl
 
-from pyattacker.errors import ConfigError
-from pyattacker.hookspecs import hookimpl
+from pyattacker import ConfigError, hookimpl
 
 from .schema import APPLICATION_ID, SCHEMA_VERSION
 from .store import SqliteStore, synchronous_mode

@@ -13,7 +13,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from pyattacker.errors import ConfigError, StoreUnavailable
+from pyattacker import ConfigError
+from pyattacker.errors import StoreUnavailable
 
 from .rows import (
     ARTIFACTS,
@@ -140,7 +141,7 @@ _V2 = (
     " WHERE EXISTS (SELECT 1 FROM tasks WHERE state = 'running')",
 )
 
-#: Version 3: the control ledger of pipelines that hand off (``pyattacker.handoff``). Rows are
+#: Version 3: the control ledger of pipelines that hand off (``pyattacker.flow.handoff``). Rows are
 #: few (one per handoff or restart of such a pipeline), read per pipeline on resume and export.
 _V3 = (
     _table(HANDOFFS.columns, "handoffs", "CHECK (handoff_id > 0)", rowid_key="handoff_id"),

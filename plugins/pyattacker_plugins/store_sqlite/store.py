@@ -26,7 +26,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from pyattacker.errors import ConfigError, CorruptRow, StoreUnavailable
+from pyattacker import ConfigError
+from pyattacker.errors import CorruptRow, StoreUnavailable
 from pyattacker.model import (
     ArtifactRecord,
     Batch,
@@ -37,9 +38,9 @@ from pyattacker.model import (
     ResourceRecord,
     RunRecord,
 )
-from pyattacker.stats import duration_summary
-from pyattacker.store import PAGE_KINDS
-from pyattacker.writer_lock import WriterLock
+from pyattacker.store.base import PAGE_KINDS
+from pyattacker.store.writer_lock import WriterLock
+from pyattacker.views.stats import duration_summary
 
 from ..sync_behind import SyncBehind, wait_durable
 from . import run_spans, schema

@@ -15,8 +15,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from pyattacker.hookspecs import hookimpl
-from pyattacker.task import task
+from pyattacker import hookimpl, task
 
 
 @task(name="reverse_text")

@@ -1,0 +1,45 @@
+"""``pyattacker plugins``: what is installed, what each plugin provides, and what failed."""
+
+from __future__ import annotations
+
+import msgspec
+import rich_click as click
+
+from pyattacker.plugins.manager import get_plugins
+
+
+@click.command("plugins")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print a JSON array (one object per plugin) for scripts."
+)
+def plugins_command(as_json: bool) -> None:
+    """List installed plugins, their status and what they provide.
+
+    A plugin that failed to load is listed with the reason; every other plugin keeps working,
+    and this command still exits 0 (the listing is the diagnosis).
+    """
+    plugins = get_plugins(rescan=True)  # what is installed now, never a kept scan
+    rows = plugins.listing()
+    if as_json:
+        click.echo(msgspec.json.format(msgspec.json.encode(rows), indent=2).decode())
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="pyattacker plugins", show_lines=False)
+    for col in ("name", "status", "dist", "provides"):
+        table.add_column(col)
+    for row in rows:
+        provides = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in row.provides.items())
+        status = {"active": "[green]active[/]", "failed": "[red]failed[/]", "blocked": "[yellow]blocked[/]"}[
+            row.status
+        ]
+        dist = f"{row.dist or '-'} {row.version or ''}".strip() + (" (built-in)" if row.builtin else "")
+        table.add_row(row.name, status, dist, provides or "-")
+    console = Console()
+    console.print(table)
+    failed = plugins.failures()
+    if failed:
+        err = Console(stderr=True)
+        for row in failed:
+            err.print(f"[red]plugin {row.name!r} failed:[/] {row.error}", markup=True, highlight=False)

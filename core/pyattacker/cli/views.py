@@ -1,0 +1,238 @@
+"""``report``, ``export`` and ``watch``: the read-only views of the CLI.
+
+They open stores read-only (safe beside a live run) and exit 0 whatever the pipelines did:
+a report is a view, not a verdict. A missing or foreign store is a ``ConfigError`` (exit 2).
+Stored text is echoed literally (``click.echo``), never interpreted as rich markup.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import rich_click as click
+
+from pyattacker.cli.suites import refuse_suite_flags
+from pyattacker.views.common import encode_json, expand_locations
+from pyattacker.views.merge import MergedReport, report_stores
+
+__all__ = ["export_command", "report_command", "watch_command"]
+
+
+def _line(value: Any) -> str:
+    return " ".join(str(value).split())
+
+
+def _empty_run_note(source: Any) -> str | None:
+    """Why the latest run shows nothing, when it ended owning no pipeline row.
+
+    A resume that was refused (a damaged row, a changed identity) or that found everything
+    finished still becomes the latest run, and a report of it alone looks like lost results;
+    the rows are those of earlier runs."""
+    if source.rows or source.run_selected != "latest" or source.run_status in (None, "running"):
+        return None
+    why = (
+        f"it stopped: {source.stop_reason}"
+        if source.stop_reason
+        else "its pipelines were all finished already, or none was admitted"
+    )
+    return (
+        f"  note: this run owns no pipeline rows ({why}); rows finished by earlier runs stay"
+        " theirs: --run-id all shows every run"
+    )
+
+
+def _report_text(rep: MergedReport, errors: int) -> list[str]:
+    out: list[str] = []
+    for s in rep.sources:
+        out.append(f"store {s.store}: {s.description}; {s.rows} pipeline row(s)")
+        note = _empty_run_note(s)
+        if note:
+            out.append(note)
+    st = rep.stats()
+    p = st["pipelines"]
+    states = " ".join(f"{k}={v}" for k, v in p["by_state"].items())
+    out.append(f"pipelines: total={p['total']} {states}".rstrip())
+    if len(rep.sources) > 1 or rep.duplicates:
+        out.append(f"merged: {len(rep.sources)} store(s), folded {rep.duplicates} duplicate row(s)")
+    d = p["duration_ms"]
+    out.append(f"duration_ms: p50={d['p50']} p95={d['p95']} max={d['max']}")
+    for name, states_ in st["tasks"]["by_name"].items():
+        out.append(f"  task {name}: " + " ".join(f"{k}={v}" for k, v in states_.items()))
+    handoffs = f" handoffs={st['handoffs_total']}" if st.get("handoffs_total") else ""
+    out.append(f"attempts: total={st['attempts_total']}{handoffs}  source_events={st['source_events_total']}")
+    if rep.repair_failures:
+        out.append(f"Terminal repair failures: {len(rep.repair_failures)} pipeline(s)")
+        for pid in sorted(rep.repair_failures):
+            r = rep.repair_failures[pid]
+            out.append(f"  - {pid} phase={r['phase']}: {_line(r['error'])}")
+    failed = rep.failed_rows()
+    if errors and failed:
+        shown = rep.errors(errors)
+        out.append(f"Errors (newest first, {len(shown)} of {len(failed)}):")
+        for e in shown:
+            seed = f" seed_key={e['seed_key']}" if e["seed_key"] and e["seed_key"] != e["key"] else ""
+            out.append(
+                f"  - pipeline {e['key']}{seed} task={e['failed_task']} class={e['error_class']}"
+                f" {e['error_type']}: {_line(e['error_message'] or '')}"
+            )
+    elif failed:
+        out.append(f"{len(failed)} failed pipeline(s); --errors N lists them")
+    return out
+
+
+def _check_backend_option(spec: str | None) -> None:
+    """``--artifact-backend`` of a view: checked as ``run`` checks it (exit 2 naming the flag)."""
+    if spec is None:
+        return
+    from pyattacker.errors import ConfigError
+    from pyattacker.plugins.manager import get_plugins
+    from pyattacker.store.backends import validate_backend_spec
+
+    problems = validate_backend_spec(spec, get_plugins().artifact_backends, "--artifact-backend")
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+@click.command("report")
+@click.argument("stores", nargs=-1, required=True, metavar="STORE [STORE ...]")
+@click.option(
+    "--run-id", default=None, help="A run id, or `all` (default: the latest started run of each store)."
+)
+@click.option("--errors", "errors", type=click.IntRange(min=0), default=0, help="List the first N failures.")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON document on stdout.")
+@click.option(
+    "--artifact-backend",
+    "artifact_backend",
+    default=None,
+    metavar="SPEC",
+    help="Accepted as `export` takes it (checked; a bad spec is exit 2). A report reads no"
+    " payloads, so it changes nothing.",
+)
+@refuse_suite_flags("--experiment")
+def report_command(
+    stores: tuple[str, ...], run_id: str | None, errors: int, as_json: bool, artifact_backend: str | None
+) -> None:
+    """Counts, failures and errors of one or more stores (shards are merged).
+
+    Rows of the same pipeline in several stores are folded (the best state wins) and every
+    count is recomputed from the surviving rows, so naming a store twice changes nothing.
+    STORE may be a glob pattern (quote it). Exit 0 unless a store is missing or foreign (2).
+    """
+    _check_backend_option(artifact_backend)
+    rep = report_stores(expand_locations(stores), run_id)
+    if as_json:
+        doc = rep.to_dict(errors if errors else 20)
+        sys.stdout.write(encode_json(doc).decode() + "\n")
+        return
+    for line in _report_text(rep, errors):
+        click.echo(line)
+
+
+@click.command("export")
+@click.argument("paths", nargs=-1, required=True, metavar="STORE [STORE ...] OUTPUT")
+@click.option(
+    "--rows",
+    type=click.Choice(
+        ["pipelines", "tasks", "attempts", "events", "artifacts", "results", "metrics", "points"]
+    ),
+    default="pipelines",
+    show_default=True,
+    help="What one output row is.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "json", "csv"]),
+    default=None,
+    help="Output format (default: from OUTPUT's suffix, else jsonl).",
+)
+@click.option(
+    "--run-id", default=None, help="Only this run (default: every run in the store; `all` is the same)."
+)
+@click.option(
+    "--artifact-backend",
+    "artifact_backend",
+    default=None,
+    metavar="SPEC",
+    help="Read payloads kept in blobs through this backend (as `run --artifact-backend` takes it;"
+    " default: the one each run recorded), e.g. when the blob folder moved.",
+)
+@refuse_suite_flags("--experiment", "--by-experiment")
+def export_command(
+    paths: tuple[str, ...], rows: str, fmt: str | None, run_id: str | None, artifact_backend: str | None
+) -> None:
+    """Write every row of a kind to OUTPUT (`-` = stdout), streamed in bounded batches.
+
+    Several stores are concatenated in argument order; `--rows pipelines` and `results` are
+    merged (one row per pipeline, best state wins). Files appear atomically (temp + rename).
+    Payloads kept in blobs are read back through the backend the run recorded.
+    """
+    from pyattacker.errors import ConfigError
+    from pyattacker.views.export import export_stores
+
+    if len(paths) < 2:
+        raise ConfigError("export needs at least one STORE and an OUTPUT (use - for stdout)")
+    _check_backend_option(artifact_backend)
+    *stores, output = paths
+    n = export_stores(
+        expand_locations(stores),
+        output,
+        rows=rows,
+        fmt=fmt,
+        run_id=run_id,
+        artifact_backend=artifact_backend,
+    )
+    if output != "-":
+        click.echo(f"wrote {n} {rows} row(s) to {output}", err=True)
+
+
+def _watched_store(arg: str) -> str:
+    """``watch`` shows one store. A glob pattern (the shard stores of a run, say) used to be
+    taken as a file name, "does not exist"; now one match is watched and several are refused,
+    naming them and the command that merges them (``expand_locations`` reads only the path of
+    a location with a scheme as a pattern, never its ``?options``)."""
+    from pyattacker.errors import ConfigError
+
+    matches = expand_locations([arg])  # a pattern matching nothing: "matches no file", exit 2
+    if len(matches) == 1:
+        return matches[0]
+    raise ConfigError(
+        f"watch shows one store, but {arg!r} matches {len(matches)}: {', '.join(matches)};"
+        f" watch one of them (each shard store is a run of its own), or run"
+        f" `pyattacker report '{arg}'` for the merged view"
+    )
+
+
+@click.command("watch")
+@click.argument("store")
+@click.option(
+    "--run-id",
+    default=None,
+    help="A run id, or `all` for the aggregate (default: follow the latest started run).",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="Seconds between refreshes.",
+)
+@click.option("--iterations", type=click.IntRange(min=1), default=None, help="Exit 0 after N refreshes.")
+@click.option("--no-clear", is_flag=True, help="Print snapshots one after another instead of redrawing.")
+@refuse_suite_flags("--experiment")
+def watch_command(
+    store: str, run_id: str | None, interval: float, iterations: int | None, no_clear: bool
+) -> None:
+    """Live panel of a running (or finished) store: states, latency, pools, errors, metrics.
+
+    Opens the store read-only, so it runs safely beside the writer. It redraws in place only
+    on a terminal; into a pipe it prints plain snapshots. Ctrl+C stops watching, not the run.
+    """
+    from pyattacker.views.watch import watch
+
+    store = _watched_store(store)
+    try:
+        watch(store, run_id=run_id, interval=interval, iterations=iterations, clear=not no_clear)
+    except KeyboardInterrupt:
+        return

@@ -1,0 +1,681 @@
+"""Declarative configs: the one entry point shared by ``validate``, ``run`` and ``resume``.
+
+``load_config(path)`` reads and env-expands a file; ``check_config(loaded)`` validates every
+section (reporting *all* errors, one per line, each with its field path) without opening the
+dataset, creating directories or calling tasks; ``build(loaded, overrides)`` turns a valid
+config into a ``RunConfig``, fresh pools, the pipeline template and a lazy seed stream. Since
+``run`` goes through ``check_config`` first, it accepts and rejects exactly what ``validate``
+does.
+
+Relative paths (``run.store``, ``source.path``, a file artifact backend's ``root``) are
+resolved from the config file's folder, so a config means the same thing from any cwd.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+
+from pyattacker.config.load import expand_env, read_document
+from pyattacker.config.schema import (
+    SECTIONS,
+    PipelineSection,
+    PoolSection,
+    ResourceSection,
+    RunSection,
+    SourceSection,
+    check_mapping,
+    did_you_mean,
+    type_name,
+)
+from pyattacker.config.tasks import resolve_task_entry
+from pyattacker.engine.settings import RunConfig
+from pyattacker.errors import ConfigError
+from pyattacker.flow.chain import PipelineSpec, PipelineTemplate, pipeline
+from pyattacker.flow.handoff import check_control
+from pyattacker.flow.taskspec import TaskSpec
+from pyattacker.paths import make_parent
+from pyattacker.plugins.registry import Registry
+from pyattacker.store.backends import parse_backend_spec, validate_backend_spec
+from pyattacker.store.location import local_file, location_problem, rebase_local
+
+__all__ = [
+    "Built",
+    "CheckedConfig",
+    "LoadedConfig",
+    "build",
+    "check_config",
+    "effective_config",
+    "load_config",
+    "resolve_store",
+    "store_location",
+    "store_problem",
+]
+
+
+@dataclass
+class LoadedConfig:
+    """A parsed, env-expanded config file (not yet validated)."""
+
+    path: Path
+    data: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def base_dir(self) -> Path:
+        """Relative paths in the file are resolved from here (the file's folder)."""
+        return self.path.parent
+
+
+@dataclass
+class PoolDef:
+    name: str
+    kind: str | None
+    algorithm: Any
+    resources: list[dict[str, Any]]
+
+
+@dataclass
+class SourceDef:
+    kind: str
+    source: Any
+    options: Any
+    repeats: int
+
+
+@dataclass
+class CheckedConfig:
+    """Everything validation established; ``build`` only has to instantiate it."""
+
+    loaded: LoadedConfig
+    run: dict[str, Any]
+    pools: dict[str, PoolDef]
+    template: PipelineTemplate
+    source: SourceDef
+
+
+class SpecsFactory(Protocol):
+    """A fresh pass over the config's specs; ``keep``: only those whose key it accepts (a shard's
+    share, tested before a given key's seed is bound)."""
+
+    def __call__(self, keep: Callable[[str], bool] | None = None) -> Iterator[PipelineSpec]: ...
+
+
+@dataclass
+class Built:
+    """What ``run`` needs: settings, pools, the template and a factory of the seed stream."""
+
+    config: RunConfig
+    pools: list[Any]
+    template: PipelineTemplate
+    specs: SpecsFactory
+    total: int | None
+    checked: CheckedConfig
+
+
+def load_config(path: str | os.PathLike[str], *, strict_env: bool = False) -> LoadedConfig:
+    """Read ``path`` (parser by suffix) and expand ``${VAR}``; unset variables warn or, strict, fail."""
+    p = Path(path).expanduser().absolute()
+    try:
+        data = read_document(p)
+        try:
+            expanded, unset = expand_env(data)
+        except ConfigError as exc:
+            raise ConfigError(f"{p}: {exc}") from None
+    except RecursionError:
+        why = "the config is nested too deeply (or a YAML alias refers to itself)"
+        raise ConfigError(f"{p}: {why}") from None
+    if unset and strict_env:
+        raise ConfigError("\n".join(f"{p}: {msg} (--strict-env)" for msg in unset))
+    return LoadedConfig(path=p, data=expanded, warnings=[f"{p}: {msg}" for msg in unset])
+
+
+# -- validation ------------------------------------------------------------------------------
+def _plugins() -> Any:
+    from pyattacker.plugins.manager import get_plugins
+
+    return get_plugins()
+
+
+def _resolve_path(value: str, base: Path) -> str:
+    path = Path(os.path.expanduser(value))
+    return str(path if path.is_absolute() else (base / path))
+
+
+def store_location(location: str, base: Path | None = None) -> str:
+    """A store location as it will be opened: the path of a local store (plain, ``file://``,
+    ``sqlite:``, ``jsonl:``) made absolute from ``base`` (the cwd when None), anything else
+    (``:memory:``, a plugin scheme) unchanged."""
+    if base is None:
+        return rebase_local(location, os.path.abspath)
+    return rebase_local(location, lambda path: _resolve_path(path, base))
+
+
+def store_problem(location: str) -> str | None:
+    """Why ``location`` cannot name a store with the installed store plugins, or None."""
+    return location_problem(location, _plugins().stores.objects())
+
+
+def _resolve_backend_paths(spec: Any, base: Path) -> Any:
+    """A file backend's relative ``root`` made absolute from the config folder (others unchanged)."""
+    if spec is None or not isinstance(spec, str | Mapping):
+        return spec
+    try:
+        kind, params = parse_backend_spec(spec)
+    except ConfigError:
+        return spec
+    root = params.get("root")
+    if kind != "file" or not isinstance(root, str) or not root:
+        return spec
+    return {"kind": "file", **params, "root": _resolve_path(root, base)}
+
+
+def _check_run(data: Any, base: Path, errors: list[str]) -> dict[str, Any]:
+    # check_mapping refuses .inf/.nan too: ``grace_s: .inf`` made a first Ctrl-C wait for ever
+    values = check_mapping(data, RunSection, "run", errors) or {}
+    if values.get("store"):
+        problem = store_problem(values["store"])
+        if problem is not None:
+            errors.append(f"run.store: {problem}")
+        values["store"] = store_location(values["store"], base)
+    if values.get("write_behind", False) is None:
+        values.pop("write_behind")
+    if "artifact_backend" in values:
+        problems = validate_backend_spec(
+            values["artifact_backend"], _plugins().artifact_backends, "run.artifact_backend"
+        )
+        errors.extend(problems)
+        if not problems:
+            values["artifact_backend"] = _resolve_backend_paths(values["artifact_backend"], base)
+    errors.extend(_check_sinks(values.get("event_sinks") or []))
+    if values.get("event_sinks"):
+        values["event_sinks"] = _resolve_sink_paths(values["event_sinks"], base)
+    return values
+
+
+def _check_sinks(items: list[Any]) -> list[str]:
+    """Every sink names a registered event-sink plugin, and its options fit the plugin (checked
+    without building it: a sink may open a file)."""
+    registry = _plugins().event_sinks
+    return [
+        p for i, item in enumerate(items) for p in _sink_problems(item, f"run.event_sinks[{i}]", registry)
+    ]
+
+
+def _sink_problems(item: Any, path: str, registry: Registry) -> list[str]:
+    """One sink entry: a known name, options its factory's signature accepts, then the values
+    its optional ``validate(options)`` accepts (``path: 5`` passed the signature check and ended
+    the run with a traceback when the sink was built)."""
+    import difflib
+    import inspect
+
+    known = registry.names()
+    name = item if isinstance(item, str) else item.get("name")
+    if not isinstance(name, str) or name not in known:
+        hint = difflib.get_close_matches(str(name), known, n=1)
+        extra = f" (did you mean {hint[0]!r}?)" if hint else f" (known: {', '.join(known) or 'none'})"
+        return [f"{path}: unknown event sink {name!r}{extra}"]
+    options = {} if isinstance(item, str) else {k: v for k, v in item.items() if k != "name"}
+    factory: Any = registry.get(name)
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        signature = None  # a factory Python cannot describe: its own checks tell
+    try:
+        if signature is not None:
+            signature.bind(**options)
+    except TypeError as exc:
+        return [f"{path}: event sink {name!r}: {exc}"]
+    return _plugin_validate(factory, options, path, f"event sink {name!r}")
+
+
+#: "field: message" from a plugin's validate(): a field path such as ``kinds[1]`` or ``a.b``
+_FIELD = re.compile(r"[A-Za-z_]\w*(\[\d+\])*(\.[A-Za-z_]\w*(\[\d+\])*)*")
+
+
+def _plugin_validate(factory: Any, options: Mapping[str, Any], path: str, label: str) -> list[str]:
+    """What a plugin factory's optional ``validate(options)`` finds, each ``"field: message"``
+    reported at ``path.field`` (anything else at ``path``). A validate() that raises is that
+    plugin's problem, reported as one, never a traceback."""
+    check = getattr(factory, "validate", None)
+    if not callable(check):
+        return []
+    try:
+        answer = [str(item) for item in check(options)]
+    except Exception as exc:
+        return [f"{path}: {label}: its validate() failed: {type(exc).__name__}: {exc}"]
+    problems = []
+    for item in answer:
+        field, sep, message = item.partition(": ")
+        problems.append(
+            f"{path}.{field}: {message}" if sep and _FIELD.fullmatch(field) else f"{path}: {item}"
+        )
+    return problems
+
+
+def _resolve_sink_paths(items: list[Any], base: Path) -> list[Any]:
+    """A sink's relative ``path`` option is relative to the config's folder, like every path."""
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("path"), str) and item["path"]:
+            item = {**item, "path": _resolve_path(item["path"], base)}
+        out.append(item)
+    return out
+
+
+def _check_pools(data: Any, errors: list[str]) -> dict[str, PoolDef] | None:
+    """Every pool by name; None when the section itself is unusable, so pool references are not
+    checked against it (each would repeat the one problem as "no pool named ...")."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        errors.append(f"pools: must be a mapping of pool name -> pool, got {type_name(data)}")
+        return None
+    algorithms = _plugins().algorithms
+    pools: dict[str, PoolDef] = {}
+    for name, body in data.items():
+        if isinstance(name, str) and not name.strip():
+            errors.append(f"pools.{name!r}: a pool name must be a non-empty string")
+            continue
+        pools[str(name)] = _check_pool(str(name), body, algorithms, errors)
+    return pools
+
+
+def pool_reference_problems(pools: Mapping[str, PoolDef], template: PipelineTemplate) -> list[str]:
+    """Pools an algorithm names (``failover``'s ``pools``) that the config does not declare.
+
+    Such a name is only looked up when a lease is asked for, so every pipeline of the run failed
+    with "unknown pool" after ``validate`` had passed. An algorithm says which pools it names
+    with an optional ``referenced_pools()`` (docs/plugins.md); its fallbacks are asked too.
+    """
+    from pyattacker.resources.algorithm import resolve_algorithm
+
+    declared = sorted(pools)
+    problems: list[str] = []
+    where = [(f"pools.{p.name}.algorithm", p.algorithm) for p in pools.values()]
+    where += [
+        (f"pipeline.tasks[{i}].algorithm (task {t.name!r})", t.algorithm)
+        for i, t in enumerate(template.tasks)
+    ]
+    for path, spec in where:
+        if spec is None:
+            continue
+        try:
+            algorithm: Any = resolve_algorithm(spec, _plugins().algorithms)
+        except ConfigError:  # reported where the spec was checked
+            continue
+        for name in _referenced_pools(algorithm, _plugins().algorithms):
+            if name not in pools:
+                listed = ", ".join(map(repr, declared)) or "none"
+                problems.append(f"{path}: names the pool {name!r}, which is not declared (pools: {listed})")
+    return problems
+
+
+def _referenced_pools(algorithm: Any, registry: Registry) -> list[str]:
+    """The pool names ``algorithm`` and the fallbacks it wraps (``FallbackRef``s, resolved
+    here as the pool would resolve them) refer to."""
+    from pyattacker.resources.algorithm import FallbackRef, resolve_algorithm
+
+    names: list[str] = []
+    for _ in range(16):  # a fallback chain, never a cycle in practice; bounded all the same
+        referenced = getattr(algorithm, "referenced_pools", None)
+        if callable(referenced):
+            names.extend(str(n) for n in referenced())
+        fallback = getattr(algorithm, "fallback", None)
+        if isinstance(fallback, FallbackRef):
+            try:
+                fallback = None if fallback.spec is None else resolve_algorithm(fallback.spec, registry)
+            except ConfigError:  # a bad fallback is reported where the spec is checked
+                break
+        if fallback is None or not hasattr(fallback, "acquire"):
+            break
+        algorithm = fallback
+    return names
+
+
+def _check_pool(name: str, body: Any, algorithms: Registry, errors: list[str]) -> PoolDef:
+    """One pool. A broken one is still declared (with no resources; nothing is built once there
+    are errors): its name is known, so a reference to it is not another error."""
+    from pyattacker.resources.algorithm import validate_algorithm_spec
+
+    path = f"pools.{name}"
+    per_resource = {
+        f: f"did you mean {path}.resources[i].{f}? {f} is set per resource"
+        for f in ResourceSection.__struct_fields__
+    }
+    values = check_mapping(body, PoolSection, path, errors, hints=per_resource)
+    if values is None:
+        return PoolDef(name, None, None, [])
+    if values.get("algorithm") is not None:
+        errors.extend(validate_algorithm_spec(values["algorithm"], algorithms, f"{path}.algorithm"))
+    resources = _check_resources(values.get("resources", []), path, name, values.get("kind"), errors)
+    return PoolDef(name, values.get("kind"), values.get("algorithm"), resources)
+
+
+def _check_resources(
+    raw: Any, path: str, name: str, kind: str | None, errors: list[str]
+) -> list[dict[str, Any]]:
+    """A pool's resources, each checked, ids unique and missing ones filled in."""
+    if not isinstance(raw, list):
+        errors.append(f"{path}.resources: must be a list of resources, got {type_name(raw)}")
+        return []
+    if not raw:
+        errors.append(f"{path}.resources: a pool needs at least one resource (tasks would wait forever)")
+    resources: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        res = check_mapping(item, ResourceSection, f"{path}.resources[{i}]", errors)
+        if res is None:
+            continue
+        rid = res.get("id")
+        if rid is not None:
+            if rid in seen:
+                errors.append(f"{path}.resources[{i}].id: duplicate resource id {rid!r} in pool {name!r}")
+            seen.add(rid)
+        resources.append(res)
+    _default_ids(resources, kind or name, seen)
+    return resources
+
+
+def _default_ids(resources: list[dict[str, Any]], pool_kind: str, taken: set[str]) -> None:
+    """``<kind>-<n>`` for each resource without an id, counted within its pool and never equal to
+    an id given explicitly (a process-wide counter could hand out ``llm-1`` next to an explicit
+    ``llm-1``, and the second resource silently replaced the first)."""
+    counters: dict[str, int] = {}
+    for res in resources:
+        if res.get("id") is not None:
+            continue
+        kind = res.get("kind") or pool_kind
+        n = counters.get(kind, 0)
+        while True:
+            n += 1
+            candidate = f"{kind}-{n}"
+            if candidate not in taken:
+                break
+        counters[kind] = n
+        taken.add(candidate)
+        res["id"] = candidate
+
+
+def _check_pipeline(
+    data: Any, pools: Mapping[str, PoolDef] | None, errors: list[str]
+) -> PipelineTemplate | None:
+    """The template of ``pipeline:``; ``pools`` None means pool references cannot be checked."""
+    if data is None:
+        errors.append("pipeline: required section is missing (pipeline: {name: ..., tasks: [...]})")
+        return None
+    values = check_mapping(data, PipelineSection, "pipeline", errors)
+    if values is None:
+        return None
+    raw = values.get("tasks")
+    if not isinstance(raw, list) or not raw:
+        errors.append(f"pipeline.tasks: must be a non-empty list of task entries, got {type_name(raw)}")
+        return None
+    default_resource = values.get("resource")
+    if not _pool_exists(default_resource, "pipeline.resource", pools, errors):
+        default_resource = None
+    specs = [
+        _check_task(entry, f"pipeline.tasks[{i}]", pools, default_resource, errors)
+        for i, entry in enumerate(raw)
+    ]
+    if any(spec is None for spec in specs):
+        return None
+    control = None
+    if values.get("control") is not None:
+        names = [spec.name for spec in specs if spec is not None]
+        control = check_control(values["control"], names, "pipeline.control", errors)
+        if control is None:
+            return None
+    try:
+        return pipeline(values.get("name", "pipeline"), *specs, tags=values.get("tags"), control=control)
+    except ConfigError as exc:
+        errors.append(f"pipeline: {exc}")
+        return None
+
+
+def _check_task(
+    entry: Any,
+    path: str,
+    pools: Mapping[str, PoolDef] | None,
+    default_resource: str | None,
+    errors: list[str],
+) -> TaskSpec | None:
+    """One task entry resolved, with every pool it refers to checked at the field that names it."""
+    plugins = _plugins()
+    own_resource = entry.get("resource") if isinstance(entry, dict) else None
+    if isinstance(own_resource, str) and own_resource:
+        _pool_exists(own_resource, f"{path}.resource", pools, errors)
+    spec, origin = resolve_task_entry(
+        entry, path, plugins.tasks, errors, default_resource=default_resource, algorithms=plugins.algorithms
+    )
+    if spec is None:
+        return None
+    declared: Any = spec.resource
+    if declared is not None and not isinstance(declared, str):
+        errors.append(f"{origin}: resource must be a pool name (a string), got {type_name(declared)}")
+    elif declared != own_resource:
+        _pool_exists(declared, origin, pools, errors)
+    return spec
+
+
+def _pool_exists(
+    name: str | None, where: str, pools: Mapping[str, PoolDef] | None, errors: list[str]
+) -> bool:
+    """False (and an error at ``where``) when ``name`` is set but no pool has it; a ``pools``
+    section too broken to read (None) is reported once, not at every reference."""
+    if name is None or pools is None or name in pools:
+        return True
+    errors.append(f"{where}: no pool named {name!r}{_pool_hint(name, pools)}")
+    return False
+
+
+def _pool_hint(name: str, pools: Mapping[str, Any]) -> str:
+    known = f" (pools: {', '.join(pools)})" if pools else " (no pools are declared; add a pools: section)"
+    return did_you_mean(name, list(pools)) + known
+
+
+def _check_source(data: Any, errors: list[str]) -> SourceDef | None:
+    if data is None:
+        errors.append("source: required section is missing (e.g. source: {kind: range, n: 10})")
+        return None
+    registry = _plugins().sources
+    if not isinstance(data, dict):
+        errors.append(f"source: must be a mapping, got {type_name(data)}")
+        return None
+    kind = data.get("kind")
+    source = registry.get(kind) if isinstance(kind, str) else None
+    options_type: Any = getattr(source, "options", None)
+    skip = [f.name for f in msgspec.structs.fields(options_type)] if options_type is not None else list(data)
+    common = check_mapping(
+        data, SourceSection, "source", errors, skip=[k for k in skip if k not in ("kind", "repeats")]
+    )
+    if common is None or "kind" not in common:
+        return None
+    kind = common["kind"]
+    if source is None:
+        known = registry.names()
+        errors.append(
+            f"source.kind: unknown source kind {kind!r}{did_you_mean(kind, known)}"
+            f" (known: {', '.join(known) or 'none'})"
+        )
+        return None
+    own = {k: v for k, v in data.items() if k in skip and k not in ("kind", "repeats")}
+    before = len(errors)
+    values = check_mapping(own, options_type, "source", errors)
+    if values is None or len(errors) > before:
+        return None
+    try:
+        options = options_type(**values)
+    except (TypeError, ValueError, ConfigError) as exc:
+        errors.append(f"source: {exc}")
+        return None
+    return SourceDef(kind, source, options, common.get("repeats", 1))
+
+
+def check_config(loaded: LoadedConfig) -> CheckedConfig:
+    """Validate every section; raise one ``ConfigError`` listing all problems (one per line)."""
+    errors: list[str] = []
+    data = loaded.data
+    if isinstance(data, dict) and ("suite" in data or "experiments" in data):
+        # one clear answer instead of a line per suite section and the missing standalone ones
+        raise ConfigError(
+            f"{loaded.path}: invalid config\n  suite: experiment suites (suite, experiments, output"
+            " sections) are not supported in this version; run each experiment's config on its own"
+            " (pyattacker run -c MEMBER.yaml --store OUT/MEMBER.db)"
+        )
+    for key in data:
+        if not isinstance(key, str) or key not in SECTIONS:
+            errors.append(
+                f"{key}: unknown top-level section{did_you_mean(str(key), SECTIONS)}"
+                f" (sections: {', '.join(SECTIONS)})"
+            )
+    run_data = data.get("run")
+    run = _check_run(run_data, loaded.base_dir, errors) if run_data is not None else {}
+    pools = _check_pools(data.get("pools"), errors)
+    template = _check_pipeline(data.get("pipeline"), pools, errors)
+    if not errors and pools is not None and template is not None:
+        errors.extend(pool_reference_problems(pools, template))
+    source = _check_source(data.get("source"), errors)
+    if errors or pools is None or template is None or source is None:
+        raise ConfigError(f"{loaded.path}: invalid config\n" + "\n".join(f"  {e}" for e in errors))
+    return CheckedConfig(loaded=loaded, run=run, pools=pools, template=template, source=source)
+
+
+# -- building --------------------------------------------------------------------------------
+def resolve_store(checked: CheckedConfig, flag: str | None) -> str:
+    """``--store`` (relative to the cwd) > ``run.store`` (relative to the config) > the default."""
+    if flag is not None:
+        return store_location(flag)
+    store = checked.run.get("store")
+    if store:
+        return str(store)
+    from pyattacker.store.location import default_store_path
+
+    return str(default_store_path())
+
+
+def _run_config(checked: CheckedConfig, overrides: Mapping[str, Any]) -> RunConfig:
+    values = dict(checked.run)
+    values.update({k: v for k, v in overrides.items() if v is not None and k != "store"})
+    values["store"] = resolve_store(checked, overrides.get("store"))
+    return RunConfig(**values)
+
+
+def _make_pools(checked: CheckedConfig, capacity_share: tuple[int, int] | None = None) -> list[Any]:
+    """Fresh pools; with ``capacity_share=(slot, slots)`` every resource gets only that slot's
+    slice of its capacity, so concurrently running shards never exceed what an endpoint allows."""
+    from pyattacker.resources.pool import Pool
+
+    pools = []
+    for pdef in checked.pools.values():
+        resources = [{"kind": pdef.kind or pdef.name, **res} for res in pdef.resources]
+        if capacity_share is not None:
+            from pyattacker.shard.plan import capacity_share as share
+
+            slot, slots = capacity_share
+            for res in resources:
+                res["capacity"] = share(int(res.get("capacity", 1)), slot, slots)
+        pools.append(Pool(pdef.name, resources, kind=pdef.kind, algorithm=pdef.algorithm))
+    return pools
+
+
+def _specs(checked: CheckedConfig, limit: int | None) -> SpecsFactory:
+    src = checked.source
+    template = checked.template
+    base = checked.loaded.base_dir
+
+    def bind(keep: Callable[[str], bool] | None = None) -> Iterator[PipelineSpec]:
+        return template.map_keyed(src.source.open(src.options, base), repeats=src.repeats, keep=keep)
+
+    def specs(keep: Callable[[str], bool] | None = None) -> Iterator[PipelineSpec]:
+        if limit is None:
+            return bind(keep)
+        # the limit counts the dataset's first specs, every shard's (``--shards 2 --limit 100``
+        # runs the same 100 pipelines as ``--limit 100``): bound, then kept
+        first = itertools.islice(bind(), limit)
+        return first if keep is None else (spec for spec in first if keep(spec.key))
+
+    return specs
+
+
+def _total(checked: CheckedConfig, limit: int | None) -> int | None:
+    """How many pipelines will be offered, when the source can tell without reading data."""
+    src = checked.source
+    count = getattr(src.source, "count", None)
+    n = count(src.options, checked.loaded.base_dir) if callable(count) else None
+    if not isinstance(n, int):
+        return None
+    total = n * src.repeats
+    return total if limit is None else min(total, limit)
+
+
+def build(
+    loaded: LoadedConfig | CheckedConfig,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    limit: int | None = None,
+    capacity_share: tuple[int, int] | None = None,
+) -> Built:
+    """Validate (if needed) and instantiate: RunConfig (flags > run block > defaults), pools,
+    template and the lazy seed stream. Checks that the source's data exists (exit 2 before
+    anything starts) and creates the default store's folder; reads no rows.
+
+    ``capacity_share=(slot, slots)``: this process is one of ``slots`` concurrently running
+    shards and gets slot ``slot``'s slice of every resource's capacity (see ``pyattacker.shard.plan``).
+    """
+    checked = loaded if isinstance(loaded, CheckedConfig) else check_config(loaded)
+    overrides = dict(overrides or {})
+    config = _run_config(checked, overrides)
+    check = getattr(checked.source.source, "check", None)
+    if callable(check):
+        check(checked.source.options, checked.loaded.base_dir)
+    local = local_file(config.store) if config.store else None
+    if local is not None:
+        make_parent(local, "run.store")
+    return Built(
+        config=config,
+        pools=_make_pools(checked, capacity_share),
+        template=checked.template,
+        specs=_specs(checked, limit),
+        total=_total(checked, limit),
+        checked=checked,
+    )
+
+
+def effective_config(checked: CheckedConfig, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The config as it would run (defaults filled in, paths resolved, secrets masked)."""
+    from pyattacker.resources.pool import mask_secrets
+
+    overrides = dict(overrides or {})
+    values = dict(checked.run)
+    values.update({k: v for k, v in overrides.items() if v is not None and k != "store"})
+    values["store"] = resolve_store(checked, overrides.get("store"))
+    config = RunConfig(**values)
+    # ``run`` holds exactly the fields a ``run:`` block accepts, so it can be copied back into
+    # one; whether the store is the embedded default is a fact about it, kept beside it
+    run = {name: getattr(config, name) for name in RunSection.__struct_fields__}
+    src = checked.source
+    return {
+        "config": str(checked.loaded.path),
+        "base_dir": str(checked.loaded.base_dir),
+        "run": mask_secrets(run),
+        "store_is_default": not checked.run.get("store") and overrides.get("store") is None,
+        "pools": {
+            name: {
+                "kind": p.kind,
+                "algorithm": p.algorithm,
+                "resources": [mask_secrets(r) for r in p.resources],
+            }
+            for name, p in checked.pools.items()
+        },
+        "pipeline": checked.template.describe(),
+        "source": {"kind": src.kind, "repeats": src.repeats, **msgspec.structs.asdict(src.options)},
+        "warnings": list(checked.loaded.warnings),
+    }

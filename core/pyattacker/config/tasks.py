@@ -1,0 +1,244 @@
+"""``use:`` resolution and task-entry overrides for declarative pipelines.
+
+A ``use:`` target is a registered task name (any plugin), ``pyattacker.tasks:NAME`` for a
+built-in, or an importable ``module:attr`` that is a ``TaskSpec`` or a factory returning one.
+``kwargs`` are checked against the factory's signature *before* it is called, so a misspelt
+argument is a config error with a suggestion, never a crash in the middle of a run. The
+entry then overrides only the fields it names (``TaskSpec.with_overrides``: omitted keeps,
+an explicit null clears resource / algorithm / timeout_s / version).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+from pyattacker.config.schema import RetrySection, TaskEntry, check_mapping, did_you_mean, non_finite
+from pyattacker.errors import ConfigError
+from pyattacker.flow.retry import Retrying, resolve_exception_name
+from pyattacker.flow.taskspec import CLEARABLE, UNSET, TaskSpec
+from pyattacker.plugins.registry import Registry
+from pyattacker.resources.algorithm import validate_algorithm_spec
+
+__all__ = ["BUILTIN_PREFIX", "build_retry", "resolve_task_entry", "resolve_use"]
+
+#: ``pyattacker.tasks:NAME`` names a built-in task through the registry (never an import).
+BUILTIN_PREFIX = "pyattacker.tasks:"
+
+
+class UseError(Exception):
+    """Internal: a ``use:`` target that cannot be resolved (the message is user-facing)."""
+
+
+def _registered(name: str, registry: Registry) -> Any:
+    obj = registry.get(name)
+    if obj is None:
+        known = registry.names()
+        hint = did_you_mean(name, known)
+        listing = f"; registered tasks: {', '.join(known)}" if known else "; no tasks are registered"
+        raise UseError(f"unknown task {name!r}{hint}{listing} (or use module:attr for your own task)")
+    return obj
+
+
+def resolve_use(target: str, registry: Registry) -> Any:
+    """The TaskSpec or factory that ``target`` names; raises ``UseError`` with a suggestion."""
+    if target.startswith(BUILTIN_PREFIX):
+        return _registered(target[len(BUILTIN_PREFIX) :], registry)
+    if ":" not in target:
+        return _registered(target, registry)
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise UseError(f"{target!r} is not of the form module:attr")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UseError(f"cannot import module {module_name!r}: {exc} (is it on PYTHONPATH?)") from None
+    except (Exception, SystemExit) as exc:  # sys.exit() in a module is its failure, not ours to obey
+        raise UseError(f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            public = [n for n in dir(obj) if not n.startswith("_")]
+            raise UseError(f"{module_name!r} has no attribute {part!r}{did_you_mean(part, public)}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _kwargs_problems(factory: Any, kwargs: dict[str, Any], path: str, target: str) -> list[str]:
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return []
+    params = sig.parameters.values()
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    problems = []
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        for key in kwargs:
+            if key not in named:
+                accepted = (
+                    f"; {target} accepts: {', '.join(named)}" if named else f"; {target} takes no arguments"
+                )
+                problems.append(f"{path}.kwargs.{key}: unknown argument{did_you_mean(key, named)}{accepted}")
+    for p in params:
+        if (
+            p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            and p.default is p.empty
+            and p.name not in kwargs
+        ):
+            problems.append(f"{path}.kwargs: missing required argument {p.name!r} of {target}")
+    return problems
+
+
+def _instantiate(
+    obj: Any, kwargs: dict[str, Any], path: str, target: str, errors: list[str]
+) -> TaskSpec | None:
+    """The TaskSpec ``obj`` is, or that the factory ``obj`` returns for ``kwargs``."""
+    if isinstance(obj, TaskSpec):
+        if kwargs:
+            errors.append(f"{path}.kwargs: {target} is a task, not a factory; it takes no kwargs")
+            return None
+        return obj
+    if not callable(obj):
+        errors.append(f"{path}.use: {target} is a {type(obj).__name__}, not a task or a task factory")
+        return None
+    problems = _kwargs_problems(obj, kwargs, path, target)
+    if getattr(obj, "__pyattacker_factory__", False):  # its arguments are part of the identity
+        problems += non_finite(kwargs, f"{path}.kwargs")
+    if problems:
+        errors.extend(problems)
+        return None
+    try:
+        spec = obj(**kwargs)
+    except ConfigError as exc:
+        errors.append(f"{path}.kwargs: {exc}")
+        return None
+    except (Exception, SystemExit) as exc:
+        errors.append(f"{path}.use: factory {target} failed: {type(exc).__name__}: {exc}")
+        return None
+    if not isinstance(spec, TaskSpec):
+        errors.append(
+            f"{path}.use: {target} returned {type(spec).__name__}, not a TaskSpec"
+            " (decorate the function with @task, or return one from the factory)"
+        )
+        return None
+    return spec
+
+
+def _resource_of(spec: TaskSpec) -> str | None:
+    resource: str | None = spec.resource
+    return resource
+
+
+def build_retry(data: Any, path: str, errors: list[str]) -> Retrying | None:
+    """A ``Retrying`` from a ``retry:`` mapping; every problem goes to ``errors`` with its path."""
+    values = check_mapping(data, RetrySection, path, errors)
+    if values is None:
+        return None
+    on = values.get("on", [])
+    names = [on] if isinstance(on, str) else list(on)
+    classes = []
+    for i, name in enumerate(names):
+        try:
+            classes.append(resolve_exception_name(name))
+        except ConfigError as exc:
+            errors.append(
+                f"{path}.on[{i}]: {exc} (a pyattacker error like RetryableError, a builtin"
+                " like TimeoutError, or module:Class)"
+            )
+    values["on"] = tuple(classes)
+    if len(classes) != len(names):
+        return None
+    try:
+        return Retrying(**values)
+    except ConfigError as exc:
+        errors.append(f"{path}: {exc}")
+        return None
+
+
+def resolve_task_entry(
+    entry: Any,
+    path: str,
+    registry: Registry,
+    errors: list[str],
+    *,
+    default_resource: str | None = None,
+    algorithms: Registry | None = None,
+) -> tuple[TaskSpec | None, str]:
+    """The effective TaskSpec of one ``pipeline.tasks`` entry, and where its resource came from.
+
+    The second value is the field path to blame for a bad pool reference (the entry's own
+    ``resource``, ``pipeline.resource``, or the ``use:`` target that declares it). With
+    ``algorithms``, the entry's algorithm (or the one its target declares) is built once, so a
+    bad one is reported at its field rather than by the pipeline that would build it.
+    """
+    before = len(errors)
+    values = check_mapping(entry, TaskEntry, path, errors)
+    if values is None:
+        return None, path
+    if algorithms is not None and values.get("algorithm") is not None:
+        errors.extend(validate_algorithm_spec(values["algorithm"], algorithms, f"{path}.algorithm"))
+    if "use" not in values:
+        return None, path
+    target = values["use"]
+    try:
+        obj = resolve_use(target, registry)
+    except UseError as exc:
+        errors.append(f"{path}.use: {exc}")
+        return None, path
+    if len(errors) > before:
+        return None, path
+    spec = _instantiate(obj, values.get("kwargs", {}), path, target, errors)
+    if spec is None:
+        return None, path
+    changes: dict[str, Any] = {}
+    for key in ("name", "resource", "algorithm", "timeout_s", "config", "version"):
+        if key in values:
+            if values[key] is None and key not in CLEARABLE:
+                errors.append(
+                    f"{path}.{key}: cannot be cleared with null (only {', '.join(sorted(CLEARABLE))} can)"
+                )
+                continue
+            changes[key] = values[key]
+    if "retry" in values:
+        if values["retry"] is None:
+            errors.append(f"{path}.retry: cannot be cleared with null; omit it to keep the target's policy")
+        else:
+            retry = build_retry(values["retry"], f"{path}.retry", errors)
+            if retry is not None:
+                changes["retry"] = retry
+    origin = f"{path}.resource" if "resource" in values else f"{path}.use ({target} declares it)"
+    if "resource" not in values and _resource_of(spec) is None and default_resource is not None:
+        changes["resource"] = default_resource
+        origin = "pipeline.resource"
+    if len(errors) > before:
+        return None, path
+    try:
+        effective = spec.with_overrides(**{k: changes.get(k, UNSET) for k in changes})
+    except ConfigError as exc:
+        errors.append(f"{path}: {exc}")
+        return None, path
+    problems = _declared_problems(effective, values, f"{path}.use ({target} declares it)", algorithms)
+    errors.extend(problems)
+    return (None, path) if problems else (effective, origin)
+
+
+def _declared_problems(
+    effective: TaskSpec, values: dict[str, Any], where: str, algorithms: Registry | None
+) -> list[str]:
+    """Problems of what the ``use:`` target itself declares (the entry's own fields are checked
+    at their paths already), reported at ``where`` (its ``use``). Without this, a target's bad
+    algorithm or infinite timeout failed in the pipeline's fingerprint as ``pipeline: ...``.
+
+    The effective task's fingerprint is computed here once, so whatever still breaks it is
+    reported at this entry; an entry field can override the bad value (``algorithm: null``).
+    """
+    if algorithms is not None and "algorithm" not in values and effective.algorithm is not None:
+        # the target's own @task declares it: not a field of the file, so reported at ``use``
+        problems = validate_algorithm_spec(effective.algorithm, algorithms, where, param_fields=False)
+        if problems:
+            return problems
+    try:
+        effective.fingerprint()
+    except ConfigError as exc:
+        return [f"{where}: {exc}"]
+    return []

@@ -1,0 +1,164 @@
+"""How a store location picks its plugin: schemes, suffixes, local paths, the default store.
+
+A location is handed to the store plugin that claims its scheme (``sqlite:``, ``jsonl:``, a
+third party's) or its file suffix; a plain path with neither is a SQLite file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from pyattacker.errors import ConfigError
+from pyattacker.store.base import Store
+
+__all__ = [
+    "StoreOpener",
+    "default_store_path",
+    "local_file",
+    "location_problem",
+    "open_store",
+    "rebase_local",
+    "resolve_opener",
+    "scheme_of",
+]
+
+
+@runtime_checkable
+class StoreOpener(Protocol):
+    """Registered through ``pyattacker_stores``: opens stores for some URI schemes / suffixes."""
+
+    name: str
+    schemes: tuple[str, ...]
+    suffixes: tuple[str, ...]
+
+    def open(self, location: str, *, read_only: bool = False) -> Store:
+        """Open (creating if allowed) the store at ``location`` (scheme already stripped)."""
+
+
+#: schemes whose location is a path on this machine (a third-party scheme may be anything)
+_FILE_SCHEMES = (None, "file", "sqlite", "jsonl")
+#: schemes the kernel itself reads as a plain path (no store plugin needed)
+_PATH_SCHEMES = (None, "file")
+
+
+def local_file(location: str) -> str | None:
+    """The path on this machine a store location names (scheme and ``?options`` removed), or
+    None for an in-memory or a third-party location. Used where a command must not mistake a
+    store for something else: ``export``'s OUTPUT, ``resume`` of a store that is not there."""
+    scheme, rest = _scheme_of(location)
+    if scheme not in _FILE_SCHEMES:
+        return None
+    path = rest.split("?", 1)[0]
+    return path or None
+
+
+def scheme_of(location: str) -> str | None:
+    """The scheme a location names (``sqlite``, ``jsonl``, ``file``, ``memory``, a plugin's),
+    or None for a plain path."""
+    return _scheme_of(location)[0]
+
+
+def rebase_local(location: str, resolve: Callable[[str], str]) -> str:
+    """``location`` with the path on this machine it names passed through ``resolve``: the
+    scheme of ``sqlite:``/``jsonl:`` and any ``?options`` kept, a ``file://`` one dropped (the
+    plain path it names). ``:memory:``, a third-party scheme and an empty path are unchanged.
+    A config's ``run.store`` is resolved from the config's folder this way whichever way the
+    path is spelled (``sqlite:runs/x.db`` used to be taken from the current folder)."""
+    scheme, rest = _scheme_of(location)
+    if scheme not in _FILE_SCHEMES:
+        return location
+    path, sep, options = rest.partition("?")
+    if not path:
+        return location
+    rebased = resolve(path) + sep + options
+    return rebased if scheme in _PATH_SCHEMES else f"{scheme}:{rebased}"
+
+
+def location_problem(location: str, openers: Mapping[str, StoreOpener]) -> str | None:
+    """Why ``location`` cannot name a store here, or None: a scheme no installed store plugin
+    handles, or nothing after the scheme (``jsonl://`` wrote a store into the current folder,
+    ``sqlite:`` into a nameless temporary file). ``validate`` and ``run``/``resume``/``demo``
+    ask before touching anything, so such a location is refused first, naming what is installed."""
+    scheme, rest = _scheme_of(location)
+    problem = _scheme_problem(scheme, location, openers)
+    if problem is None and scheme != "memory" and not rest.split("?", 1)[0]:
+        what = f"nothing follows {scheme}:" if scheme else "it is empty"
+        problem = f"{location!r} names no store: {what} (give a path, e.g. runs/x.db)"
+    return problem
+
+
+def _scheme_problem(scheme: str | None, location: str, openers: Mapping[str, StoreOpener]) -> str | None:
+    """None when ``scheme`` is a plain path's or an installed store plugin's."""
+    schemes = _schemes(openers)
+    if scheme in _PATH_SCHEMES or scheme in schemes:
+        return None
+    installed = ", ".join(sorted({"file", *schemes}))
+    return f"no store plugin handles the scheme {scheme!r} in {location!r} (installed schemes: {installed})"
+
+
+def _schemes(openers: Mapping[str, StoreOpener]) -> dict[str, StoreOpener]:
+    """Scheme -> the opener that registered it."""
+    return {s: o for o in openers.values() for s in o.schemes}
+
+
+def _scheme_of(uri: str) -> tuple[str | None, str]:
+    if uri == ":memory:":
+        return "memory", ""
+    head, sep, rest = uri.partition(":")
+    # one-letter schemes are Windows drive letters, not schemes
+    if sep and len(head) > 1 and head.replace("+", "").replace("-", "").isalnum():
+        if rest.startswith("//"):
+            rest = rest[2:]
+        return head.lower(), rest
+    return None, uri
+
+
+def resolve_opener(uri: str, openers: Mapping[str, StoreOpener]) -> tuple[StoreOpener, str]:
+    """Pick the opener for ``uri``: an explicit scheme, then a file suffix, then the default."""
+    scheme, rest = _scheme_of(uri)
+    if scheme is not None:
+        opener = _schemes(openers).get(scheme)
+        if opener is not None:
+            return opener, rest
+        problem = _scheme_problem(scheme, uri, openers)
+        if problem is not None:
+            raise ConfigError(f"store {uri!r}: {problem}")
+    path = rest
+    lowered = path.lower()
+    for opener in openers.values():
+        if any(lowered.endswith(sfx) for sfx in opener.suffixes):
+            return opener, path
+    if os.path.isdir(path):
+        for opener in openers.values():
+            probe = getattr(opener, "recognizes", None)
+            if probe is not None and probe(path):
+                return opener, path
+    if "sqlite" in openers:
+        return openers["sqlite"], path
+    raise ConfigError(f"store {uri!r}: no store plugin recognises this location")
+
+
+def open_store(uri: str | os.PathLike[str] | Store, *, read_only: bool = False, plugins: Any = None) -> Store:
+    """Open a store by location through the registered store plugins (or pass a Store through)."""
+    if not isinstance(uri, str | os.PathLike):
+        return uri
+    from pyattacker.plugins.manager import get_plugins
+
+    registry = (plugins or get_plugins()).stores
+    opener, location = resolve_opener(os.fspath(uri), registry.objects())
+    return opener.open(location, read_only=read_only)
+
+
+def default_store_path() -> Path:
+    """The embedded default: a SQLite file under the user data directory (PYATTACKER_HOME wins)."""
+    home = os.environ.get("PYATTACKER_HOME")
+    if home:
+        base = Path(home)
+    else:
+        import platformdirs
+
+        base = Path(platformdirs.user_data_dir("pyattacker", appauthor=False))
+    return base / "runs" / "default.db"

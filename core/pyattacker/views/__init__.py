@@ -1,0 +1,4 @@
+"""Read-only views of stores: merge, report, export, stats, live aggregates, watch, progress.
+
+Layer 6: imports shard, store and below (independent of config); never writes a store.
+"""

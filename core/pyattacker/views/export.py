@@ -1,0 +1,616 @@
+"""``export``: every row of a kind, streamed in bounded batches to jsonl, json or csv.
+
+Nothing is capped: rows are read with keyset pages (``iter_rows``) and written as they come,
+so memory stays flat for millions of rows (the only per-pipeline state is the winner map of a
+multi-store ``pipelines``/``results`` merge, which the stores of distinct shards of one run do
+not need: ``merge.shard_stores``). Files are written to a temporary file in the
+target directory and renamed into place, so a reader never sees half an export.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, Any
+
+import msgspec
+
+from pyattacker.errors import ConfigError
+from pyattacker.model import ArtifactRecord, PipelineRecord
+from pyattacker.store.base import Store, iter_rows
+from pyattacker.store.location import local_file
+from pyattacker.views.blobs import BlobReader, ViewCodecs
+from pyattacker.views.common import (
+    ALL_RUNS,
+    choose_run,
+    encode_json,
+    encode_plain,
+    read_only_store,
+    render_payload,
+    to_plain,
+)
+from pyattacker.views.merge import shard_stores, state_rank
+
+__all__ = [
+    "CSV_BATCH",
+    "FORMATS",
+    "ROW_KINDS",
+    "export_stores",
+    "guard_cell",
+    "infer_format",
+    "iter_kind",
+]
+
+ROW_KINDS = ("pipelines", "tasks", "attempts", "events", "artifacts", "results", "metrics", "points")
+FORMATS = ("jsonl", "json", "csv")
+SUFFIX_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv"}
+#: rows buffered before the CSV header is fixed (later keys go to the ``extra`` column)
+CSV_BATCH = 1000
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n")
+_POINT_KEYS_PROBE = 5000
+MERGED_KINDS = frozenset({"pipelines", "results"})
+
+
+def infer_format(output: str, fmt: str | None) -> str:
+    """The format named by ``--format``, else by the OUTPUT suffix, else jsonl; refuses a mismatch."""
+    suffix = os.path.splitext(output)[1].lower() if output != "-" else ""
+    implied = SUFFIX_FORMATS.get(suffix)
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+        if implied is not None and implied != fmt:
+            raise ConfigError(f"--format {fmt} contradicts the output name {output!r} (a {implied} suffix)")
+        return fmt
+    return implied or "jsonl"
+
+
+# -- rows of each kind ------------------------------------------------------------------------
+def _duration_ms(p: PipelineRecord) -> float | None:
+    if p.started_at is None or p.finished_at is None:
+        return None
+    return round((p.finished_at - p.started_at) * 1000.0, 3)
+
+
+def _artifact_row(a: ArtifactRecord, codecs: Any) -> dict[str, Any]:
+    value, encoding = render_payload(a, codecs)
+    return {
+        "artifact_id": a.artifact_id,
+        "pipeline_id": a.pipeline_id,
+        "task": a.task_name,
+        "seq": a.seq,
+        "type": a.type_name,
+        "codec": a.codec,
+        "digest": a.digest,
+        "size": a.size,
+        "created_at": a.created_at,
+        "is_final": a.is_final,
+        "blob_ref": a.blob_ref,
+        "payload": value,
+        "payload_encoding": encoding,
+    }
+
+
+def _pipeline_head(p: PipelineRecord) -> dict[str, Any]:
+    return {
+        "pipeline_id": p.pipeline_id,
+        "key": p.key,
+        "seed_key": p.seed_key,
+        "repeat": p.repeat,
+        "name": p.name,
+        "run_id": p.run_id,
+        "state": p.state,
+        "tags": p.tags,
+        "n_tasks_done": p.cursor,
+        "n_tasks_total": p.n_tasks_total,
+        "attempts_total": p.attempts_total,
+        "created_at": p.created_at,
+        "started_at": p.started_at,
+        "finished_at": p.finished_at,
+        "duration_ms": _duration_ms(p),
+        "failed_task": p.failed_task,
+        "error_class": p.error_class,
+        "error_type": p.error_type,
+        "error_message": p.error_message,
+        "resume_of": p.resume_of,
+    }
+
+
+def _nested_pipeline(p: PipelineRecord, children: _Children, codecs: Any) -> dict[str, Any]:
+    row = _pipeline_head(p)
+    row["tasks"] = [
+        {
+            "name": t.name,
+            "seq": t.seq,
+            "run_id": t.run_id,  # a row an earlier run left (a restart that skipped the slot) says so
+            "state": t.state,
+            "attempts_used": t.attempts_used,
+            "duration_ms": t.duration_ms,
+            "resource": t.resource,
+            "error_class": t.error_class,
+            "error_type": t.error_type,
+            "error_message": t.error_message,
+            "output_artifact_id": t.output_artifact_id,
+        }
+        for t in children.rows("tasks", p)
+    ]
+    row["artifacts"] = [_artifact_row(a, codecs) for a in children.rows("artifacts", p)]
+    row["metrics"] = {m.name: m.value for m in children.rows("metrics", p)}
+    # the control ledger: with handoffs the cursor is a position in the chain, not a count of
+    # tasks done, and these rows say which tasks were skipped and what the destinations received
+    row["handoffs"] = [msgspec.structs.asdict(h) for h in children.rows("handoffs", p)]
+    return row
+
+
+def _result(p: PipelineRecord, children: _Children, codecs: Any) -> dict[str, Any]:
+    final = children.final(p)
+    value, encoding = (None, "absent") if final is None else render_payload(final, codecs)
+    return {
+        "pipeline_id": p.pipeline_id,
+        "key": p.key,
+        "seed_key": p.seed_key,
+        "repeat": p.repeat,
+        "name": p.name,
+        "run_id": p.run_id,
+        "state": p.state,
+        "result": value,
+        "result_encoding": encoding,
+        "artifact_available": encoding != "absent",
+        "failed_task": p.failed_task,
+        "error_class": p.error_class,
+        "error_type": p.error_type,
+        "error_message": p.error_message,
+    }
+
+
+#: pipelines whose tasks, artifacts and metrics are read together (one statement per kind)
+CHILD_BATCH = 256
+
+
+class _Children:
+    """The tasks, artifacts and metrics of a batch of pipelines.
+
+    With the store's optional ``rows_by_pipeline`` and ``metrics_by_pipeline``, one statement per
+    kind (and run) reads them for the whole batch: reading per pipeline costs three statements per
+    pipeline, which made exporting 200,000 pipelines take 20 s. Without them, each pipeline's
+    rows are read when asked for. The kind ``final`` (what ``results`` needs) reads only each
+    pipeline's final artifact when the store offers ``final_artifacts``, else all its artifacts.
+    """
+
+    def __init__(self, store: Store, batch: list[PipelineRecord], kinds: tuple[str, ...]) -> None:
+        self.store = store
+        self.read: dict[str, dict[str, list[Any]]] = {}
+        self.finals: dict[str, Any] | None = None
+        children = getattr(store, "rows_by_pipeline", None)
+        metrics = getattr(store, "metrics_by_pipeline", None)
+        finals = getattr(store, "final_artifacts", None)
+        ids = [p.pipeline_id for p in batch]
+        for kind in kinds:
+            if kind == "final":
+                if finals is not None:
+                    self.finals = finals(ids)
+                    continue
+                kind = "artifacts"  # pick each pipeline's final artifact from all of them
+            if kind == "metrics" and metrics is not None:
+                by_run: dict[str, list[str]] = {}
+                for p in batch:  # a pipeline shows the metrics of the run that owns its row
+                    by_run.setdefault(p.run_id, []).append(p.pipeline_id)
+                self.read[kind] = {}
+                for run_id, run_ids in by_run.items():
+                    self.read[kind].update(metrics(run_id, run_ids))
+            elif kind == "handoffs" and not callable(getattr(store, "handoffs", None)):
+                self.read[kind] = {}  # a store without a control ledger: nothing ever jumped
+            elif kind != "metrics" and children is not None:
+                self.read[kind] = children(kind, ids)
+
+    def rows(self, kind: str, p: PipelineRecord) -> list[Any]:
+        read = self.read.get(kind)
+        if read is not None:
+            return read.get(p.pipeline_id, [])
+        if kind == "metrics":
+            return self.store.metrics(run_id=p.run_id, pipeline_id=p.pipeline_id)
+        if kind == "handoffs":
+            return list(self.store.handoffs(p.pipeline_id))  # type: ignore[attr-defined]
+        return list(iter_rows(self.store, kind, pipeline_id=p.pipeline_id))
+
+    def final(self, p: PipelineRecord) -> Any:
+        """The pipeline's final artifact (the first marked final, in seq order), or None."""
+        if self.finals is not None:
+            return self.finals.get(p.pipeline_id)
+        return next((a for a in self.rows("artifacts", p) if a.is_final), None)
+
+
+def _tasks_with_leases(store: Store, page: list[Any]) -> Iterator[dict[str, Any]]:
+    """Task rows, each with ``leases``: which resources its last attempt leased (the attempt
+    that left the task in its state). Read for a page of tasks at once with the store's optional
+    ``task_leases``, else from each pipeline's attempts."""
+    if not page:
+        return
+    ids = list(dict.fromkeys(t.pipeline_id for t in page))
+    narrow = getattr(store, "task_leases", None)
+    last: dict[str, list[dict[str, Any]]] = {}
+    if narrow is not None:
+        last = narrow(ids)
+    else:
+        for pid in ids:
+            for attempt in iter_rows(store, "attempts", pipeline_id=pid):  # the last one wins
+                last[attempt.task_run_id] = attempt.leases
+    for task in page:
+        row = to_plain(task)
+        row["leases"] = last.get(task.task_run_id, [])
+        yield row
+
+
+def _pipelines_with_children(
+    store: Store, kind: str, run_id: str | None, codecs: Any, keep: Callable[[str], bool] | None
+) -> Iterator[dict[str, Any]]:
+    """``pipelines`` / ``results`` rows: pipelines in their order, their children read a batch at
+    a time (memory stays bounded by the batch)."""
+    build = _nested_pipeline if kind == "pipelines" else _result
+    kinds = ("tasks", "artifacts", "metrics", "handoffs") if kind == "pipelines" else ("final",)
+    batch: list[PipelineRecord] = []
+    for p in iter_rows(store, "pipelines", run_id=run_id):
+        if keep is None or keep(p.pipeline_id):
+            batch.append(p)
+        if len(batch) >= CHILD_BATCH:
+            yield from _build_batch(store, batch, kinds, build, codecs)
+            batch = []
+    yield from _build_batch(store, batch, kinds, build, codecs)
+
+
+def _build_batch(
+    store: Store,
+    batch: list[PipelineRecord],
+    kinds: tuple[str, ...],
+    build: Callable[[PipelineRecord, _Children, Any], dict[str, Any]],
+    codecs: Any,
+) -> Iterator[dict[str, Any]]:
+    if not batch:
+        return
+    children = _Children(store, batch, kinds)
+    for p in batch:
+        yield build(p, children, codecs)
+
+
+def _points(store: Store, run_id: str | None) -> Iterator[dict[str, Any]]:
+    runs = [r.run_id for r in store.runs()] if run_id is None else [run_id]
+    with_points = getattr(store, "point_pipelines", None)
+    for rid in runs:
+        if with_points is not None:  # the pipelines that have points, not every one that ran
+            pids = list(with_points(rid))
+        else:
+            pids = sorted({""} | {a.pipeline_id for a in iter_rows(store, "attempts", run_id=rid)})
+        for pid in pids:
+            keys = sorted(
+                {pt.key for pt in store.metric_points(rid, pid, None, -1, _POINT_KEYS_PROBE) if pt.step == 0}
+            )
+            for key in keys:
+                after = -1
+                while True:
+                    page = store.metric_points(rid, pid, key, after, 1000)
+                    for pt in page:
+                        row = to_plain(pt)
+                        row.pop("op_id", None)
+                        yield row
+                    if len(page) < 1000:
+                        break
+                    after = page[-1].step
+
+
+def iter_kind(
+    store: Store,
+    kind: str,
+    *,
+    run_id: str | None = None,
+    codecs: Any = None,
+    keep: Callable[[str], bool] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Every row of ``kind`` (``run_id`` None = all runs) as a JSON-ready dict, in documented order.
+
+    ``keep(pipeline_id)`` filters pipelines/results (used by the multi-store merge).
+    """
+    if kind in ("pipelines", "results"):
+        yield from _pipelines_with_children(store, kind, run_id, codecs, keep)
+    elif kind == "tasks":
+        page: list[Any] = []
+        for task in iter_rows(store, "tasks", run_id=run_id):
+            page.append(task)
+            if len(page) >= CHILD_BATCH:
+                yield from _tasks_with_leases(store, page)
+                page = []
+        yield from _tasks_with_leases(store, page)
+    elif kind in ("attempts", "events"):
+        for row in iter_rows(store, kind, run_id=run_id):
+            yield to_plain(row)
+    elif kind == "artifacts":
+        owned = (
+            None if run_id is None else {p.pipeline_id for p in iter_rows(store, "pipelines", run_id=run_id)}
+        )
+        for a in iter_rows(store, "artifacts"):
+            if owned is None or a.pipeline_id in owned:
+                yield _artifact_row(a, codecs)
+    elif kind == "metrics":
+        for m in store.metrics(run_id=run_id):
+            yield to_plain(m)
+    elif kind == "points":
+        yield from _points(store, run_id)
+    else:
+        raise ConfigError(f"--rows {kind!r}: expected one of {', '.join(ROW_KINDS)}")
+
+
+# -- writers ----------------------------------------------------------------------------------
+def guard_cell(text: str) -> str:
+    """Neutralise spreadsheet formulas: a cell starting with = + - @ or a control char gets a ``'``."""
+    return "'" + text if text.startswith(_FORMULA_STARTS) else text
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return guard_cell(value)
+    return guard_cell(encode_json(value).decode())
+
+
+#: the writers' encoder: ``iter_kind`` rows are JSON-ready builtins already, so they are encoded
+#: as they are (``encode_json`` would convert each row to builtins a second time)
+_encode_row = encode_plain
+
+
+class _JsonlWriter:
+    def __init__(self, fh: IO[str], title: str) -> None:
+        self.fh = fh
+
+    def write(self, row: dict[str, Any]) -> None:
+        self.fh.write(_encode_row(row).decode())
+        self.fh.write("\n")
+
+    def close(self) -> None:
+        pass
+
+
+class _JsonWriter:
+    """``{"title": ..., "rows": [...]}`` written row by row (never built in memory)."""
+
+    def __init__(self, fh: IO[str], title: str) -> None:
+        self.fh = fh
+        self.first = True
+        fh.write('{"title":' + encode_json(title).decode() + ',"rows":[')
+
+    def write(self, row: dict[str, Any]) -> None:
+        self.fh.write("\n" if self.first else ",\n")
+        self.first = False
+        self.fh.write(_encode_row(row).decode())
+
+    def close(self) -> None:
+        self.fh.write("\n]}\n")
+
+
+class _CsvWriter:
+    """Header from the first ``CSV_BATCH`` rows; keys seen later go into the ``extra`` column."""
+
+    def __init__(self, fh: IO[str], title: str) -> None:
+        self.out = csv.writer(fh, lineterminator="\n")
+        self.buffer: list[dict[str, Any]] | None = []
+        self.header: list[str] = []
+
+    def _start(self) -> None:
+        seen: dict[str, None] = {}
+        for row in self.buffer or ():
+            for k in row:
+                seen.setdefault(k, None)
+        seen.pop("extra", None)
+        self.header = [*seen, "extra"]
+        self.out.writerow(self.header)
+        rows, self.buffer = self.buffer or [], None
+        for row in rows:
+            self._emit(row)
+
+    def _emit(self, row: dict[str, Any]) -> None:
+        known = set(self.header[:-1])
+        extra = {k: v for k, v in row.items() if k not in known}
+        cells = [_cell(row.get(k)) for k in self.header[:-1]]
+        cells.append(_cell(extra) if extra else "")
+        self.out.writerow(cells)
+
+    def write(self, row: dict[str, Any]) -> None:
+        if self.buffer is not None:
+            self.buffer.append(row)
+            if len(self.buffer) >= CSV_BATCH:
+                self._start()
+            return
+        self._emit(row)
+
+    def close(self) -> None:
+        if self.buffer is not None:
+            self._start()
+
+
+_WRITERS: dict[str, Callable[[IO[str], str], Any]] = {
+    "jsonl": _JsonlWriter,
+    "json": _JsonWriter,
+    "csv": _CsvWriter,
+}
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+class _Target:
+    """``-`` (stdout) or a temporary file renamed over OUTPUT on success, removed on failure."""
+
+    def __init__(self, output: str) -> None:
+        self.output = output
+        self.tmp: str | None = None
+        self.fh: IO[str]
+
+    def __enter__(self) -> IO[str]:
+        if self.output == "-":
+            self.fh = sys.stdout
+            return self.fh
+        parent = os.path.dirname(os.path.abspath(self.output))
+        if not os.path.isdir(parent):
+            raise ConfigError(f"export: directory {parent} does not exist")
+        try:
+            fd, self.tmp = tempfile.mkstemp(
+                dir=parent, prefix="." + os.path.basename(self.output) + ".", suffix=".tmp"
+            )
+        except OSError as exc:  # a folder this process cannot write, a read-only file system
+            raise ConfigError(
+                f"export: cannot write OUTPUT {self.output}: {exc.strerror or exc} ({parent})"
+            ) from None
+        self.fh = io.open(fd, "w", encoding="utf-8", newline="")  # noqa: UP020 - explicit fd wrapper
+        return self.fh
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self.tmp is None:
+            self.fh.flush()
+            return
+        try:
+            if exc_type is None:
+                self.fh.flush()
+                os.fsync(self.fh.fileno())
+            self.fh.close()
+            if exc_type is None:
+                os.chmod(self.tmp, 0o666 & ~_umask())
+                os.replace(self.tmp, self.output)
+                self.tmp = None
+        except OSError as err:  # a full disk at the last flush, OUTPUT made a folder meanwhile
+            if exc_type is None:
+                raise _write_failed(self.output, err) from err
+        finally:
+            if self.tmp is not None and os.path.exists(self.tmp):
+                os.unlink(self.tmp)
+
+
+def _write_failed(output: str, exc: OSError) -> ConfigError:
+    """A write to OUTPUT failed: one line (exit 2), where a traceback was printed; the
+    temporary file is removed on the way out, so no partial OUTPUT is left."""
+    return ConfigError(f"export: writing OUTPUT {output} failed: {exc.strerror or exc}")
+
+
+def _winners(locations: Sequence[str], run_id: str | None) -> dict[str, int]:
+    """pipeline_id -> index of the store whose row wins the merge (same rules as ``report``)."""
+    best: dict[str, tuple[int, float, int]] = {}
+    for index, location in enumerate(locations):
+        with read_only_store(location) as store:
+            for p in iter_rows(store, "pipelines", run_id=_run_filter(store, run_id)):
+                cand = (state_rank(p.state), p.finished_at or 0.0, index)
+                old = best.get(p.pipeline_id)
+                if old is None or cand[0] > old[0] or (cand[0] == old[0] and cand[1] > old[1]):
+                    best[p.pipeline_id] = cand
+    return {pid: v[2] for pid, v in best.items()}
+
+
+def _run_filter(store: Store, run_id: str | None) -> str | None:
+    if run_id is None or run_id == ALL_RUNS:
+        return None
+    return choose_run(store, run_id).run_id
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _refuse_overwriting_a_store(output: str, locations: Sequence[str]) -> None:
+    """OUTPUT must never be a store: ``export a.db b.db`` (OUTPUT forgotten) would otherwise
+    replace the second store with rows of the first, and a run's records are not ours to lose.
+    Nor a directory: every row was read and written before the rename into it failed."""
+    if output == "-":
+        return
+    if os.path.isdir(output):
+        raise ConfigError(
+            f"export: OUTPUT {output} is a directory; name a file (for example"
+            f" {os.path.join(output, 'rows.jsonl')}), or - for stdout"
+        )
+    target = os.path.realpath(output)
+    for location in locations:
+        path = local_file(location)
+        if path is not None and os.path.realpath(path) == target:
+            raise ConfigError(
+                f"export: OUTPUT {output} is one of the stores to export; it would be overwritten"
+                " (name a new .jsonl/.json/.csv file, or - for stdout)"
+            )
+    try:
+        with open(target, "rb") as fh:
+            head = fh.read(len(_SQLITE_HEADER))
+    except OSError:
+        return  # absent (or unreadable: writing it fails with its own error)
+    if head == _SQLITE_HEADER:
+        raise ConfigError(
+            f"export: OUTPUT {output} is an SQLite database (a store?); refusing to overwrite it"
+            " (name a new .jsonl/.json/.csv file, or - for stdout)"
+        )
+
+
+def export_stores(
+    locations: Sequence[str],
+    output: str,
+    *,
+    rows: str = "pipelines",
+    fmt: str | None = None,
+    run_id: str | None = None,
+    codecs: Any = None,
+    artifact_backend: Any = None,
+) -> int:
+    """Write every ``rows`` row of ``locations`` to ``output``; returns the number of rows.
+
+    ``run_id``: None or ``"all"`` = every run, else that run. Several stores are concatenated
+    in argument order, except ``pipelines`` and ``results``, which are merged (deduplicated).
+    Payloads kept in blobs are read back through the backend each run recorded, or through
+    ``artifact_backend`` (a spec, as ``--artifact-backend`` takes) when given.
+    """
+    if rows not in ROW_KINDS:
+        raise ConfigError(f"--rows {rows!r}: expected one of {', '.join(ROW_KINDS)}")
+    if not locations:
+        raise ConfigError("export: name at least one store")
+    _refuse_overwriting_a_store(output, locations)
+    fmt = infer_format(output, fmt)
+    if codecs is None:
+        from pyattacker.store.codecs import CodecRegistry
+
+        codecs = CodecRegistry.from_plugins()
+    for location in locations:  # fail before creating anything if a store or run is wrong
+        with read_only_store(location) as store:
+            _run_filter(store, run_id)
+    winners = None
+    if rows in MERGED_KINDS and len(locations) > 1:
+        # the stores of distinct shards of one run hold no pipeline in common: nothing to merge
+        selected = None if run_id in (None, ALL_RUNS) else run_id
+        if not shard_stores(locations, selected):
+            winners = _winners(locations, run_id)
+    count = 0
+    with _Target(output) as fh:
+        writer = _WRITERS[fmt](fh, rows)
+        for index, location in enumerate(locations):
+            keep: Callable[[str], bool] | None = None
+            if winners is not None:
+                keep = lambda pid, i=index: winners.get(pid) == i  # noqa: E731
+            with read_only_store(location) as store:
+                readers = ViewCodecs(codecs, BlobReader(store, artifact_backend))
+                for row in iter_kind(
+                    store, rows, run_id=_run_filter(store, run_id), codecs=readers, keep=keep
+                ):
+                    try:
+                        writer.write(row)
+                    except BrokenPipeError:
+                        raise  # stdout's reader went away (| head): the CLI ends quietly
+                    except OSError as exc:
+                        raise _write_failed(output, exc) from exc
+                    count += 1
+        try:
+            writer.close()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _write_failed(output, exc) from exc
+    return count
