@@ -74,26 +74,30 @@ class Profile:
 
 def breakdown(p: Profile) -> dict[str, float]:
     """Seconds per bucket (profiled time). 'scheduling' is the remainder, so the sum is the total."""
-    ck = ("pyattacker/runner.py", "_stage_checkpoint")
+    ck = ("engine/checkpoint.py", "stage")
     store = p.cum("store_sqlite/store.py", "_apply")  # every commit's transaction
-    codec = p.cum("pyattacker/codecs.py", "encode", caller=ck) + p.cum(
-        "pyattacker/digest.py", "digest_bytes", caller=ck
+    codec = p.cum("store/codecs.py", "encode", caller=ck) + p.cum(
+        "pyattacker/digest.py", "digest_bytes", caller=("engine/checkpoint.py", "artifact")
     )
-    emits = p.cum("pyattacker/pool.py", "_emit")
+    emits = p.cum("resources/pool.py", "_emit")
     records = (
-        p.cum("pyattacker/runner.py", "_event")
-        + p.cum("pyattacker/runner.py", "_record_attempt")
-        + p.cum("pyattacker/runner.py", "msgspec_copy")
+        p.cum("engine/telemetry.py", "event")
+        + p.cum("engine/checkpoint.py", "record_attempt")
+        + p.cum("engine/checkpoint.py", "snapshot")
         + p.cum("pyattacker/model.py", "extend")
-        + p.tot(*ck)  # ArtifactRecord / TaskRecord construction happens inline there
-        + max(0.0, emits - p.cum("pyattacker/runner.py", "_pool_event"))
+        # the artifact, task, pipeline and attempt rows are built there
+        + p.tot(*ck)
+        + p.tot("engine/checkpoint.py", "artifact")
+        + p.tot("engine/checkpoint.py", "close")
+        + p.tot("engine/checkpoint.py", "attempt_row")
+        + max(0.0, emits - p.cum("engine/telemetry.py", "_pool_event"))
     )
     leases = max(
         0.0,
-        p.cum("pyattacker/context.py", "_lease_now")
-        + p.cum("pyattacker/context.py", "_lease_from")
-        + p.cum("pyattacker/context.py", "_return")
-        + p.cum("pyattacker/context.py", "reclaim_now")
+        p.cum("engine/context.py", "_lease_now")
+        + p.cum("engine/context.py", "_lease_from")
+        + p.cum("engine/context.py", "_return")
+        + p.cum("engine/context.py", "reclaim_now")
         - emits,
     )
     bodies = p.tot("product_run.py", "_work")
@@ -115,12 +119,12 @@ def details(p: Profile) -> dict[str, float]:
         "sqlite C calls (execute/executemany own time)": sql,
         "row tuple encoding (store_sqlite/rows.py)": p.tot_where(lambda k: "store_sqlite/rows.py" in k[0]),
         "asyncio internals (own time in asyncio/*)": p.tot_where(lambda k: "/asyncio/" in k[0]),
-        "producer (admission: lookup + bind seeds)": p.cum("pyattacker/runner.py", "_produce"),
+        "producer (admission: lookup + bind seeds)": p.cum("engine/admission.py", "produce"),
         "store lookup_pipelines": p.cum("store_sqlite/store.py", "lookup_pipelines"),
-        "pool ResourceEvent emission (pool._emit)": p.cum("pyattacker/pool.py", "_emit"),
-        "Runner._event (all events)": p.cum("pyattacker/runner.py", "_event"),
-        "Runner._record_attempt": p.cum("pyattacker/runner.py", "_record_attempt"),
-        "TaskContext construction": p.cum("pyattacker/context.py", "__init__"),
+        "pool ResourceEvent emission (pool._emit)": p.cum("resources/pool.py", "_emit"),
+        "Telemetry.event (all events)": p.cum("engine/telemetry.py", "event"),
+        "Checkpointer.record_attempt": p.cum("engine/checkpoint.py", "record_attempt"),
+        "TaskContext construction": p.cum("engine/context.py", "__init__"),
     }
 
 

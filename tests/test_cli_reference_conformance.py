@@ -13,8 +13,8 @@ from tests.cli_helpers import cli, cli_env
 # Imported by the config's `use:`, it breaks the runner outside task code the way a framework
 # bug would: a BaseException escaping the checkpoint write kills the worker (WorkerCrashed).
 CRASH = """
-from pyattacker import Runner
 from pyattacker import task
+from pyattacker.engine.checkpoint import Checkpointer
 
 
 class Boom(BaseException):
@@ -25,7 +25,7 @@ def _crash(self, *args, **kwargs):
     raise Boom("escaped")
 
 
-Runner._stage_checkpoint = _crash
+Checkpointer.stage = _crash
 
 
 @task(name="ok")

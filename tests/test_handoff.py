@@ -238,18 +238,18 @@ def test_an_error_moving_a_jumped_pipeline_fails_it_alone_and_the_run_ends(
     """The commit's callback moves a pipeline that jumped; an internal error there is recorded
     as a worker records one (``runner.internal_error``, the pipeline failed), the pipeline is
     not run again from its source, and the others finish."""
-    from pyattacker.engine.control import RunnerControl
+    from pyattacker.engine.control import Control
 
-    landed = RunnerControl.landed
+    landed = Control.landed
     broken: list[str] = []
 
-    def landed_once_broken(self: RunnerControl, state: Any) -> None:
+    def landed_once_broken(self: Control, state: Any) -> None:
         if not broken:
             broken.append(state.spec.key)
             raise RuntimeError("moving the pipeline broke")
         landed(self, state)
 
-    monkeypatch.setattr(RunnerControl, "landed", landed_once_broken)
+    monkeypatch.setattr(Control, "landed", landed_once_broken)
     _reset(route=0)
     store = MemoryStore()
     with vrunner(store, concurrency=2) as r:

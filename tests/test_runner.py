@@ -11,6 +11,7 @@ import pytest
 from tests.runner_helpers import events, rows, seeds, states, vrunner
 
 from pyattacker import ConfigError, FatalError, RetryableError, fanout, pipeline, task
+from pyattacker.engine.checkpoint import Checkpointer
 from pyattacker.errors import PipelineIdentityConflict, WorkerCrashed
 from pyattacker.flow.taskspec import UNSET
 
@@ -286,23 +287,22 @@ def test_cancelling_run_async_leaves_pipelines_interrupted() -> None:
     assert r.store.runs()[-1].status == "interrupted"
 
 
-def test_worker_crash_outside_task_code_stops_the_run() -> None:
+def test_worker_crash_outside_task_code_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     @task
     def ok(x: Any) -> Any:
         return x
 
     r = vrunner()
-    original = r._stage_checkpoint
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise SystemError("framework bug")
 
-    r._stage_checkpoint = broken  # type: ignore[method-assign]
-    rep = r.run(pipeline("p", ok).map(seeds(3)))
+    with monkeypatch.context() as patch:
+        patch.setattr(Checkpointer, "stage", broken)
+        rep = r.run(pipeline("p", ok).map(seeds(3)))
     # an ordinary exception outside task code is an internal error: pipeline failed, run goes on
     assert rep.failed == 3
     assert events(r.store, "runner.internal_error")
-    r._stage_checkpoint = original  # type: ignore[method-assign]
 
     class Boom(BaseException):
         pass
@@ -310,7 +310,7 @@ def test_worker_crash_outside_task_code_stops_the_run() -> None:
     def crash(*args: Any, **kwargs: Any) -> None:
         raise Boom("escaped")
 
-    r._stage_checkpoint = crash  # type: ignore[method-assign]
+    monkeypatch.setattr(Checkpointer, "stage", crash)
     with pytest.raises(WorkerCrashed, match="Boom"):
         r.run(pipeline("p2", ok).map(seeds(3)))
     assert r.store.get_run(r.run_id).status == "interrupted"

@@ -16,6 +16,7 @@ import pytest
 from tests.runner_helpers import events, rows, seeds, vrunner
 
 from pyattacker import FatalError, Runner, pipeline, task
+from pyattacker.engine.outcomes import Outcomes
 from pyattacker.errors import StoreUnavailable
 from pyattacker.model import Batch
 from pyattacker_plugins.store_memory import MemoryStore
@@ -230,16 +231,16 @@ def test_an_error_while_a_pipeline_succeeds_is_recorded_and_the_run_ends(
     it, and the run ends instead of waiting for a pipeline that never finishes."""
     log: list[tuple[str, ...]] = []
     step = _logging_step(log)
-    real = Runner._succeeded
+    real = Outcomes.succeeded
     broken: list[str] = []
 
-    def succeeded(self: Runner, state: Any, art: Any) -> None:
+    def succeeded(self: Outcomes, state: Any, art: Any, **data: Any) -> None:
         if not broken:
             broken.append(state.spec.key)
             raise RuntimeError("a bug while succeeding")
-        real(self, state, art)
+        real(self, state, art, **data)
 
-    monkeypatch.setattr(Runner, "_succeeded", succeeded)
+    monkeypatch.setattr(Outcomes, "succeeded", succeeded)
     store = _Log(log)
     with vrunner(store, concurrency=2) as r:
         report = r.run(pipeline("p", step).map(seeds(4)))

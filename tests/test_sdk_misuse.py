@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from pyattacker import (
     pipeline,
     task,
 )
+from pyattacker.engine.signals import SignalGuard
 from pyattacker.errors import PipelineBuildError
 from pyattacker.flow.chain import PipelineSpec
 
@@ -552,6 +554,11 @@ def test_a_body_that_cancels_the_runners_pump_or_producer_stops_the_run_resumabl
     assert (again.exit_code, final, again.succeeded + again.counters["skipped"]) == (0, {"succeeded"}, 6)
 
 
+def _second_signal(r: Runner) -> None:
+    """What a second Ctrl-C does to the run in progress (the runner's handlers are not installed)."""
+    SignalGuard(r._run).on_signal(signal.SIGINT)
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("how", ["stop", "second_stop"])
 def test_a_body_that_swallows_the_stops_cancel_does_not_hang_the_stop(tmp_path: Path, how: str) -> None:
@@ -574,7 +581,7 @@ def test_a_body_that_swallows_the_stops_cancel_does_not_hang_the_stop(tmp_path: 
         loop = asyncio.get_running_loop()
         loop.call_later(0.05, r.stop, "user")
         if how == "second_stop":
-            loop.call_later(0.1, r._on_signal, 2)
+            loop.call_later(0.1, _second_signal, r)
         return await r.run_async(pipeline("p", stubborn).map(seeds(2)))
 
     with vrunner(store=str(tmp_path / "s.db"), concurrency=2, grace_s=0.1) as r:

@@ -20,10 +20,11 @@ import msgspec
 from pyattacker.digest import digest_bytes
 from pyattacker.engine.metrics import MetricRejected, check_points, check_value
 from pyattacker.errors import PoolNotFound
-from pyattacker.model import MetricPoint, MetricRecord
+from pyattacker.model import Batch, MetricPoint, MetricRecord
 
 if TYPE_CHECKING:
-    from pyattacker.engine.runner import Runner, _Pipeline
+    from pyattacker.engine.state import PipelineState, RunState
+    from pyattacker.engine.telemetry import Telemetry
     from pyattacker.flow.taskspec import TaskSpec
     from pyattacker.resources.pool import Lease, Pool
 
@@ -98,8 +99,8 @@ class _Acquire(msgspec.Struct, eq=False):
         if self._args is _NO_ARGS:
             # ``_lease_now`` inline for the task's own pool (``async with ctx.acquire()`` runs
             # once per attempt): the route's first try, looked up without a call
-            runner = ctx._runner
-            first_try = (runner._lease_routes.get(ctx.task) or runner.lease_route(ctx))[1]
+            run = ctx._run
+            first_try = (run.lease_routes.get(ctx.task) or run.runner.lease_route(ctx))[1]
             lease = None if first_try is None else first_try(ctx)
             if lease is not None:
                 ctx.held_leases.append(lease)
@@ -122,7 +123,7 @@ class _Acquire(msgspec.Struct, eq=False):
                 ctx.held_leases.remove(lease)
             except ValueError:  # released already, or the attempt has ended (``_ENDED``)
                 pass
-        return ctx._runner._finished_future
+        return ctx._run.finished_future  # type: ignore[return-value]
 
 
 class TaskContext(msgspec.Struct, eq=False):
@@ -134,8 +135,8 @@ class TaskContext(msgspec.Struct, eq=False):
     identity, as a plain object would be.
     """
 
-    _runner: Runner
-    _state: _Pipeline
+    _run: RunState
+    _state: PipelineState
     seq: int
     attempt: int
     task: TaskSpec
@@ -156,7 +157,7 @@ class TaskContext(msgspec.Struct, eq=False):
     # -- identity -----------------------------------------------------------------------
     @property
     def run_id(self) -> str:
-        return self._runner.run_id or ""
+        return self._run.run_id
 
     @property
     def pipeline_id(self) -> str:
@@ -172,15 +173,15 @@ class TaskContext(msgspec.Struct, eq=False):
 
     @property
     def clock(self) -> Any:
-        return self._runner.clock
+        return self._run.clock
 
     @property
     def pools(self) -> Mapping[str, Pool]:
-        return self._runner.pools
+        return self._run.pools
 
     @property
     def bus(self) -> Any:
-        return self._runner.bus
+        return self._run.bus
 
     @property
     def rng(self) -> random.Random:
@@ -233,9 +234,10 @@ class TaskContext(msgspec.Struct, eq=False):
             raise PoolNotFound(
                 f"task {self.task.name!r} declares no resource; pass a pool name to ctx.acquire()"
             )
-        pool = self._runner.pools.get(name)
+        pools = self._run.pools
+        pool = pools.get(name)
         if pool is None:
-            known = ", ".join(self._runner.pools) or "none"
+            known = ", ".join(pools) or "none"
             raise PoolNotFound(f"task {self.task.name!r}: no pool named {name!r} (pools: {known})")
         alg = (
             algorithm
@@ -251,9 +253,9 @@ class TaskContext(msgspec.Struct, eq=False):
         per-task route) or ``(pool, algorithm, timeout, where, selector)``.
         """
         if args is _NO_ARGS:
-            runner = self._runner
+            run = self._run
             # the route is resolved once per task: looked up here without a call per lease
-            first_try = (runner._lease_routes.get(self.task) or runner.lease_route(self))[1]
+            first_try = (run.lease_routes.get(self.task) or run.runner.lease_route(self))[1]
             lease = None if first_try is None else first_try(self)
         else:
             pool, alg = self._target(args[0], args[1])
@@ -294,13 +296,24 @@ class TaskContext(msgspec.Struct, eq=False):
         return list(self.lease_records)
 
     def publish_resource(self, pool: str, resource: Any) -> None:
-        self._runner.pool(pool).publish(resource, by=self.task_name)
+        self._run.runner.pool(pool).publish(resource, by=self.task_name)
         self.emit("resource.published_by_task", pool=pool, resource_id=resource.id)
 
     def revoke_resource(self, pool: str, resource_id: str, reason: str = "") -> None:
-        self._runner.pool(pool).revoke(resource_id, reason=reason)
+        self._run.runner.pool(pool).revoke(resource_id, reason=reason)
 
     # -- events and metrics -------------------------------------------------------------------
+    def _telemetry(self) -> Telemetry:
+        telemetry = self._run.telemetry
+        assert telemetry is not None
+        return telemetry
+
+    def _pending(self) -> Batch:
+        """The rows of the run's next commit (a ctx kept past its run has none)."""
+        recorder = self._run.recorder
+        assert recorder is not None
+        return recorder.pending
+
     def emit(self, kind: str, **data: Any) -> None:
         """Record a structured event (task, seq and attempt are added).
 
@@ -313,7 +326,7 @@ class TaskContext(msgspec.Struct, eq=False):
             data.setdefault("task", self.task.name)
             data.setdefault("seq", self.seq)
             data.setdefault("attempt", self.attempt)
-            self._runner._event(
+            self._telemetry().event(
                 kind, "task", pipeline_id=self.pipeline_id, task_run_id=self.task_run_id, data=_plain(data)
             )
         except Exception as exc:  # defensive: emit must never fail a task
@@ -321,7 +334,7 @@ class TaskContext(msgspec.Struct, eq=False):
 
     def _reject(self, what: str, exc: Exception) -> bool:
         self.metric_failures += 1
-        self._runner._metric_rejected(what, exc)
+        self._telemetry().metric_rejected(what, exc)
         return False
 
     def record(self, data: Mapping[str, Any] | None = None, **values: Any) -> bool:
@@ -331,8 +344,8 @@ class TaskContext(msgspec.Struct, eq=False):
             clean = {k: check_value(k, v) for k, v in merged.items()}
         except MetricRejected as exc:
             return self._reject("record", exc)
-        now = self._runner.clock.wall()
-        rows = self._runner._recorder_pending().metrics
+        now = self._run.clock.wall()
+        rows = self._pending().metrics
         for name, value in clean.items():
             rows.append(
                 MetricRecord(
@@ -366,8 +379,8 @@ class TaskContext(msgspec.Struct, eq=False):
             return self._reject("track_many", exc)
         if self._steps is None:
             self._steps = self._state.metric_steps
-        now = self._runner.clock.wall()
-        rows = self._runner._recorder_pending().metric_points
+        now = self._run.clock.wall()
+        rows = self._pending().metric_points
         for point in clean:
             for k, v in point.items():
                 step = self._steps.get(k, 0)
@@ -388,7 +401,7 @@ class TaskContext(msgspec.Struct, eq=False):
 
     def artifact_dir(self) -> Path:
         """A directory of this attempt's own, under the store's folder (created on first call)."""
-        root = self._runner.artifact_root().resolve()
+        root = self._run.runner.artifact_root().resolve()
         pid = self.pipeline_id if _SAFE.match(self.pipeline_id) else digest_bytes(self.pipeline_id.encode())
         run = self.run_id if _SAFE.match(self.run_id) else digest_bytes(self.run_id.encode())
         path = (

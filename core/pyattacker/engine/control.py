@@ -1,7 +1,7 @@
-"""The runner's handoff steps: committing a jump, and where a pipeline that jumped resumes.
+"""Handoffs: committing a jump, and where a pipeline that jumped resumes.
 
-Kept apart from ``runner.py`` because only pipelines that declare ``control`` ever get here:
-the per-task path of a plain chain pays one type test on a task's return value, nothing more.
+Kept apart from the checkpoint path because only pipelines that declare ``control`` ever get
+here: the per-task path of a plain chain pays one type test on a task's return value, nothing more.
 
 A handoff is one group commit, like a checkpoint: the source task's row (``handed_off``), its
 attempt, the entry artifact when the task handed over a value, the ledger row, and the pipeline
@@ -22,26 +22,21 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from pyattacker.clock import round3
-from pyattacker.digest import digest_bytes
+from pyattacker.engine.checkpoint import Checkpointer
+from pyattacker.engine.outcomes import Outcomes
+from pyattacker.engine.resume import Problem, Resumer
+from pyattacker.engine.state import PipelineState, RunState
+from pyattacker.engine.telemetry import Telemetry
 from pyattacker.errors import ArtifactCodecError, CorruptRow, FatalError, StoreFeatureUnsupported
-from pyattacker.flow.chain import PipelineTemplate
 from pyattacker.flow.handoff import UNSET, Handoff
-from pyattacker.model import (
-    ArtifactRecord,
-    AttemptRecord,
-    HandoffRecord,
-    PipelineRecord,
-    PipelineReset,
-    TaskRecord,
-)
+from pyattacker.model import ArtifactRecord, HandoffRecord, PipelineRecord, PipelineReset
 
 if TYPE_CHECKING:
     from pyattacker.engine.context import TaskContext
-    from pyattacker.engine.runner import Runner, _Pipeline
-    from pyattacker.flow.chain import PipelineSpec
+    from pyattacker.flow.chain import PipelineSpec, PipelineTemplate
+    from pyattacker.store.base import Store
 
-__all__ = ["Resumption", "RunnerControl", "store_lacks"]
+__all__ = ["Control", "Resumption", "require_ledger", "store_lacks"]
 
 
 class Resumption(msgspec.Struct, kw_only=True):
@@ -88,6 +83,21 @@ def store_lacks(store: Any) -> str:
     return ""
 
 
+def require_ledger(store: Store, template: PipelineTemplate, missing: str | None = None) -> str:
+    """Refuse a pipeline with control on a store without the ledger, or one that does not apply
+    ``Batch.resets`` (``StoreFeatureUnsupported``): it would keep showing the rows a restart
+    from the seed dropped. Returns what the store lacks ("": nothing), to be passed back as
+    ``missing`` so the store is asked once."""
+    if missing is None:
+        missing = store_lacks(store)
+    if missing:
+        raise StoreFeatureUnsupported(
+            f"pipeline {template.name!r} declares control (handoffs), and store"
+            f" {getattr(store, 'location', store)!r} {missing}; use a SQLite, JSONL or memory store"
+        )
+    return missing
+
+
 def _current(ledger: list[HandoffRecord]) -> HandoffRecord | None:
     """The jump the current traversal last committed (None: none since the last restart)."""
     if ledger and ledger[-1].operation == "forward":
@@ -95,11 +105,23 @@ def _current(ledger: list[HandoffRecord]) -> HandoffRecord | None:
     return None
 
 
-class RunnerControl:
-    """The handoff path and the resume rules of pipelines that jump, for one ``Runner``."""
+class Control:
+    """The handoff path and the resume rules of pipelines that jump, for one run."""
 
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
+    def __init__(
+        self,
+        run: RunState,
+        telemetry: Telemetry,
+        resumer: Resumer,
+        checkpoints: Checkpointer,
+        outcomes: Outcomes,
+    ) -> None:
+        self.run = run
+        self.store = run.store
+        self.event = telemetry.event
+        self.resumer = resumer
+        self.checkpoints = checkpoints
+        self.outcomes = outcomes
         #: what the store lacks to run a pipeline with control ("" if nothing; asked once, by
         #: the first pipeline with control)
         self._missing: str | None = None
@@ -107,21 +129,10 @@ class RunnerControl:
         #: the pipeline's admission (one never admitted, the run stopping, keeps its rows)
         self._resets: dict[str, tuple[str | None, int]] = {}
 
-    def check_ledger(self, spec: PipelineSpec | PipelineTemplate) -> None:
-        """A store without the ledger, or one that does not apply ``Batch.resets``, cannot run
-        such a pipeline: refused before it starts (the CLI asks with the config's template
-        before the run begins, the runner again per admitted pipeline for SDK callers). A store
-        that ignored the resets would keep showing the rows a restart from the seed dropped."""
-        r = self.runner
-        template = spec if isinstance(spec, PipelineTemplate) else spec.template
-        if self._missing is None:
-            self._missing = store_lacks(r.store)
-        if self._missing:
-            raise StoreFeatureUnsupported(
-                f"pipeline {template.name!r} declares control (handoffs), and store"
-                f" {getattr(r.store, 'location', r.store)!r} {self._missing};"
-                " use a SQLite, JSONL or memory store"
-            )
+    def check_ledger(self, spec: PipelineSpec) -> None:
+        """Refuse, per admitted pipeline, what ``require_ledger`` refuses (SDK callers are not
+        asked before the run, as the CLI is)."""
+        self._missing = require_ledger(self.store, spec.template, self._missing)
 
     # -- resume ---------------------------------------------------------------------------------
     def resume(
@@ -134,8 +145,8 @@ class RunnerControl:
 
         The ledger is read even without a row: a row deleted by hand leaves its jumps behind, and
         without a restart row the next resume would honour one the new traversal never took."""
-        r = self.runner
-        ledger: list[HandoffRecord] = r.store.handoffs(spec.key)  # type: ignore[attr-defined]
+        resumer = self.resumer
+        ledger: list[HandoffRecord] = self.store.handoffs(spec.key)  # type: ignore[attr-defined]
         if row is None and not ledger:  # nothing to honour (a fresh pipeline, the usual case)
             # a seed row without a pipeline row or a ledger: the row was deleted by hand after a
             # traversal without a jump, whose other rows were not (see ``reset`` below)
@@ -145,7 +156,7 @@ class RunnerControl:
         out = Resumption(start=0, value=spec.seed)
         if resumable and row is not None:
             if jump is not None and not self.declared(spec, jump):
-                r._corrupt(
+                resumer.corrupt(
                     spec,
                     row,
                     f"its ledger row handoff_id={jump.handoff_id} ({jump.from_seq} -> {jump.to_seq})"
@@ -153,17 +164,17 @@ class RunnerControl:
                 )
                 return None
             if jump is not None and jump.to_seq is None:  # an END whose settle was never written
-                if r._repair(spec, row, jump.entry_seq, jump):
+                if resumer.repair(spec, row, jump.entry_seq, jump):
                     return None
             else:
                 if row.cursor == n:  # the last task's output is durable, the row never said so
-                    if r._repair(spec, row, n - 1):
+                    if resumer.repair(spec, row, n - 1):
                         return None
                     row.cursor = n - 1
                 if jump is not None:
                     out = self.after_jump(spec, row, jump)
                 elif row.cursor > 0:
-                    out.start, out.value = r._load_checkpoint(spec, row)
+                    out.start, out.value = resumer.load_checkpoint(spec, row)
         if out.start == 0 and ledger and ledger[-1].operation != "restart":
             out.restart = why if not resumable else "checkpoint_unusable"
         # every start from the seed over an earlier traversal (here there is one: a row, or a
@@ -180,7 +191,7 @@ class RunnerControl:
         first (a reset never deletes it), so without it there is nothing to reset. (The SQLite
         store answers for a fresh pipeline without a query.) An unreadable one counts."""
         try:
-            return self.runner.store.get_artifact(key, -1) is not None
+            return self.store.get_artifact(key, -1) is not None
         except CorruptRow:
             return True
 
@@ -197,19 +208,18 @@ class RunnerControl:
     def after_jump(self, spec: PipelineSpec, row: PipelineRecord, jump: HandoffRecord) -> Resumption:
         """After a committed jump to ``jump.to_seq``: the latest usable output at or after the
         destination, else the jump's entry, else the seed (never a task the jump skipped)."""
-        r = self.runner
         assert jump.to_seq is not None
         entry = (jump.to_seq, jump.entry_artifact_id, jump.entry_seq)
-        problem: tuple[str, dict[str, Any]] | None = None
+        problem: Problem | None = None
         for seq in range(min(row.cursor, len(spec.template.tasks)) - 1, jump.to_seq - 1, -1):
-            loaded, why = r._checkpoint_at(spec, seq)
+            loaded, why = self.resumer.checkpoint_at(spec, seq)
             if why is None:
                 return Resumption(start=seq + 1, value=loaded, entry=entry)
             problem = problem or why
         value, why = self.entry_value(spec, jump)
         if why is None:
             if problem is not None:
-                r._event(
+                self.event(
                     problem[0],
                     "pipeline",
                     pipeline_id=spec.key,
@@ -217,51 +227,49 @@ class RunnerControl:
                 )
             return Resumption(start=jump.to_seq, value=value, entry=entry)
         kind, data = problem or why
-        r._event(kind, "pipeline", pipeline_id=spec.key, data={**data, "resume_from": 0})
+        self.event(kind, "pipeline", pipeline_id=spec.key, data={**data, "resume_from": 0})
         return Resumption(start=0, value=spec.seed)
 
-    def entry_value(
-        self, spec: PipelineSpec, jump: HandoffRecord
-    ) -> tuple[Any, tuple[str, dict[str, Any]] | None]:
+    def entry_value(self, spec: PipelineSpec, jump: HandoffRecord) -> tuple[Any, Problem | None]:
         """The value a jump's destination receives, read back from its entry artifact."""
-        r = self.runner
         if jump.entry_seq == -1:
             return spec.seed, None
         # a handed-over value was written by the source task; a reused input by its own task
         writer = jump.entry_seq if jump.entry_seq < len(spec.template.tasks) else jump.from_seq
-        value, why = r._checkpoint_at(spec, jump.entry_seq, jump.from_task, writer)
+        value, why = self.resumer.checkpoint_at(spec, jump.entry_seq, jump.from_task, writer)
         if why is not None:
             why[1].update(handoff_id=jump.handoff_id, via="handoff")
         return value, why
 
-    def opened(self, state: _Pipeline, plan: Resumption, discarded: int) -> None:
+    def opened(self, state: PipelineState, plan: Resumption, discarded: int) -> None:
         """The pipeline takes the plan's entry and ledger count; its reset waits for ``admitted``."""
         state.entry, state.ledger_rows = plan.entry, plan.ledger_rows
         if plan.reset:
             self._resets[state.spec.key] = (plan.restart, discarded)
 
-    def admitted(self, state: _Pipeline) -> None:
+    def admitted(self, state: PipelineState) -> None:
         """The pipeline got its place in the run: its reset (if any) goes into the next commit,
         before any of its tasks can run."""
         pending = self._resets.pop(state.spec.key, None) if self._resets else None
         if pending is not None:
             self.mark_reset(state, *pending)
 
-    def mark_reset(self, state: _Pipeline, restart: str | None, cursor: int) -> None:
+    def mark_reset(self, state: PipelineState, restart: str | None, cursor: int) -> None:
         """Start again from the seed over an earlier traversal, in one commit with the pipeline
         row at cursor 0: that traversal's task rows and chain outputs go (``PipelineReset``),
         the artifacts that stay (seed, handed-over entries) lose their final flag, and after a
         jump (``restart``: why) a ledger row says older jumps no longer drive recovery."""
-        r = self.runner
+        run = self.run
         key = state.spec.key
-        batch = r._recorder_pending()
+        assert run.recorder is not None
+        batch = run.recorder.pending
         batch.resets.append(PipelineReset(pipeline_id=key, slots=state.n))
         batch.finals_cleared.append(key)
         if restart is not None:
             batch.handoffs.append(
                 HandoffRecord(
                     pipeline_id=key,
-                    run_id=r.run_id or "",
+                    run_id=run.run_id,
                     from_seq=cursor,
                     from_task="",
                     to_seq=0,
@@ -270,7 +278,7 @@ class RunnerControl:
                     entry_artifact_id=f"{key}:-1",
                     entry_reused=True,
                     reason=restart,
-                    ts=r.clock.wall(),
+                    ts=run.clock.wall(),
                     operation="restart",
                 )
             )
@@ -279,27 +287,24 @@ class RunnerControl:
         state.row_written = True
 
     # -- the jump ---------------------------------------------------------------------------------
-    def input_of(self, state: _Pipeline) -> tuple[int, str]:
+    def input_of(self, state: PipelineState) -> tuple[int, str]:
         """``(seq, artifact id)`` of the artifact the current task received."""
-        key = state.spec.key
         entry = state.entry
         if entry is not None and entry[0] == state.seq:
             return entry[2], entry[1]
-        return state.seq - 1, f"{key}:{state.seq - 1}"
+        return state.seq - 1, f"{state.spec.key}:{state.seq - 1}"
 
     def stage_handoff(
-        self, state: _Pipeline, ctx: TaskContext, directive: Handoff, t0: float, wall0: float
+        self, state: PipelineState, ctx: TaskContext, directive: Handoff, t0: float, wall0: float
     ) -> tuple[HandoffRecord, Any, ArtifactRecord | None]:
         """Put a jump's rows into the next group commit; returns its ledger row, the value the
         destination receives and the entry artifact (when one is written).
 
         Raises ``FatalError`` (no control, undeclared edge, input not stored, a value no codec
-        stores) or ``ArtifactBackendUnavailable`` before anything is staged. Runs once per
-        jump, so its rows are built inline as a checkpoint's are (``Runner._stage_checkpoint``):
-        one clock reading ends the attempt and dates every row."""
-        r = self.runner
-        recorder = r._recorder
-        assert recorder is not None
+        stores) or ``ArtifactBackendUnavailable`` before anything is staged. The rows are the
+        ones a checkpoint writes (``Checkpointer.close``), with the ledger row beside them."""
+        run = self.run
+        checkpoints = self.checkpoints
         task = ctx.task
         seq, n, key = state.seq, state.n, state.spec.key
         control = state.spec.template.control
@@ -310,83 +315,39 @@ class RunnerControl:
             )
         to_seq = control.destination(seq, directive)
         is_end = to_seq == n
-        full = r.config.journal == "full"
-        ended = r._mono()
+        ended = run.mono()
         now = wall0 + (ended - t0)
-        entry_art: ArtifactRecord | None = None
-        seed_is_entry = False
         reused = directive.value is UNSET
         if reused:
             value = state.value
             entry_seq, entry_id = self.input_of(state)
-            if is_end:  # the input becomes the final artifact: its row is written again, marked
-                if entry_seq == -1 and state.write_seed:
-                    seed_is_entry = True
-                else:
-                    entry_art = self.stored_input(key, task.name, entry_seq)
+            entry_art = self._reused_entry(state, task.name, entry_seq) if is_end else None
         else:
             value = directive.value
             entry_seq = n + state.ledger_rows
             entry_id = f"{key}:{entry_seq}"
-            codecs = r._codecs if r._codecs is not None else r.codecs
             try:
-                codec, type_name, data = codecs.encode(value)
+                codec, type_name, data = checkpoints.codecs.encode(value)
             except ArtifactCodecError as exc:  # the same value again: a FatalError, never retried
                 raise FatalError(
                     f"the value task {task.name!r} of pipeline {key!r} handed off cannot be stored: {exc}"
                 ) from exc
-            entry_art = ArtifactRecord(
-                artifact_id=entry_id,
-                pipeline_id=key,
-                task_name=task.name,
-                seq=entry_seq,
-                type_name=type_name,
-                codec=codec,
-                digest=digest_bytes(data),
-                size=len(data),
-                created_at=now,
-                payload=data if full else None,
-                is_final=is_end,
+            entry_art = checkpoints.artifact(
+                entry_id, key, task.name, entry_seq, codec, type_name, data, now, is_end
             )
-            if full and r._putter is not None:
-                entry_art = r._put(entry_art, task.name)
-        seed = r._seed_artifact(state, full, now=now) if state.write_seed else None
-        if full and r._putter is not None:
-            ended = r._mono()  # the attempt ends once the backend holds the bytes, as a checkpoint's
+        seed = checkpoints.seed_artifact(state, now) if state.write_seed else None
+        if checkpoints.putter is not None:
+            ended = run.mono()  # the attempt ends once the backend holds the bytes, as a checkpoint's
         # nothing below raises: the rows go out together or not at all
-        batch = recorder.pending
-        if is_end:  # (no earlier final to unmark: every traversal over stored rows began with a reset)
-            if reused and entry_art is not None:  # (a handed-over value's row is marked already)
+        if is_end and reused:  # the input becomes the final artifact: its row is written again, marked
+            if entry_art is not None:
                 entry_art = msgspec.structs.replace(entry_art, is_final=True)
-            elif seed is not None and seed_is_entry:
+            elif seed is not None:  # the input is the seed this traversal has yet to write
                 seed.is_final = True
                 entry_art = seed
-        if seed is not None:
-            batch.artifacts.append(seed)
-            state.write_seed = False
-        if entry_art is not None and entry_art is not seed:
-            batch.artifacts.append(entry_art)
-        run_id = r.run_id or ""
-        task_wall = state.task_started_wall or now
-        ms = (now - task_wall) * 1000.0
-        batch.tasks.append(
-            TaskRecord(
-                task_run_id=ctx.task_run_id,
-                pipeline_id=key,
-                run_id=run_id,
-                name=task.name,
-                seq=seq,
-                state="handed_off",
-                attempts_used=ctx.attempt,
-                started_at=task_wall,
-                ended_at=now,
-                duration_ms=(ms * 1000.0 + 0.5) // 1.0 / 1000.0 if ms >= 0.0 else round3(ms),
-                resource=task.resource,
-            )
-        )
         ledger = HandoffRecord(
             pipeline_id=key,
-            run_id=run_id,
+            run_id=run.run_id,
             from_seq=seq,
             from_task=task.name,
             to_seq=None if is_end else to_seq,
@@ -397,45 +358,32 @@ class RunnerControl:
             reason=directive.reason,
             ts=now,
         )
+        assert run.recorder is not None
+        batch = run.recorder.pending
         batch.handoffs.append(ledger)
+        if seed is not None:
+            batch.artifacts.append(seed)
+            state.write_seed = False
+        if entry_art is not None and entry_art is not seed:
+            batch.artifacts.append(entry_art)
         record = state.record
         record.cursor = to_seq
         if is_end:
             record.state = "succeeded"
             record.finished_at = now
-        batch.pipelines.append(msgspec.structs.replace(record))
-        state.row_written = True
-        # last (``Recorder.attempt`` inline): with write-behind off its flush commits the whole
-        # jump at once. The task and attempt rows are built here as ``_stage_checkpoint`` builds
-        # its own (keep the three in step): through ``_ended_task_row`` and ``_record_attempt``
-        # a jump cost 8,000 instructions more (callgrind, twenty-eighth pass)
-        ms = (ended - t0) * 1000.0
-        duration = (ms * 1000.0 + 0.5) // 1.0 / 1000.0 if ms >= 0.0 else round3(ms)
-        batch.attempts.append(
-            AttemptRecord(
-                run_id=run_id,
-                pipeline_id=key,
-                task_run_id=ctx.task_run_id,
-                task_name=task.name,
-                seq=seq,
-                attempt=ctx.attempt,
-                started_at=wall0,
-                ended_at=wall0 + duration / 1000,
-                duration_ms=duration,
-                outcome="handed_off",
-                decision={},
-                leases=ctx.lease_records,
-                metric_failures=ctx.metric_failures,
-            )
-        )
-        if not (recorder._scheduled and recorder.write_behind):
-            recorder._maybe_flush()
+        checkpoints.close(state, ctx, t0, wall0, ended, now, "handed_off", {}, None, None, True)
         return ledger, value, entry_art
 
+    def _reused_entry(self, state: PipelineState, task: str, entry_seq: int) -> ArtifactRecord | None:
+        """The stored input a jump to END reuses as the final artifact (None: it is the seed,
+        which this traversal has yet to write)."""
+        if entry_seq == -1 and state.write_seed:
+            return None
+        return self.stored_input(state.spec.key, task, entry_seq)
+
     def stored_input(self, key: str, task: str, seq: int) -> ArtifactRecord:
-        r = self.runner
         try:
-            art = r.store.get_artifact(key, seq)
+            art = self.store.get_artifact(key, seq)
         except CorruptRow as exc:
             raise FatalError(
                 f"task {task!r} ended its pipeline with its input, which is unreadable: {exc}"
@@ -446,18 +394,18 @@ class RunnerControl:
             )
         return art
 
-    def landed(self, state: _Pipeline) -> None:
+    def landed(self, state: PipelineState) -> None:
         """After the group commit that made ``state``'s jump durable: count it, and move the
         pipeline to the destination with its value; a jump to END leaves it at the chain's end
         with the entry as its output, and ``ended`` (called next) finishes it."""
         jump = state.jump
         assert jump is not None
         ledger, value, entry = jump
-        r = self.runner
-        r.counters["handoffs"] += 1
+        run = self.run
+        run.counters["handoffs"] += 1
         state.ledger_rows += 1
-        if r._trace:  # the ledger row records the jump; ``events: all`` repeats it as an event
-            r._event(
+        if run.trace:  # the ledger row records the jump; ``events: all`` repeats it as an event
+            self.event(
                 "pipeline.handoff",
                 "pipeline",
                 pipeline_id=ledger.pipeline_id,
@@ -483,15 +431,8 @@ class RunnerControl:
         state.value = value
         state.entry = (ledger.to_seq, ledger.entry_artifact_id, ledger.entry_seq)
 
-    def ended(self, state: _Pipeline, entry: ArtifactRecord) -> None:
+    def ended(self, state: PipelineState, entry: ArtifactRecord) -> None:
         """A pipeline whose jump to END is durable: it succeeded, with the entry as its final
         artifact."""
         state.jump = None
-        r = self.runner
-        r._event(
-            "pipeline.succeeded",
-            "pipeline",
-            pipeline_id=state.spec.key,
-            data={"tasks": state.n, "handed_off": True, "resumed_from": state.record.resume_of},
-        )
-        r._finished(state, "succeeded", entry)
+        self.outcomes.succeeded(state, entry, handed_off=True)

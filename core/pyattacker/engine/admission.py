@@ -1,0 +1,168 @@
+"""Admission: seeds come in lazily, are checked against the store in chunks, and enter the run
+up to ``max_admitted`` at a time.
+
+Memory stays O(concurrency), never O(dataset): the specs are consumed as an iterator, one chunk
+of stored rows is looked up at a time, and the producer waits for room before it admits more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterable
+from typing import Any
+
+from pyattacker.engine.outcomes import Outcomes
+from pyattacker.engine.resume import Resumer
+from pyattacker.engine.state import PipelineState, RunState
+from pyattacker.engine.telemetry import Telemetry
+from pyattacker.engine.workqueue import WorkQueue
+from pyattacker.errors import ConfigError, PipelineIdentityConflict
+from pyattacker.flow.chain import PipelineSpec
+from pyattacker.model import PipelineRecord
+
+__all__ = ["Admission", "check_specs"]
+
+#: seeds looked up in the store per query
+LOOKUP_CHUNK = 512
+_SPEC_TYPE = {PipelineSpec}
+
+#: ``(state, spec_digest, seed_digest, run_id)`` of a stored pipeline
+StoredState = tuple[str, str, str, str]
+
+
+def check_specs(chunk: list[Any]) -> None:
+    """Refuse an admitted chunk holding anything but ``PipelineSpec``s, naming the first stray
+    item's type. Usually one set of the items' types, in C (a resume checks a million seeds);
+    only a chunk with another type (a subclass, or a stray value) is checked item by item."""
+    if set(map(type, chunk)) == _SPEC_TYPE:
+        return
+    for item in chunk:
+        if not isinstance(item, PipelineSpec):
+            raise ConfigError(f"run() takes PipelineSpecs (template.map(...)), got {type(item).__name__}")
+
+
+class Admission:
+    """The producer of one run: it admits pipelines onto the work queue."""
+
+    def __init__(
+        self, run: RunState, telemetry: Telemetry, resumer: Resumer, outcomes: Outcomes, staff: Any
+    ) -> None:
+        self.run = run
+        self.event = telemetry.event
+        self.resumer = resumer
+        self.outcomes = outcomes
+        #: ``Scheduler.staff``: a worker for the pipeline about to be queued
+        self.staff = staff
+
+    async def produce(self, specs: Iterable[PipelineSpec], queue: WorkQueue[PipelineState | None]) -> None:
+        run = self.run
+        assert run.capacity is not None
+        limit = run.config.admitted_limit
+        counters = run.counters
+        control = self.resumer.control
+        iterator = iter(specs)
+        try:
+            while not run.stopping:
+                chunk = list(itertools.islice(iterator, LOOKUP_CHUNK))
+                if not chunk:
+                    break
+                check_specs(chunk)
+                rows, states = self.lookup([s.key for s in chunk])
+                seen: dict[str, PipelineSpec] = {}
+                active = run.active
+                for spec in chunk:
+                    if run.stopping:
+                        break
+                    key = spec.key
+                    if key in seen or key in active:
+                        first = seen.get(key)
+                        self.duplicate(spec, first if first is not None else active[key])
+                        continue
+                    seen[key] = spec
+                    done = states.get(key)
+                    if done is not None and done[0] == "succeeded":
+                        if (
+                            done[1] == spec.template.spec_digest
+                            and done[2] == spec.seed_digest
+                            and done[3] != run.run_id
+                            and not run.trace
+                        ):  # finished already, unchanged: the usual skip of a resume, once per seed
+                            counters["skipped"] += 1
+                            run.skipped_quietly += 1
+                            continue
+                        state = self._reopen(spec, done)
+                    else:
+                        state = self.resumer.open(spec, rows.get(key))
+                    if state is None:
+                        continue
+                    while run.admitted - run.done >= limit and not run.stopping:
+                        run.capacity.clear()
+                        await run.capacity.wait()
+                    if run.stopping:
+                        # admitted bookkeeping never happened: leave the row as it was
+                        break
+                    run.admitted += 1
+                    counters["pipelines_admitted"] += 1
+                    active[key] = spec
+                    if control is not None and spec.template.control is not None:
+                        control.admitted(state)  # a restart from the seed: its reset
+                    self.staff(queue)
+                    if queue.offer(state):  # room in the queue (no coroutine): the usual case
+                        continue
+                    await self._put(queue, state)
+        finally:
+            run.producer_done = True
+            run.check_complete()
+
+    async def _put(self, queue: WorkQueue[PipelineState | None], state: PipelineState) -> None:
+        try:
+            await queue.put(state)
+        except asyncio.CancelledError:
+            self.outcomes.interrupt(state, "queued")  # admitted but never handed to a worker
+            raise
+
+    def _reopen(self, spec: PipelineSpec, stored: StoredState) -> PipelineState | None:
+        """A key stored as succeeded that is not skipped quietly: skipped with an event when its
+        identity is the same, else opened so that the changed identity is refused there."""
+        _state, spec_digest, seed_digest, run_id = stored
+        run = self.run
+        if spec_digest == spec.template.spec_digest and seed_digest == spec.seed_digest:
+            # finished already; by this run: the key was given twice
+            self.resumer.skip(spec, "succeeded" if run_id != run.run_id else "duplicate_key")
+            return None
+        row = PipelineRecord(
+            pipeline_id=spec.key, run_id=run_id, name="", key=spec.key, state="succeeded",
+            spec_digest=spec_digest, seed_digest=seed_digest,
+        )  # fmt: skip
+        return self.resumer.open(spec, row)
+
+    def lookup(self, keys: list[str]) -> tuple[dict[str, PipelineRecord], dict[str, StoredState]]:
+        """Stored rows for ``keys`` that a resume has to look at, and ``(state, spec_digest,
+        seed_digest, run_id)`` per stored key. A store offering ``lookup_states`` answers the
+        common case of a resume (already succeeded: skip) from those four narrow columns, without
+        building a record per row; only the rows in another state are read in full."""
+        run = self.run
+        store = run.store
+        narrow = getattr(store, "lookup_states", None)
+        if narrow is None or run.config.retry_succeeded or run.config.fresh_restart:
+            return store.lookup_pipelines(keys), {}
+        states = narrow(keys)
+        rest = [key for key, st in states.items() if st[0] != "succeeded"]
+        return (store.lookup_pipelines(rest) if rest else {}), states
+
+    def duplicate(self, spec: PipelineSpec, first: PipelineSpec) -> None:
+        """A key admitted a second time while its first spec is queued or running: the same
+        seed and chain is one pipeline (skipped, ``duplicate_key``); another seed or chain under
+        the key is refused, as a resume refuses it, instead of being dropped in silence."""
+        if first.seed_digest == spec.seed_digest and first.template.spec_digest == spec.template.spec_digest:
+            self.resumer.skip(spec, "duplicate_key")
+            return
+        what = "task chain" if first.template.spec_digest != spec.template.spec_digest else "seed"
+        err = PipelineIdentityConflict(
+            f"pipeline {spec.key!r} is given twice in this run with a different {what}; a key"
+            " names one pipeline: make the keys unique (the source's key_field) or drop the"
+            " duplicate row"
+        )
+        self.event("pipeline.identity_conflict", "pipeline", pipeline_id=spec.key, data={"error": str(err)})
+        raise err
