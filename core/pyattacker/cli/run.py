@@ -175,6 +175,8 @@ def _run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _run(flags: dict[str, Any], *, resume: bool) -> None:
+    """One run in this process (the whole config, or one shard of it), or every shard with
+    ``--shards``; exits with the run's code."""
     # start-up: the config layer is heavy, and `--help` imports this module
     from pyattacker.config.build import build, check_config, load_config
 

@@ -45,7 +45,7 @@ from pyattacker.shard.plan import (
 )
 
 if TYPE_CHECKING:
-    from pyattacker.views.merge import ShardPart, TaskCounts
+    from pyattacker.views.merge import MergedReport, ShardPart, TaskCounts
 
     #: ``shard_task_counts``: the run counted, and its task counts
     _Counts = tuple[str | None, TaskCounts]
@@ -512,7 +512,7 @@ def _prepare(flags: dict[str, Any], resume: bool) -> tuple[_Sharding, ShardExecu
 
 def _run_all(
     sharding: _Sharding, executor: ShardExecutor, flags: dict[str, Any]
-) -> tuple[list[_Outcome], Any, str | None]:
+) -> tuple[list[_Outcome], MergedReport | None, str | None]:
     """Run every shard through ``executor``, reading each store as its shard ends; the shards'
     outcomes and the merged report (None and why, when there is none)."""
     count, stores = sharding.count, sharding.stores
@@ -562,7 +562,7 @@ def _run_all(
 
 
 def _print_json(
-    sharding: _Sharding, outcomes: list[_Outcome], merged: Any, why: str | None, code: int
+    sharding: _Sharding, outcomes: list[_Outcome], merged: MergedReport | None, why: str | None, code: int
 ) -> None:
     doc = {
         "shards": [o.to_dict() for o in outcomes],
@@ -578,7 +578,7 @@ def _print_json(
 
 
 def _print_text(
-    sharding: _Sharding, outcomes: list[_Outcome], merged: Any, why: str | None, code: int
+    sharding: _Sharding, outcomes: list[_Outcome], merged: MergedReport | None, why: str | None, code: int
 ) -> None:
     for o in outcomes:
         out(o.line())
