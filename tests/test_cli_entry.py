@@ -203,3 +203,19 @@ def test_the_command_runs_under_pythons_own_sigint_handler(monkeypatch: pytest.M
     finally:
         signal.signal(signal.SIGINT, before)
     assert seen == [signal.default_int_handler]
+
+
+def test_exit_codes_are_the_documented_numbers() -> None:
+    """``ExitCode`` holds the codes of docs/cli.md; the entry point, which imports nothing before
+    its Ctrl-C handler is in place, spells out the two it needs and they are the same."""
+    import pyattacker.__main__ as entry
+    from pyattacker import ExitCode
+
+    assert [(code.name, int(code)) for code in ExitCode] == [
+        ("OK", 0),
+        ("FAILED", 1),
+        ("USAGE_ERROR", 2),
+        ("INTERRUPTED", 130),
+    ]
+    assert ExitCode.INTERNAL_ERROR is ExitCode.USAGE_ERROR
+    assert (entry._OK, entry._INTERRUPTED) == (ExitCode.OK, ExitCode.INTERRUPTED)

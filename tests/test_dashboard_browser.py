@@ -314,14 +314,16 @@ def test_dashboard_counts_the_jumps_and_draws_each_pipelines_route(handoff_page:
 def test_dashboard_shows_handed_off_task_states_like_the_others(handoff_page: _Node) -> None:
     """The Tasks table lists each task's states as `report` and `watch` do; `handed_off` wears
     its own class, which the stylesheet colours like the other states."""
-    from pyattacker_plugins.serve.assets import APP_CSS
+    from pyattacker_plugins.serve.assets import read_asset
+
+    app_css = read_asset("app.css").decode()
 
     states = _task_states(handoff_page)
     assert states["lookup"] == [("handed_off=3", {"handed_off"}), ("succeeded=2", {"succeeded"})]
     assert states["judge"] == [("handed_off=1", {"handed_off"}), ("succeeded=1", {"succeeded"})]
     assert states["s10"] == [("handed_off=1", {"handed_off"})]
     assert "s1" not in states  # skipped by every jump of the latest run
-    assert all(f".{state} {{" in APP_CSS for state in ("handed_off", "failed", "succeeded", "running"))
+    assert all(f".{state} {{" in app_css for state in ("handed_off", "failed", "succeeded", "running"))
 
 
 def test_dashboard_draws_a_markup_task_name_and_reason_as_text(handoff_page: _Node) -> None:

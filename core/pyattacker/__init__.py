@@ -39,6 +39,8 @@ _FACE: dict[str, str] = {
     "ConfigError": "pyattacker.errors",
     "AcquireTimeout": "pyattacker.errors",
     "ResourceUnavailable": "pyattacker.errors",
+    # what a command exits with
+    "ExitCode": "pyattacker.errors",
     # writing plugins
     "hookimpl": "pyattacker.plugins.hookspecs",
 }
@@ -65,6 +67,7 @@ __all__ = [
     "ConfigError",
     "AcquireTimeout",
     "ResourceUnavailable",
+    "ExitCode",
     "hookimpl",
 ]
 
@@ -77,6 +80,7 @@ if TYPE_CHECKING:
     from pyattacker.errors import (
         AcquireTimeout,
         ConfigError,
+        ExitCode,
         FatalError,
         PyAttackerError,
         ResourceUnavailable,

@@ -19,10 +19,15 @@ Only the interpreter's own start-up, before this module runs, is out of reach. (
 module imports nothing at its top, not even ``typing``.)
 """
 
+#: ``ExitCode.OK`` and ``ExitCode.INTERRUPTED`` (``pyattacker.errors``), spelled out: importing
+#: them would load ``asyncio`` before the handler that turns a Ctrl-C into this code is in place
+_OK = 0
+_INTERRUPTED = 130
+
 
 def main(argv: list[str] | None = None) -> None:
     """The console script: ``pyattacker.cli.main`` with Ctrl-C handled from the first import on."""
-    exit_code = [130]  # what a late Ctrl-C exits with: the command's code once it has one
+    exit_code = [_INTERRUPTED]  # what a late Ctrl-C exits with: the command's code once it has one
     swallowed = _catch_swallowed_interrupts()
     loading = _SigintWhileLoading()
     try:
@@ -38,10 +43,10 @@ def main(argv: list[str] | None = None) -> None:
             cli_main(argv)
             if swallowed:
                 raise KeyboardInterrupt
-            exit_code[0] = 0
+            exit_code[0] = _OK
         except SystemExit as exc:
             exit_code[0] = _code_of(exc.code)
-            if swallowed and exit_code[0] == 0:
+            if swallowed and exit_code[0] == _OK:
                 raise KeyboardInterrupt from None
             end_if_requested(exit_code[0])  # a command that ran no task code: no teardown
             raise
@@ -54,9 +59,9 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         import sys
 
-        exit_code[0] = 130
+        exit_code[0] = _INTERRUPTED
         sys.stderr.write("Interrupted.\n")
-        raise SystemExit(130) from None
+        raise SystemExit(_INTERRUPTED) from None
 
 
 def _caused_by_interrupt(exc: BaseException) -> bool:
@@ -127,9 +132,10 @@ def _catch_swallowed_interrupts() -> list[bool]:
 
 
 def _code_of(code: object) -> int:
-    """The process exit code ``SystemExit(code)`` stands for."""
+    """The process exit code ``SystemExit(code)`` stands for (the interpreter's rule: a message
+    is 1, whatever it says)."""
     if code is None:
-        return 0
+        return _OK
     return code if isinstance(code, int) else 1
 
 

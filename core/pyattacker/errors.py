@@ -1,13 +1,14 @@
-"""The exception vocabulary and the pure error classifier.
+"""The exception vocabulary, the exit codes they map to, and the pure error classifier.
 
 Failure is an exception (invariant 4). Every error a user can act on derives from
-``PyAttackerError``; ``ConfigError`` and its children map to exit code 2 in the CLI.
-``error_class_of`` is pure so that retry decisions can be replayed and tested as a table.
+``PyAttackerError``; ``ConfigError`` and its children map to ``ExitCode.USAGE_ERROR`` in the
+CLI. ``error_class_of`` is pure so that retry decisions can be replayed and tested as a table.
 """
 
 from __future__ import annotations
 
 import asyncio
+from enum import IntEnum
 from typing import Any
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "ConfigError",
     "CorruptCheckpoint",
     "CorruptRow",
+    "ExitCode",
     "FatalError",
     "LeaseLeakError",
     "PipelineBuildError",
@@ -37,6 +39,21 @@ __all__ = [
     "retry_after_of",
     "safe_str",
 ]
+
+
+class ExitCode(IntEnum):
+    """The exit code of every ``pyattacker`` command, shard included (docs/cli.md)."""
+
+    #: every pipeline succeeded (or was already done); a view or a check did its job
+    OK = 0
+    #: the run ended, but some pipelines failed (or a torn pipeline could not be repaired)
+    FAILED = 1
+    #: bad input (a config, a flag, a dataset, a store location): nothing ran
+    USAGE_ERROR = 2
+    #: a framework error (a crashed worker, a store that fails); the same code as USAGE_ERROR
+    INTERNAL_ERROR = 2
+    #: interrupted (a signal, a cancelled worker): every unfinished pipeline is resumable
+    INTERRUPTED = 130
 
 
 class PyAttackerError(Exception):

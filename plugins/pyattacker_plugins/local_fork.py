@@ -28,6 +28,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from typing import IO, NoReturn
 
+from pyattacker.errors import ExitCode
 from pyattacker.shard.executor import ShardJob, ShardStatus
 from pyattacker.shard.forking import fork_into, release_signals, single_threaded
 
@@ -35,6 +36,9 @@ from .shard_output import ShardOutput
 
 __all__ = ["ForkedHandle", "fork_shard", "single_threaded"]
 
+#: the interpreter's own code for an uncaught exception or ``SystemExit("message")``; the parent
+#: counts a shard that ends so, without a JSON summary, as ``ExitCode.INTERNAL_ERROR``
+_UNCAUGHT = 1
 #: how long a finished shard's pipes are read for an end of file (a grandchild may hold them)
 EOF_WAIT_S = 5.0
 
@@ -60,7 +64,7 @@ def fork_shard(job: ShardJob, env: dict[str, str], inherited: Iterable[int]) -> 
 
 def _child(job: ShardJob, env: dict[str, str], out_w: int, err_w: int, close: list[int]) -> NoReturn:
     """The forked shard: its own session, streams and environment; then the command line."""
-    code = 1
+    code: int = _UNCAUGHT
     try:
         os.setsid()  # as the spawned shards: a Ctrl-C reaches the parent only, which forwards it
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -91,14 +95,14 @@ def _child(job: ShardJob, env: dict[str, str], out_w: int, err_w: int, close: li
         from pyattacker.cli.main import main
 
         main(list(job.argv))
-        code = 0
+        code = ExitCode.OK
     except SystemExit as exc:
         code = _exit_code(exc.code)
     except KeyboardInterrupt:
-        code = 130
+        code = ExitCode.INTERRUPTED
     except BaseException:
         traceback.print_exc()
-        code = 1
+        code = _UNCAUGHT
     finally:
         try:
             atexit._run_exitfuncs()
@@ -112,14 +116,14 @@ def _child(job: ShardJob, env: dict[str, str], out_w: int, err_w: int, close: li
 def _exit_code(value: object) -> int:
     """What the interpreter makes of ``SystemExit(value)``."""
     if value is None:
-        return 0
+        return ExitCode.OK
     if isinstance(value, int):
         return value & 0xFF
     try:
         print(value, file=sys.stderr)
     except Exception:
         pass
-    return 1
+    return _UNCAUGHT
 
 
 class ForkedHandle:

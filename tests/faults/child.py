@@ -383,7 +383,7 @@ def run_cli(args: argparse.Namespace, result: dict[str, Any]) -> int:
     workdir = Path(args.workdir or Path(args.ledger).parent)
     config = _cli_config(args, workdir)
     real_open = runner_mod.open_store
-    real_execute = cli_run._execute
+    real_execute = cli_run.execute
     pools: list[Any] = []
 
     def wrapped_open(uri: Any, **kwargs: Any) -> Any:
@@ -396,7 +396,7 @@ def run_cli(args: argparse.Namespace, result: dict[str, Any]) -> int:
         return real_execute(config, pools_, *rest, **kwargs)
 
     runner_mod.open_store = wrapped_open
-    cli_run._execute = spying_execute  # type: ignore[assignment]
+    cli_run.execute = spying_execute  # type: ignore[assignment]
     out, err = io.StringIO(), io.StringIO()
     argv = ["resume", "-c", str(config), "--summary-format", "json"]
     code = 0

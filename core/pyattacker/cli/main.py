@@ -2,8 +2,9 @@
 
 Core commands live in small modules imported only when used, so ``pyattacker --help`` stays
 fast; plugins add commands through the ``pyattacker_commands`` hook. Every error a user can
-fix is printed as one line naming what is wrong, with the documented exit code:
-0 done, 1 some pipelines failed, 2 bad input or framework error, 130 interrupted (resumable).
+fix is printed as one line naming what is wrong, with the documented ``ExitCode``:
+OK, FAILED (some pipelines failed), USAGE_ERROR / INTERNAL_ERROR (bad input, or a framework
+error), INTERRUPTED (resumable).
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ import rich_click as click
 from click import exceptions as click_exceptions
 
 from pyattacker import __version__
-from pyattacker.errors import ConfigError, PluginError, PyAttackerError, StoreUnavailable, WorkerCrashed
+from pyattacker.errors import (
+    ConfigError,
+    ExitCode,
+    PluginError,
+    PyAttackerError,
+    StoreUnavailable,
+    WorkerCrashed,
+)
 from pyattacker.plugins.lazy_command import LazyCommand
 
 __all__ = ["cli", "main"]
@@ -30,15 +38,17 @@ CORE_COMMANDS: dict[str, LazyCommand] = {
     for name, target in (
         ("run", "pyattacker.cli.run:run_command"),
         ("resume", "pyattacker.cli.run:resume_command"),
-        ("demo", "pyattacker.cli.run:demo_command"),
-        ("validate", "pyattacker.cli.run:validate_command"),
-        ("init", "pyattacker.cli.run:init_command"),
+        ("demo", "pyattacker.cli.demo:demo_command"),
+        ("validate", "pyattacker.cli.setup:validate_command"),
+        ("init", "pyattacker.cli.setup:init_command"),
         ("report", "pyattacker.cli.views:report_command"),
         ("export", "pyattacker.cli.views:export_command"),
         ("watch", "pyattacker.cli.views:watch_command"),
         ("plugins", "pyattacker.cli.plugins:plugins_command"),
     )
 }
+#: ``ClickException`` exits 1 and ``UsageError`` 2: both are the user's input, USAGE_ERROR here
+_CLICK_INPUT_CODES = (1, 2)
 PANELS = {
     "Run pipelines": ["run", "resume", "demo"],
     "Look at results": ["report", "watch", "export", "serve"],
@@ -51,6 +61,7 @@ class LazyGroup(click.RichGroup):
 
     def _plugin_commands(self) -> dict[str, Any]:
         try:
+            # start-up: a core command never needs discovery (pluggy, every plugin's module)
             from pyattacker.plugins.manager import get_plugins
 
             return get_plugins().commands.objects()
@@ -63,7 +74,7 @@ class LazyGroup(click.RichGroup):
         try:
             return command.load()
         except PluginError as exc:
-            from pyattacker.plugins.manager import get_plugins
+            from pyattacker.plugins.manager import get_plugins  # start-up: as in _plugin_commands
 
             provided = get_plugins().commands.provider(command.name)
             if provided is None:
@@ -74,8 +85,8 @@ class LazyGroup(click.RichGroup):
         try:
             return super().invoke(ctx)
         except BrokenPipeError:
-            # the reader of stdout went away (``| head``): end quietly with 0, as main() does;
-            # left to rich-click it became exit 1, the code of a run with failed pipelines
+            # the reader of stdout went away (``| head``): end quietly with OK, as main() does
+            # (left to rich-click it would be exit 1, the code of a run with failed pipelines)
             _quiet_pipe()
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -104,15 +115,15 @@ def cli() -> None:
     """
 
 
-def _fail(message: str, code: int) -> None:
+def _fail(message: str, code: ExitCode) -> None:
     click.echo(f"Error: {message}", err=True)
     sys.exit(code)
 
 
 def _closed_streams_to_devnull() -> None:
-    """A stream closed before the start (``pyattacker run ... >&-``) is None in ``sys``:
-    printing the summary raised AttributeError after the run had finished (a traceback, exit
-    1). Writes to it go nowhere instead, as they would to a reader that went away."""
+    """A stream closed before the start (``pyattacker run ... >&-``) is None in ``sys``, and
+    printing the summary would raise AttributeError after the run. Writes to it go nowhere
+    instead, as they would to a reader that went away."""
     for name in ("stdout", "stderr"):
         if getattr(sys, name) is None:
             setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - lives as sys.stdout
@@ -125,10 +136,10 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, prog_name="pyattacker", standalone_mode=False)
     except click_exceptions.Abort:
         click.echo("Aborted.", err=True)
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
     except click_exceptions.ClickException as exc:
         exc.show()
-        sys.exit(2 if exc.exit_code in (1, 2) else exc.exit_code)
+        sys.exit(ExitCode.USAGE_ERROR if exc.exit_code in _CLICK_INPUT_CODES else exc.exit_code)
     except click_exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except BrokenPipeError:
@@ -136,14 +147,16 @@ def main(argv: list[str] | None = None) -> None:
     except WorkerCrashed as exc:
         # the CLI reference prints it as `WorkerCrashed: worker for pipeline ... died with ...`:
         # unlike a config error, the message alone does not say it was a framework failure
-        _fail(f"WorkerCrashed: {exc}", 2)
-    except (ConfigError, StoreUnavailable) as exc:
-        _fail(str(exc), 2)
+        _fail(f"WorkerCrashed: {exc}", ExitCode.INTERNAL_ERROR)
+    except ConfigError as exc:
+        _fail(str(exc), ExitCode.USAGE_ERROR)
+    except StoreUnavailable as exc:
+        _fail(str(exc), ExitCode.INTERNAL_ERROR)
     except PyAttackerError as exc:
-        _fail(f"{type(exc).__name__}: {exc}", 2)
+        _fail(f"{type(exc).__name__}: {exc}", ExitCode.INTERNAL_ERROR)
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
     try:
         sys.stdout.flush()
     except BrokenPipeError:
@@ -154,4 +167,4 @@ def _quiet_pipe() -> None:
     """The reader went away (``| head``): stop writing, exit without a traceback."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
-    sys.exit(0)
+    sys.exit(ExitCode.OK)

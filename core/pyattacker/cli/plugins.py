@@ -23,6 +23,7 @@ def plugins_command(as_json: bool) -> None:
     if as_json:
         click.echo(msgspec.json.format(msgspec.json.encode(rows), indent=2).decode())
         return
+    # start-up: `--json` prints without rich
     from rich.console import Console
     from rich.table import Table
 

@@ -7,9 +7,9 @@ executor as ``pyattacker run -c cfg --shard i/N --store <base>.shard{i}ofN.db
 the merged report of the shard stores (the same view as ``report``; each store is folded as
 soon as its shard ends, so the report is out right after the last shard).
 
-Exit code: 130 if any shard was interrupted (or never started because of the interrupt), else
-the highest shard code; a shard killed by a signal, or one that printed no JSON summary,
-counts as 2 and is named in the output.
+Exit code: ``INTERRUPTED`` (130) if any shard was interrupted (or never started because of the
+interrupt), else the highest shard code; a shard killed by a signal, or one that printed no
+JSON summary, counts as ``INTERNAL_ERROR`` (2) and is named in the output.
 """
 
 from __future__ import annotations
@@ -21,9 +21,18 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from pyattacker.cli.common import check_backend_flag, flag_overrides, out, warn
 from pyattacker.cli.process_end import request_fast_end
-from pyattacker.errors import ConfigError, PyAttackerError
-from pyattacker.shard.executor import FORCE_AFTER, ShardJob, ShardStatus, get_executor, run_shards
+from pyattacker.cli.report_text import report_text
+from pyattacker.errors import ConfigError, ExitCode, PyAttackerError
+from pyattacker.shard.executor import (
+    FORCE_AFTER,
+    ShardExecutor,
+    ShardJob,
+    ShardStatus,
+    get_executor,
+    run_shards,
+)
 from pyattacker.shard.forking import ForkedCall, ForkedCallError, fork_safe
 from pyattacker.shard.plan import (
     SHARD_ENV,
@@ -36,7 +45,7 @@ from pyattacker.shard.plan import (
 )
 
 if TYPE_CHECKING:
-    from pyattacker.views.merge import ShardPart, TaskCounts
+    from pyattacker.views.merge import MergedReport, ShardPart, TaskCounts
 
     #: ``shard_task_counts``: the run counted, and its task counts
     _Counts = tuple[str | None, TaskCounts]
@@ -228,32 +237,36 @@ def _outcome(
     """What one shard's end stands for. ``forced``: the parent killed it at the third interrupt
     (it had ignored two), which is the user's stop, so 130 like any interrupted shard."""
     if status is None and slot is None:
-        return _Outcome(index, count, store, slot, None, None, 130, "not started: interrupted")
+        return _Outcome(
+            index, count, store, slot, None, None, ExitCode.INTERRUPTED, "not started: interrupted"
+        )
     if status is None:
-        return _Outcome(index, count, store, slot, None, None, 2, "started, but its status was lost")
+        lost = "started, but its status was lost"
+        return _Outcome(index, count, store, slot, None, None, ExitCode.INTERNAL_ERROR, lost)
     if forced and (status.signal is not None or status.exit_code is None):
         why = (
             f"killed by {status.signal_name} at interrupt {FORCE_AFTER}: it had not stopped on the"
             f" first {FORCE_AFTER - 1}; resumable"
         )
-        return _Outcome(index, count, store, slot, status, None, 130, why)
+        return _Outcome(index, count, store, slot, status, None, ExitCode.INTERRUPTED, why)
     if status.signal is not None or status.exit_code is None:
         why = f"killed by {status.signal_name}" if status.signal is not None else "no exit status"
-        return _Outcome(index, count, store, slot, status, None, 2, f"{why}; counts as exit 2")
+        return _Outcome(
+            index, count, store, slot, status, None, ExitCode.INTERNAL_ERROR, f"{why}; counts as exit 2"
+        )
     summary = _summary(status)
     if summary is not None:
         return _Outcome(index, count, store, slot, status, summary, status.exit_code, None)
     err = _last_line(status.stderr_tail)
-    if status.exit_code in (0, 1):
-        return _Outcome(
-            index, count, store, slot, status, None, 2, "no JSON summary on stdout; counts as exit 2"
-        )
+    if status.exit_code in (ExitCode.OK, ExitCode.FAILED):
+        why = "no JSON summary on stdout; counts as exit 2"
+        return _Outcome(index, count, store, slot, status, None, ExitCode.INTERNAL_ERROR, why)
     return _Outcome(index, count, store, slot, status, None, status.exit_code, err or "failed")
 
 
 def _exit_code(outcomes: list[_Outcome]) -> int:
     codes = [o.code for o in outcomes]
-    return 130 if 130 in codes else max(codes, default=0)
+    return ExitCode.INTERRUPTED if ExitCode.INTERRUPTED in codes else max(codes, default=ExitCode.OK)
 
 
 class _Merge:
@@ -284,7 +297,7 @@ class _Merge:
         self.why: str | None = None
 
     def _present(self, index: int) -> bool:
-        from pyattacker.store.location import scheme_of
+        from pyattacker.store.location import scheme_of  # start-up: loaded once a shard has ended
 
         store = self.stores[index]
         return scheme_of(store) not in (None, "file") or os.path.exists(store)
@@ -292,6 +305,7 @@ class _Merge:
     def add(self, index: int, written_by: str | None = None) -> None:
         """Start reading shard ``index``'s store if it exists (in forked children if allowed).
         ``written_by``: the run the shard reported it made (``shard_part``)."""
+        # start-up: `run` without --shards imports this module and never merges
         from pyattacker.views.merge import shard_part, shard_task_counts
 
         if self.why is not None or index in self.parts or index in self.reading or not self._present(index):
@@ -316,7 +330,7 @@ class _Merge:
         self._read_here(index)
 
     def _read_here(self, index: int) -> None:
-        from pyattacker.views.merge import shard_part
+        from pyattacker.views.merge import shard_part  # start-up: as in add()
 
         try:
             self.parts[index] = shard_part(
@@ -359,7 +373,7 @@ class _Merge:
 
     def result(self) -> tuple[Any, str | None]:
         """The report over every shard store that exists (None and why, when there is none)."""
-        from pyattacker.views.merge import merge_stores, shards_report
+        from pyattacker.views.merge import merge_stores, shards_report  # start-up: as in add()
 
         for index in range(len(self.stores)):  # stores of shards that did not run this time
             self.add(index)
@@ -403,22 +417,59 @@ def check_layout(base: str, count: int, *, resuming: bool) -> str | None:
     )
 
 
+@dataclass(frozen=True)
+class _Sharding:
+    """What the parent settled before starting any shard: how many, where, with what share."""
+
+    count: int
+    jobs: int
+    executor: str
+    base: str
+    stores: list[str]
+    plans: list[CapacityPlan]
+    full: bool  # --full-capacity-per-shard
+    resuming: bool
+    command: str  # run | resume
+    config_path: str
+
+
 def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
     """The ``--shards N`` mode of ``run`` / ``resume`` (see the module docstring)."""
-    from pyattacker.cli.run import _check_backend_flag, _flag_overrides, _out, _warn
-    from pyattacker.cli.views import _report_text
+    sharding, executor = _prepare(flags, resume)
+    outcomes, merged, why = _run_all(sharding, executor, flags)
+    code = _exit_code(outcomes)
+    if flags["summary_format"] == "json":
+        _print_json(sharding, outcomes, merged, why, code)
+    else:
+        _print_text(sharding, outcomes, merged, why, code)
+    for o in outcomes:
+        if o.problem is not None and o.code != ExitCode.INTERRUPTED:
+            warn(f"shard {o.index}/{sharding.count} failed: {o.problem}")
+    if code == ExitCode.INTERRUPTED:
+        warn(
+            f"interrupted: every unfinished pipeline is resumable (run `pyattacker resume"
+            f" --shards {sharding.count}` with the same flags)"
+        )
+    request_fast_end()  # the tasks ran in the shards: nothing here needs the teardown
+    raise SystemExit(code)
+
+
+def _prepare(flags: dict[str, Any], resume: bool) -> tuple[_Sharding, ShardExecutor]:
+    """Validate once in the parent (a bad config is one exit 2, not N), plan the stores and the
+    capacity shares, and say so on stderr."""
+    # start-up: the config layer is heavy, and `--help` imports this module
     from pyattacker.config.build import build, load_config, resolve_store
 
     count: int = flags["shards"]
     jobs: int = flags["jobs"] if flags["jobs"] is not None else min(count, _cpu_count())
     if jobs > count:
         raise ConfigError(f"--jobs: at most the number of shards ({count}), got {jobs}")
-    _check_backend_flag(flags["artifact_backend"])
+    check_backend_flag(flags["artifact_backend"])
     loaded = load_config(flags["config_path"], strict_env=flags["strict_env"])
     for warning in loaded.warnings:
-        _warn(warning)
+        warn(warning)
     # validates every section and flag and checks the dataset exists: one exit 2, before any child
-    built = build(loaded, _flag_overrides(flags, resume), limit=flags["limit"])
+    built = build(loaded, flag_overrides(flags, resume), limit=flags["limit"])
     base = resolve_store(built.checked, flags["store"])
     if is_memory_store(base):
         raise ConfigError(
@@ -428,53 +479,66 @@ def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
     resuming = resume or bool(flags["resume"])
     layout_warning = check_layout(base, count, resuming=resuming)
     executor = get_executor(flags["executor"] or "local")
-    stores = [shard_store_path(base, i, count) for i in range(count)]
     full = bool(flags["full_capacity_per_shard"])
-    plans = capacity_plan(built.checked.pools, jobs, full=full)
-    for plan in plans:
+    sharding = _Sharding(
+        count=count,
+        jobs=jobs,
+        executor=flags["executor"] or "local",
+        base=base,
+        stores=[shard_store_path(base, i, count) for i in range(count)],
+        plans=capacity_plan(built.checked.pools, jobs, full=full),
+        full=full,
+        resuming=resuming,
+        command="resume" if resume else "run",
+        config_path=str(loaded.path),
+    )
+    for plan in sharding.plans:
         if plan.oversubscribed:
-            _warn(
+            warn(
                 f"{plan.resource} allows {plan.capacity} lease(s) but {jobs} shards run at once and each"
                 f" needs at least 1, so together they may hold {sum(plan.shares)}; lower --jobs to stay"
                 " within the endpoint's limit"
             )
     if layout_warning is not None:
-        _warn(layout_warning)
+        warn(layout_warning)
     if flags["progress"]:
-        _warn("--progress is ignored with --shards (watch a shard with `pyattacker watch <shard store>`)")
-    _warn(
-        f"running {count} shards, {jobs} at a time, with the {flags['executor'] or 'local'} executor"
+        warn("--progress is ignored with --shards (watch a shard with `pyattacker watch <shard store>`)")
+    warn(
+        f"running {count} shards, {jobs} at a time, with the {sharding.executor} executor"
         f" into {shard_store_pattern(base, count)}"
     )
-    command = "resume" if resume else "run"
-    config_path = str(loaded.path)
+    return sharding, executor
+
+
+def _run_all(
+    sharding: _Sharding, executor: ShardExecutor, flags: dict[str, Any]
+) -> tuple[list[_Outcome], MergedReport | None, str | None]:
+    """Run every shard through ``executor``, reading each store as its shard ends; the shards'
+    outcomes and the merged report (None and why, when there is none)."""
+    count, stores = sharding.count, sharding.stores
 
     def make_job(index: int, slot: int) -> ShardJob:
         argv = child_argv(
             flags,
-            command=command,
-            config=config_path,
+            command=sharding.command,
+            config=sharding.config_path,
             index=index,
             count=count,
             store=stores[index],
-            share=None if full else (slot, jobs),
+            share=None if sharding.full else (slot, sharding.jobs),
         )
         return ShardJob(
-            index=index,
-            count=count,
-            argv=argv,
-            env={SHARD_ENV: f"{index}/{count}"},
-            cwd=os.getcwd(),
+            index=index, count=count, argv=argv, env={SHARD_ENV: f"{index}/{count}"}, cwd=os.getcwd()
         )
 
     # a resume's own run holds only what it re-ran: show every run of the shard stores instead
-    merge = _Merge(stores, "all" if resuming else None)
+    merge = _Merge(stores, "all" if sharding.resuming else None)
     try:
         try:
             run = run_shards(
                 executor,
                 count,
-                jobs,
+                sharding.jobs,
                 make_job,
                 on_finish=lambda status: merge.add(status.index, _reported_run(status)),
                 forward_signals=not flags["no_signals"],
@@ -487,46 +551,44 @@ def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
             _outcome(i, count, stores[i], run.slots.get(i), run.statuses.get(i), forced=i in run.forced)
             for i in range(count)
         ]
-        code = _exit_code(outcomes)
         try:
             merged, why = merge.result()
         except KeyboardInterrupt:  # the shards are done: say how they ended, not just "Aborted."
-            pattern = shlex.quote(shard_store_pattern(base, count))
+            pattern = shlex.quote(shard_store_pattern(sharding.base, count))
             merged, why = None, f"interrupted before it was read; `pyattacker report {pattern}` shows it"
     finally:
         merge.close()  # only after an exception: no forked read outlives the parent's command
-    if flags["summary_format"] == "json":
-        doc = {
-            "shards": [o.to_dict() for o in outcomes],
-            "jobs": jobs,
-            "executor": flags["executor"] or "local",
-            "capacity": [p.to_dict() for p in plans],
-            "stores": stores,
-            "merged": None if merged is None else merged.to_dict(20),
-            "merged_error": why,
-            "exit_code": code,
-        }
-        _out(json.dumps(doc, default=str, sort_keys=True))
-    else:
-        for o in outcomes:
-            _out(o.line())
-        for plan in plans:
-            _out(plan.describe())
-        if merged is not None:
-            scope = "every run (resume)" if resuming else "this run"
-            _out(f"merged report of {len(merged.sources)} shard store(s), {scope}:")
-            for line in _report_text(merged, 0):
-                _out("  " + line)
-        else:
-            _out(f"merged report: unavailable ({why})")
-        _out(f"exit code: {code}")
+    return outcomes, merged, why
+
+
+def _print_json(
+    sharding: _Sharding, outcomes: list[_Outcome], merged: MergedReport | None, why: str | None, code: int
+) -> None:
+    doc = {
+        "shards": [o.to_dict() for o in outcomes],
+        "jobs": sharding.jobs,
+        "executor": sharding.executor,
+        "capacity": [p.to_dict() for p in sharding.plans],
+        "stores": sharding.stores,
+        "merged": None if merged is None else merged.to_dict(20),
+        "merged_error": why,
+        "exit_code": code,
+    }
+    out(json.dumps(doc, default=str, sort_keys=True))
+
+
+def _print_text(
+    sharding: _Sharding, outcomes: list[_Outcome], merged: MergedReport | None, why: str | None, code: int
+) -> None:
     for o in outcomes:
-        if o.problem is not None and o.code != 130:
-            _warn(f"shard {o.index}/{count} failed: {o.problem}")
-    if code == 130:
-        _warn(
-            f"interrupted: every unfinished pipeline is resumable (run `pyattacker resume"
-            f" --shards {count}` with the same flags)"
-        )
-    request_fast_end()  # the tasks ran in the shards: nothing here needs the teardown
-    raise SystemExit(code)
+        out(o.line())
+    for plan in sharding.plans:
+        out(plan.describe())
+    if merged is not None:
+        scope = "every run (resume)" if sharding.resuming else "this run"
+        out(f"merged report of {len(merged.sources)} shard store(s), {scope}:")
+        for line in report_text(merged, 0):
+            out("  " + line)
+    else:
+        out(f"merged report: unavailable ({why})")
+    out(f"exit code: {code}")

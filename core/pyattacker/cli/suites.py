@@ -2,9 +2,8 @@
 
 Experiment suites are not supported in this version (a ``suite:``/``experiments:`` config is
 refused by ``check_config``). Their flags (``--experiment``, ``--output-root``,
-``--by-experiment``) used to be click's generic "No such option" with a usage block; each is
-now one line saying what is missing and what to do instead (exit 2), and stays out of
-``--help``.
+``--by-experiment``) are hidden options that refuse any use with one line saying what is
+missing and what to do instead (exit 2), rather than click's generic "No such option".
 """
 
 from __future__ import annotations

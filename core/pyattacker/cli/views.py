@@ -8,88 +8,24 @@ Stored text is echoed literally (``click.echo``), never interpreted as rich mark
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import rich_click as click
 
+from pyattacker.cli.common import backend_problems
+from pyattacker.cli.report_text import report_text
 from pyattacker.cli.suites import refuse_suite_flags
+from pyattacker.errors import ConfigError
 from pyattacker.views.common import encode_json, expand_locations
-from pyattacker.views.merge import MergedReport, report_stores
+from pyattacker.views.merge import report_stores
 
 __all__ = ["export_command", "report_command", "watch_command"]
-
-
-def _line(value: Any) -> str:
-    return " ".join(str(value).split())
-
-
-def _empty_run_note(source: Any) -> str | None:
-    """Why the latest run shows nothing, when it ended owning no pipeline row.
-
-    A resume that was refused (a damaged row, a changed identity) or that found everything
-    finished still becomes the latest run, and a report of it alone looks like lost results;
-    the rows are those of earlier runs."""
-    if source.rows or source.run_selected != "latest" or source.run_status in (None, "running"):
-        return None
-    why = (
-        f"it stopped: {source.stop_reason}"
-        if source.stop_reason
-        else "its pipelines were all finished already, or none was admitted"
-    )
-    return (
-        f"  note: this run owns no pipeline rows ({why}); rows finished by earlier runs stay"
-        " theirs: --run-id all shows every run"
-    )
-
-
-def _report_text(rep: MergedReport, errors: int) -> list[str]:
-    out: list[str] = []
-    for s in rep.sources:
-        out.append(f"store {s.store}: {s.description}; {s.rows} pipeline row(s)")
-        note = _empty_run_note(s)
-        if note:
-            out.append(note)
-    st = rep.stats()
-    p = st["pipelines"]
-    states = " ".join(f"{k}={v}" for k, v in p["by_state"].items())
-    out.append(f"pipelines: total={p['total']} {states}".rstrip())
-    if len(rep.sources) > 1 or rep.duplicates:
-        out.append(f"merged: {len(rep.sources)} store(s), folded {rep.duplicates} duplicate row(s)")
-    d = p["duration_ms"]
-    out.append(f"duration_ms: p50={d['p50']} p95={d['p95']} max={d['max']}")
-    for name, states_ in st["tasks"]["by_name"].items():
-        out.append(f"  task {name}: " + " ".join(f"{k}={v}" for k, v in states_.items()))
-    handoffs = f" handoffs={st['handoffs_total']}" if st.get("handoffs_total") else ""
-    out.append(f"attempts: total={st['attempts_total']}{handoffs}  source_events={st['source_events_total']}")
-    if rep.repair_failures:
-        out.append(f"Terminal repair failures: {len(rep.repair_failures)} pipeline(s)")
-        for pid in sorted(rep.repair_failures):
-            r = rep.repair_failures[pid]
-            out.append(f"  - {pid} phase={r['phase']}: {_line(r['error'])}")
-    failed = rep.failed_rows()
-    if errors and failed:
-        shown = rep.errors(errors)
-        out.append(f"Errors (newest first, {len(shown)} of {len(failed)}):")
-        for e in shown:
-            seed = f" seed_key={e['seed_key']}" if e["seed_key"] and e["seed_key"] != e["key"] else ""
-            out.append(
-                f"  - pipeline {e['key']}{seed} task={e['failed_task']} class={e['error_class']}"
-                f" {e['error_type']}: {_line(e['error_message'] or '')}"
-            )
-    elif failed:
-        out.append(f"{len(failed)} failed pipeline(s); --errors N lists them")
-    return out
 
 
 def _check_backend_option(spec: str | None) -> None:
     """``--artifact-backend`` of a view: checked as ``run`` checks it (exit 2 naming the flag)."""
     if spec is None:
         return
-    from pyattacker.errors import ConfigError
-    from pyattacker.plugins.manager import get_plugins
-    from pyattacker.store.backends import validate_backend_spec
-
-    problems = validate_backend_spec(spec, get_plugins().artifact_backends, "--artifact-backend")
+    problems = backend_problems(spec)
     if problems:
         raise ConfigError("; ".join(problems))
 
@@ -125,7 +61,7 @@ def report_command(
         doc = rep.to_dict(errors if errors else 20)
         sys.stdout.write(encode_json(doc).decode() + "\n")
         return
-    for line in _report_text(rep, errors):
+    for line in report_text(rep, errors):
         click.echo(line)
 
 
@@ -168,8 +104,7 @@ def export_command(
     merged (one row per pipeline, best state wins). Files appear atomically (temp + rename).
     Payloads kept in blobs are read back through the backend the run recorded.
     """
-    from pyattacker.errors import ConfigError
-    from pyattacker.views.export import export_stores
+    from pyattacker.views.export import export_stores  # start-up: `--help` imports this module
 
     if len(paths) < 2:
         raise ConfigError("export needs at least one STORE and an OUTPUT (use - for stdout)")
@@ -188,12 +123,10 @@ def export_command(
 
 
 def _watched_store(arg: str) -> str:
-    """``watch`` shows one store. A glob pattern (the shard stores of a run, say) used to be
-    taken as a file name, "does not exist"; now one match is watched and several are refused,
-    naming them and the command that merges them (``expand_locations`` reads only the path of
-    a location with a scheme as a pattern, never its ``?options``)."""
-    from pyattacker.errors import ConfigError
-
+    """``watch`` shows one store. A glob pattern (the shard stores of a run, say) that matches
+    one store watches it; one that matches several is refused, naming them and the command that
+    merges them (``expand_locations`` reads only the path of a location with a scheme as a
+    pattern, never its ``?options``)."""
     matches = expand_locations([arg])  # a pattern matching nothing: "matches no file", exit 2
     if len(matches) == 1:
         return matches[0]
@@ -229,7 +162,7 @@ def watch_command(
     Opens the store read-only, so it runs safely beside the writer. It redraws in place only
     on a terminal; into a pipe it prints plain snapshots. Ctrl+C stops watching, not the run.
     """
-    from pyattacker.views.watch import watch
+    from pyattacker.views.watch import watch  # start-up: `--help` imports this module
 
     store = _watched_store(store)
     try:

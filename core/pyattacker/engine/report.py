@@ -6,6 +6,8 @@ from typing import Any
 
 import msgspec
 
+from pyattacker.errors import ExitCode
+
 __all__ = ["RunReport"]
 
 
@@ -46,10 +48,11 @@ class RunReport(msgspec.Struct, kw_only=True):
         return self.counters.get("repair_failures", 0)
 
     @property
-    def exit_code(self) -> int:
-        """0 all done, 1 some failed (or a repair failed), 130 interrupted and resumable."""
+    def exit_code(self) -> ExitCode:
+        """OK all done, FAILED some failed (or a repair failed), INTERRUPTED and resumable,
+        INTERNAL_ERROR when the framework stopped the run."""
         if self.status == "interrupted" and self.stop_reason in ("signal", "cancelled"):
-            return 130
+            return ExitCode.INTERRUPTED
         if self.stop_reason in (
             "producer_error",
             "identity_conflict",
@@ -57,18 +60,18 @@ class RunReport(msgspec.Struct, kw_only=True):
             "store_unavailable",
             "worker_crashed",
         ):
-            return 2
+            return ExitCode.INTERNAL_ERROR
         if self.failed or self.repair_failures:
-            return 1
+            return ExitCode.FAILED
         if self.status == "interrupted" and self.stop_reason not in ("stop_after_failures",):
-            return 130
+            return ExitCode.INTERRUPTED
         if self.interrupted:  # a run that completed around a worker cancelled from outside
-            return 130
-        return 0
+            return ExitCode.INTERRUPTED
+        return ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
         out = msgspec.structs.asdict(self)
-        out["exit_code"] = self.exit_code
+        out["exit_code"] = int(self.exit_code)  # plain data, as every other field
         return out
 
     def summary(self) -> str:

@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from pyattacker.errors import ConfigError
+from pyattacker.errors import ConfigError, ExitCode
 
 __all__ = [
     "FORCE_AFTER",
@@ -76,9 +76,10 @@ class ShardStatus(msgspec.Struct, kw_only=True, frozen=True):
 
     @property
     def code(self) -> int:
-        """The documented exit code this shard stands for: a shard killed by a signal is 2."""
+        """The documented exit code this shard stands for: a shard killed by a signal is
+        ``INTERNAL_ERROR`` (2)."""
         if self.signal is not None or self.exit_code is None:
-            return 2
+            return ExitCode.INTERNAL_ERROR
         return self.exit_code
 
     @property

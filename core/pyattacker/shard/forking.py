@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Generic, NoReturn, TypeVar
 
-from pyattacker.errors import PyAttackerError
+from pyattacker.errors import ExitCode, PyAttackerError
 
 __all__ = [
     "ForkedCall",
@@ -78,7 +78,7 @@ class ForkedCall(Generic[T]):
             self._file.close()
             raise
         self._done = False
-        self._code = 0
+        self._code: int = ExitCode.OK
 
     def result(self) -> T:
         """Wait for the child; its value, or ``ForkedCallError``."""
@@ -88,7 +88,7 @@ class ForkedCall(Generic[T]):
             data = self._file.read()
         finally:
             self._file.close()
-        if code != 0 or not data:
+        if code != ExitCode.OK or not data:
             how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
             raise ForkedCallError(f"the forked child {how} before it wrote its result")
         import pickle
@@ -160,7 +160,7 @@ def release_signals() -> None:
 def _child(fd: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> NoReturn:
     import pickle  # (loaded by the parent before it forked: a dict lookup)
 
-    code = 1
+    code: int = ExitCode.FAILED  # until the result is written
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -177,6 +177,6 @@ def _child(fd: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> NoReturn:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        code = 0
+        code = ExitCode.OK
     finally:
         os._exit(code)

@@ -25,8 +25,8 @@ from urllib.parse import parse_qsl, urlsplit
 from pyattacker import ConfigError
 from pyattacker.views.common import read_only_store
 
-from . import assets
 from .api import Api, ApiError
+from .assets import STATIC, read_asset
 from .security import MAX_QUERY_BYTES, SECURITY_HEADERS, Guard
 from .shared_answers import ANSWER_TTL_S
 
@@ -41,11 +41,6 @@ _PROM_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _FORMATS = ("", "json", "prometheus")
 #: the methods the viewer answers (the ``Allow`` header of every 405)
 _ALLOW = "GET, HEAD"
-_STATIC = {
-    "/": ("text/html; charset=utf-8", assets.INDEX_HTML),
-    "/app.js": ("text/javascript; charset=utf-8", assets.APP_JS),
-    "/app.css": ("text/css; charset=utf-8", assets.APP_CSS),
-}
 
 
 class ViewerServer(ThreadingHTTPServer):
@@ -289,9 +284,9 @@ class _Handler(BaseHTTPRequestHandler):
                 {"WWW-Authenticate": "Bearer"},
             )
             return
-        if path in _STATIC:
-            content_type, text = _STATIC[path]
-            self._send(200, text.encode(), content_type)
+        if path in STATIC:
+            content_type, name = STATIC[path]
+            self._send(200, read_asset(name), content_type)
             return
         try:
             params = self.server.api.params(path, pairs)
