@@ -14,7 +14,8 @@ import rich_click as click
 
 from pyattacker.cli.suites import refuse_suite_flags
 from pyattacker.views.common import encode_json, expand_locations
-from pyattacker.views.merge import MergedReport, report_stores
+from pyattacker.views.fold import MergedReport
+from pyattacker.views.merge import report_stores
 
 __all__ = ["export_command", "report_command", "watch_command"]
 
