@@ -75,7 +75,7 @@ class Profile:
 def breakdown(p: Profile) -> dict[str, float]:
     """Seconds per bucket (profiled time). 'scheduling' is the remainder, so the sum is the total."""
     ck = ("engine/checkpoint.py", "stage")
-    store = p.cum("store_sqlite/store.py", "_apply")  # every commit's transaction
+    store = p.cum("store_sqlite/commit.py", "_apply")  # every commit's transaction
     codec = p.cum("store/codecs.py", "encode", caller=ck) + p.cum(
         "pyattacker/digest.py", "digest_bytes", caller=("engine/checkpoint.py", "artifact")
     )
@@ -120,7 +120,7 @@ def details(p: Profile) -> dict[str, float]:
         "row tuple encoding (store_sqlite/rows.py)": p.tot_where(lambda k: "store_sqlite/rows.py" in k[0]),
         "asyncio internals (own time in asyncio/*)": p.tot_where(lambda k: "/asyncio/" in k[0]),
         "producer (admission: lookup + bind seeds)": p.cum("engine/admission.py", "produce"),
-        "store lookup_pipelines": p.cum("store_sqlite/store.py", "lookup_pipelines"),
+        "store lookup_pipelines": p.cum("store_sqlite/reads.py", "lookup_pipelines"),
         "pool ResourceEvent emission (pool._emit)": p.cum("resources/pool.py", "_emit"),
         "Telemetry.event (all events)": p.cum("engine/telemetry.py", "event"),
         "Checkpointer.record_attempt": p.cum("engine/checkpoint.py", "record_attempt"),
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
         det = details(p)
         for name, secs in det.items():
             print(f"{name:<58} {100 * secs / p.total:6.1f}% {scale * secs / p.total:9.1f}")
-        commits = p.calls("store_sqlite/store.py", "_apply")
+        commits = p.calls("store_sqlite/commit.py", "_apply")
         if commits:
             commit_s = buckets["store commit (SQLite + row tuples)"]
             print(

@@ -61,12 +61,12 @@ def child(without: tuple[str, ...], n: int, store: str) -> dict[str, Any]:
     if str(REPO) not in sys.path:  # (run as a script, by path: see ``_child_cmd``)
         sys.path.insert(0, str(REPO))
     from benchmarks import product_run
-    from pyattacker_plugins.store_sqlite import store as sqlite_store
+    from pyattacker_plugins.store_sqlite import commit as sqlite_commit
 
-    unknown = set(without) - {attr for attr, _ in sqlite_store._WRITES}
+    unknown = set(without) - {attr for attr, _ in sqlite_commit._WRITES}
     if unknown:  # the store no longer writes what this tool filters: say so, never measure nothing
         raise SystemExit(f"row_costs: the SQLite store has no write list entry for {sorted(unknown)}")
-    sqlite_store._WRITES = tuple((a, s) for a, s in sqlite_store._WRITES if a not in without)
+    sqlite_commit._WRITES = tuple((a, s) for a, s in sqlite_commit._WRITES if a not in without)
     summary = product_run.run(store, n)
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as conn:
         summary["rows"] = {t: conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in _TABLES}

@@ -175,7 +175,7 @@ def test_children_read_in_batches_equal_reading_them_per_pipeline(
     ``metrics_by_pipeline``). The output must be the one a read per pipeline gives: across batch
     and chunk boundaries, for several runs (a pipeline re-run by a later run shows that run's
     metrics only) and for a merge of two stores."""
-    from pyattacker_plugins.store_sqlite import store as sqlite_store
+    from pyattacker_plugins.store_sqlite import reads as sqlite_reads
     from pyattacker_plugins.store_sqlite.store import SqliteStore
 
     db = str(tmp_path / "m.db")
@@ -183,7 +183,7 @@ def test_children_read_in_batches_equal_reading_them_per_pipeline(
     build_store(db, 20)  # a second run: the failed pipelines run again, their rows move to it
     other = build_store(tmp_path / "o.db", 10, start=15)
     monkeypatch.setattr(export_mod, "CHILD_BATCH", 3)
-    monkeypatch.setattr(sqlite_store, "LOOKUP_CHUNK", 2)
+    monkeypatch.setattr(sqlite_reads, "LOOKUP_CHUNK", 2)
     shown_metrics = 0
     for stores, run_id in (([db], None), ([db], "all"), ([db, other], None)):
         for kind in ("pipelines", "results"):

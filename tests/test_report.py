@@ -15,16 +15,9 @@ from _view_fixtures import XSS, add_repair_failure, build_store
 from pyattacker import ConfigError
 from pyattacker.cli.main import cli
 from pyattacker.model import PipelineRecord
-from pyattacker.views.merge import (
-    Folded,
-    MergedReport,
-    StoreMerger,
-    StoreReport,
-    merge_stores,
-    report_stores,
-    state_rank,
-    wins,
-)
+from pyattacker.views.fold import Folded, MergedReport, state_rank, wins
+from pyattacker.views.merge import StoreMerger, merge_stores, report_stores
+from pyattacker.views.store_report import StoreReport
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +54,7 @@ def test_state_rank_and_ties() -> None:
 
 
 def test_fold_keeps_whole_rows_of_failed_winners_only() -> None:
-    from pyattacker.views.merge import MergedReport
+    from pyattacker.views.fold import MergedReport
 
     rep = MergedReport()
 

@@ -565,19 +565,19 @@ def test_a_read_that_fails_in_its_child_is_done_again_in_the_parent(
 ) -> None:
     """A forked read is only a faster way: when the child cannot hand its result back (here it
     does not pickle), the parent reads the store itself and the report is the same."""
-    import pyattacker.views.merge as merge_module
+    import pyattacker.views.shard_report as shard_report
     from _view_fixtures import build_store
 
     stores = [str(tmp_path / f"m.shard{i}of2.db") for i in range(2)]
     for i, store in enumerate(stores):
         build_store(store, 6, start=6 * i)
     parent = os.getpid()
-    real = merge_module.shard_part
+    real = shard_report.shard_part
 
     def only_here(location: str, run_id: Any, **options: Any) -> Any:
         return real(location, run_id, **options) if os.getpid() == parent else threading.Lock()
 
-    monkeypatch.setattr(merge_module, "shard_part", only_here)
+    monkeypatch.setattr(shard_report, "shard_part", only_here)
     merge = _Merge(stores, None, fork=True)
     merge.add(1)
     assert list(merge.reading) == [1]
@@ -592,24 +592,24 @@ def test_halves_of_a_read_that_saw_different_runs_are_read_again_whole(
     """A store's task counts are read beside the rest of it; counts of another run than the one
     the other half shows (the store changed between them) are not used: the store is read
     again in-process, so the report is what a single read says."""
-    import pyattacker.views.merge as merge_module
+    import pyattacker.views.shard_report as shard_report
 
     cfg = _config(tmp_path, 12)
     stores = [str(tmp_path / "runs" / f"s.shard{i}of2.db") for i in range(2)]
     for i in range(2):
         assert cli(["run", "-c", str(cfg), "--shard", f"{i}/2"], env).returncode == 0
-    real = merge_module.shard_task_counts
+    real = shard_report.shard_task_counts
 
     def other_run(location: str, run_id: Any) -> Any:
         _run, counts = real(location, run_id)
         return "another-run", {name: {"succeeded": 99} for name in counts}
 
-    monkeypatch.setattr(merge_module, "shard_task_counts", other_run)
+    monkeypatch.setattr(shard_report, "shard_task_counts", other_run)
     merge = _Merge(stores, None, fork=True)
     merge.add(0)
     merge.add(1)
     combined, why = merge.result()
-    assert why is None and type(combined) is merge_module.ShardsReport
+    assert why is None and type(combined) is shard_report.ShardsReport
     assert combined.to_dict(100) == merge_stores(stores).to_dict(100)
     assert all(n != 99 for states in combined.task_counts.values() for n in states.values())
 
@@ -687,7 +687,9 @@ def test_report_of_shard_stores_combines_their_aggregates(env: dict[str, str], t
     only claims a shard, or holds two, is folded."""
     import shutil
 
-    from pyattacker.views.merge import MergedReport, ShardsReport, report_stores, shard_part
+    from pyattacker.views.fold import MergedReport
+    from pyattacker.views.merge import report_stores
+    from pyattacker.views.shard_report import ShardsReport, shard_part
 
     body = CONFIG.replace('- {use: "audit_mod:first"}', '- {use: "audit_mod:fail_in_shard_1"}')
     cfg = _config(tmp_path, 40, body)
@@ -741,7 +743,7 @@ def test_report_of_shard_stores_combines_their_aggregates(env: dict[str, str], t
 
     # export: shard stores are concatenated without a winner map; the others are merged
     import pyattacker.views.export as export
-    from pyattacker.views.merge import shard_stores
+    from pyattacker.views.shard_report import shard_stores
 
     assert shard_stores(stores) and shard_stores(stores[::-1])
     assert not shard_stores([stores[0], liar]) and not shard_stores([stores[1], both])
@@ -784,9 +786,9 @@ def test_the_run_a_shard_reported_is_read_without_checking_each_key(
     is read from its SQL totals: every row of that run was admitted by its shard filter. The
     report is the one the per-key check gives; any other run in the store, or another
     selection, or no report from the shard, and every key is checked as before."""
-    import pyattacker.views.merge as merge_module
+    import pyattacker.views.shard_report as shard_report
     from pyattacker.cli.shard import _reported_run
-    from pyattacker.views.merge import ShardsReport, shard_part
+    from pyattacker.views.shard_report import ShardsReport, shard_part
 
     body = CONFIG.replace('- {use: "audit_mod:first"}', '- {use: "audit_mod:fail_in_shard_1"}')
     cfg = _config(tmp_path, 40, body)
@@ -798,14 +800,14 @@ def test_the_run_a_shard_reported_is_read_without_checking_each_key(
     checked = [shard_part(store, None) for store in stores]
     assert all(part is not None for part in checked)
 
-    real = merge_module._shard_totals
+    real = shard_report._shard_totals
     key_checks: list[str] = []
 
     def counted(store: Any, run_id: Any, shard: int, shards: int) -> Any:
         key_checks.append(run_id)
         return real(store, run_id, shard, shards)
 
-    monkeypatch.setattr(merge_module, "_shard_totals", counted)
+    monkeypatch.setattr(shard_report, "_shard_totals", counted)
     for store, (rid,), part in zip(stores, runs, checked, strict=True):
         trusted = shard_part(store, None, written_by=rid)
         assert trusted is not None and trusted.report.to_dict(100) == part.report.to_dict(100)
@@ -864,7 +866,7 @@ def test_a_sharded_run_reads_its_fresh_stores_without_checking_keys(
     The merged report is the fold's either way."""
     from click.testing import CliRunner
 
-    import pyattacker.views.merge as merge_module
+    import pyattacker.views.shard_report as shard_report
     from pyattacker.cli.main import cli as command
 
     cfg = _config(tmp_path, 30)
@@ -874,14 +876,14 @@ def test_a_sharded_run_reads_its_fresh_stores_without_checking_keys(
     monkeypatch.setenv("PYATTACKER_SHARD_START", "spawn")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    real = merge_module._shard_totals
+    real = shard_report._shard_totals
     key_checks: list[str] = []
 
     def counted(store: Any, run_id: Any, shard: int, shards: int) -> Any:
         key_checks.append(str(store.path))
         return real(store, run_id, shard, shards)
 
-    monkeypatch.setattr(merge_module, "_shard_totals", counted)
+    monkeypatch.setattr(shard_report, "_shard_totals", counted)
     monkeypatch.setattr("pyattacker.cli.shard.fork_safe", lambda: False)  # reads here, counted
     stores = [str(tmp_path / "runs" / f"s.shard{i}of2.db") for i in range(2)]
     args = ["run", "-c", str(cfg), "--shards", "2", "--summary-format", "json"]

@@ -85,7 +85,7 @@ def test_query_plans_use_indexes(tmp_path: Path) -> None:
             )
         )
         assert "pipelines_by_created" in plan and "TEMP B-TREE" not in plan
-        from pyattacker_plugins.store_sqlite import store as sqlite_store
+        from pyattacker_plugins.store_sqlite import read_sql
 
         def plan_of(sql: str) -> str:
             return " ".join(
@@ -96,17 +96,15 @@ def test_query_plans_use_indexes(tmp_path: Path) -> None:
         # 6), without sorting; the keys not merged into it yet are a range of the key table's
         # rowid, sorted (at most KEY_TAIL_MAX of them)
         for kind in ("tasks", "artifacts"):
-            codec = sqlite_store._PAGE_CODECS[kind]
+            codec = read_sql.PAGE_CODECS[kind]
             for filters, keyset in (((), False), ((), True), (("pipeline_id",), True)):
-                plan = plan_of(sqlite_store._clustered_page_sql(codec, filters, keyset, "pipeline_ids"))
+                plan = plan_of(read_sql.clustered_page_sql(codec, filters, keyset, "pipeline_ids"))
                 assert "PRIMARY KEY (pk=?)" in plan and "TEMP B-TREE" not in plan and "SCAN t" not in plan
                 assert "SCAN k" not in plan or filters == ()  # (a page of every pipeline walks the index)
-                plan = plan_of(
-                    sqlite_store._clustered_page_sql(codec, filters, keyset, sqlite_store._IDS_TAIL)
-                )
+                plan = plan_of(read_sql.clustered_page_sql(codec, filters, keyset, read_sql.IDS_TAIL))
                 assert ("rowid>?" in plan or "(pk>?)" in plan) and "SCAN" not in plan  # a range, never a scan
         # a lookup by id probes the sorted index and reads only the newer keys' range
-        plan = plan_of(sqlite_store._lookup_sql(2, "pipeline_key_ids"))
+        plan = plan_of(read_sql.lookup_sql(2, "pipeline_key_ids"))
         assert "SEARCH pipeline_ids USING PRIMARY KEY (pipeline_id=?)" in plan
         assert "SEARCH pipeline_keys USING INTEGER PRIMARY KEY (rowid>?)" in plan and "SCAN p" not in plan
         assert "SCAN pipeline_ids" not in plan and "SCAN pipeline_keys" not in plan
@@ -483,10 +481,10 @@ def test_values_shared_by_a_group_are_bound_once_and_stored_as_given(
     each row is stored as given. (Where ``sqlite3`` warns about numbered markers nothing is bound
     once by default: test_store_sqlite_placeholders.)"""
     from pyattacker.model import OK_DECISION, Batch
+    from pyattacker_plugins.store_sqlite import commit as commit_module
     from pyattacker_plugins.store_sqlite import statements
-    from pyattacker_plugins.store_sqlite import store as store_module
 
-    for _attr, statement in store_module._WRITES:
+    for _attr, statement in commit_module._WRITES:
         monkeypatch.setattr(statement, "bind_once", True)
         monkeypatch.setattr(statement, "_cache", {})
 
@@ -843,7 +841,7 @@ def test_the_wal_is_checkpointed_at_its_size_limit_not_at_sqlites_default(
     its limit and one commit, and every row stays readable. (The checkpointer thread is kept
     out of it: it may restart the log sooner, and it has a test of its own.)"""
     from pyattacker_plugins.store_sqlite import checkpointer
-    from pyattacker_plugins.store_sqlite.store import WAL_CHECKPOINT_PAGES, WAL_SIZE_LIMIT
+    from pyattacker_plugins.store_sqlite.opening import WAL_CHECKPOINT_PAGES, WAL_SIZE_LIMIT
 
     monkeypatch.setattr(checkpointer, "START_AT", 2**31)
     assert WAL_CHECKPOINT_PAGES * (4096 + 24) <= WAL_SIZE_LIMIT
@@ -1068,7 +1066,7 @@ def test_wal_grown_behind_a_long_reader_shrinks_back_after_it_ends(tmp_path: Pat
     """A reader holding one snapshot (the live view's statistics) keeps the WAL from restarting,
     so the file grows while the run writes; once the reader is done, the log restarts and the
     writer truncates the file back to ``WAL_SIZE_LIMIT`` instead of leaving it at its peak."""
-    from pyattacker_plugins.store_sqlite.store import WAL_SIZE_LIMIT
+    from pyattacker_plugins.store_sqlite.opening import WAL_SIZE_LIMIT
 
     path = tmp_path / "runs.db"
     wal = Path(str(path) + "-wal")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pyattacker_plugins.store_sqlite import SqliteStoreOpener
-from pyattacker_plugins.store_sqlite import store as sqlite_store
+from pyattacker_plugins.store_sqlite import commit as sqlite_commit
 from sqlite_downgrades import downgrade_to_v5, raw
 from store_contract import artifact, attempt, commit, pipeline, task
 
@@ -72,7 +72,7 @@ def _assert_every_read_finds(store: Any, ids: list[str]) -> None:
 def test_keys_are_merged_in_batches_and_found_on_both_sides_of_the_mark(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_store, "KEY_TAIL_MAX", 4)
+    monkeypatch.setattr(sqlite_commit, "KEY_TAIL_MAX", 4)
     path = tmp_path / "k.db"
     store = OPENER.open(str(path))
     try:

@@ -24,8 +24,8 @@ import pytest
 from pyattacker.errors import StoreUnavailable
 from pyattacker.model import OK_DECISION, Batch
 from pyattacker_plugins.store_sqlite import SqliteStore, SqliteStoreOpener
+from pyattacker_plugins.store_sqlite import commit as commit_mod
 from pyattacker_plugins.store_sqlite import statements as statements_mod
-from pyattacker_plugins.store_sqlite import store as store_mod
 from store_contract import artifact, attempt, event, pipeline, run, task
 
 OPENER = SqliteStoreOpener()
@@ -78,7 +78,7 @@ def _contents(path: Path) -> dict[str, list[tuple[Any, ...]]]:
 
 def _force(monkeypatch: pytest.MonkeyPatch, bind_once: bool) -> None:
     """Every write statement of the store in one mode, its variants built afresh."""
-    for _attr, statement in store_mod._WRITES:
+    for _attr, statement in commit_mod._WRITES:
         monkeypatch.setattr(statement, "bind_once", bind_once)
         monkeypatch.setattr(statement, "_cache", {})
 

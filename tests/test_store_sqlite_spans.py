@@ -13,8 +13,7 @@ import pytest
 
 from pyattacker.errors import StoreUnavailable
 from pyattacker.model import Batch
-from pyattacker_plugins.store_sqlite import SqliteStoreOpener
-from pyattacker_plugins.store_sqlite import store as sqlite_store
+from pyattacker_plugins.store_sqlite import SqliteStoreOpener, read_sql
 from sqlite_downgrades import downgrade_to_v4
 from store_contract import attempt, commit, event, pipeline, task
 
@@ -139,11 +138,11 @@ def test_a_read_by_run_scans_its_span_of_the_table(tmp_path: Path) -> None:
     try:
         for kind in ("attempts", "events"):
             statements = [
-                sqlite_store._page_sql(kind, ("run_id",), keyset, select, True)
+                read_sql.page_sql(kind, ("run_id",), keyset, select, True)
                 for keyset in (False, True)
                 for select in (None, 't."pk"')
             ]
-            statements.append(sqlite_store._count_sql(kind, True, True))
+            statements.append(read_sql.count_sql(kind, True, True))
             for sql in statements:
                 plan = [str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql, [1] * sql.count("?"))]
                 assert plan[0].startswith("SEARCH s USING PRIMARY KEY"), (sql, plan)

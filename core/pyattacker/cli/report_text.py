@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyattacker.views.merge import MergedReport
+    from pyattacker.views.fold import MergedReport
 
 __all__ = ["report_text"]
 

@@ -45,7 +45,9 @@ from pyattacker.shard.plan import (
 )
 
 if TYPE_CHECKING:
-    from pyattacker.views.merge import MergedReport, ShardPart, TaskCounts
+    from pyattacker.views.fold import MergedReport
+    from pyattacker.views.shard_report import ShardPart
+    from pyattacker.views.store_report import TaskCounts
 
     #: ``shard_task_counts``: the run counted, and its task counts
     _Counts = tuple[str | None, TaskCounts]
@@ -306,7 +308,7 @@ class _Merge:
         """Start reading shard ``index``'s store if it exists (in forked children if allowed).
         ``written_by``: the run the shard reported it made (``shard_part``)."""
         # start-up: `run` without --shards imports this module and never merges
-        from pyattacker.views.merge import shard_part, shard_task_counts
+        from pyattacker.views.shard_report import shard_part, shard_task_counts
 
         if self.why is not None or index in self.parts or index in self.reading or not self._present(index):
             return
@@ -330,7 +332,7 @@ class _Merge:
         self._read_here(index)
 
     def _read_here(self, index: int) -> None:
-        from pyattacker.views.merge import shard_part  # start-up: as in add()
+        from pyattacker.views.shard_report import shard_part  # start-up: as in add()
 
         try:
             self.parts[index] = shard_part(
@@ -373,7 +375,8 @@ class _Merge:
 
     def result(self) -> tuple[Any, str | None]:
         """The report over every shard store that exists (None and why, when there is none)."""
-        from pyattacker.views.merge import merge_stores, shards_report  # start-up: as in add()
+        from pyattacker.views.merge import merge_stores  # start-up: as in add()
+        from pyattacker.views.shard_report import shards_report
 
         for index in range(len(self.stores)):  # stores of shards that did not run this time
             self.add(index)

@@ -33,7 +33,8 @@ from pyattacker.views.common import (
     render_payload,
     to_plain,
 )
-from pyattacker.views.merge import shard_stores, state_rank
+from pyattacker.views.fold import state_rank
+from pyattacker.views.shard_report import shard_stores
 
 __all__ = [
     "CSV_BATCH",

@@ -12,8 +12,9 @@ from urllib.parse import parse_qsl
 
 from pyattacker import ConfigError, hookimpl
 
+from .opening import synchronous_mode
 from .schema import APPLICATION_ID, SCHEMA_VERSION
-from .store import SqliteStore, synchronous_mode
+from .store import SqliteStore
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SqliteStore", "SqliteStoreOpener", "split_location"]
 
