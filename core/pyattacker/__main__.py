@@ -2,9 +2,9 @@
 
 Nothing is imported at the top of this module: the command line (rich-click, the commands,
 the plugins) is imported inside ``main``, under the same ``KeyboardInterrupt`` handler as the
-command itself. A Ctrl-C while it loads (the first tens of milliseconds of every command) used
-to print a traceback from inside an import; now it ends the command like a later one does:
-``Interrupted.`` on stderr and exit code 130.
+command itself, so a Ctrl-C while it loads (the first tens of milliseconds of every command)
+ends the command like a later one does: ``Interrupted.`` on stderr and exit code 130. Every
+import below is inside a function for that reason.
 
 Once the command has decided its exit code, a Ctrl-C during the interpreter's shutdown ends the
 process at once with that code (what was to be printed is flushed first), instead of a

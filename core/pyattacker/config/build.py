@@ -13,6 +13,8 @@ resolved from the config file's folder, so a config means the same thing from an
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import itertools
 import os
 import re
@@ -42,9 +44,13 @@ from pyattacker.flow.chain import PipelineSpec, PipelineTemplate, pipeline
 from pyattacker.flow.handoff import check_control
 from pyattacker.flow.taskspec import TaskSpec
 from pyattacker.paths import make_parent
+from pyattacker.plugins.manager import get_plugins
 from pyattacker.plugins.registry import Registry
+from pyattacker.resources.algorithm import FallbackRef, resolve_algorithm, validate_algorithm_spec
+from pyattacker.resources.pool import Pool, mask_secrets
+from pyattacker.shard.plan import capacity_share as share
 from pyattacker.store.backends import parse_backend_spec, validate_backend_spec
-from pyattacker.store.location import local_file, location_problem, rebase_local
+from pyattacker.store.location import default_store_path, local_file, location_problem, rebase_local
 
 __all__ = [
     "Built",
@@ -138,12 +144,6 @@ def load_config(path: str | os.PathLike[str], *, strict_env: bool = False) -> Lo
 
 
 # -- validation ------------------------------------------------------------------------------
-def _plugins() -> Any:
-    from pyattacker.plugins.manager import get_plugins
-
-    return get_plugins()
-
-
 def _resolve_path(value: str, base: Path) -> str:
     path = Path(os.path.expanduser(value))
     return str(path if path.is_absolute() else (base / path))
@@ -160,7 +160,7 @@ def store_location(location: str, base: Path | None = None) -> str:
 
 def store_problem(location: str) -> str | None:
     """Why ``location`` cannot name a store with the installed store plugins, or None."""
-    return location_problem(location, _plugins().stores.objects())
+    return location_problem(location, get_plugins().stores.objects())
 
 
 def _resolve_backend_paths(spec: Any, base: Path) -> Any:
@@ -189,7 +189,7 @@ def _check_run(data: Any, base: Path, errors: list[str]) -> dict[str, Any]:
         values.pop("write_behind")
     if "artifact_backend" in values:
         problems = validate_backend_spec(
-            values["artifact_backend"], _plugins().artifact_backends, "run.artifact_backend"
+            values["artifact_backend"], get_plugins().artifact_backends, "run.artifact_backend"
         )
         errors.extend(problems)
         if not problems:
@@ -203,7 +203,7 @@ def _check_run(data: Any, base: Path, errors: list[str]) -> dict[str, Any]:
 def _check_sinks(items: list[Any]) -> list[str]:
     """Every sink names a registered event-sink plugin, and its options fit the plugin (checked
     without building it: a sink may open a file)."""
-    registry = _plugins().event_sinks
+    registry = get_plugins().event_sinks
     return [
         p for i, item in enumerate(items) for p in _sink_problems(item, f"run.event_sinks[{i}]", registry)
     ]
@@ -213,9 +213,6 @@ def _sink_problems(item: Any, path: str, registry: Registry) -> list[str]:
     """One sink entry: a known name, options its factory's signature accepts, then the values
     its optional ``validate(options)`` accepts (``path: 5`` passed the signature check and ended
     the run with a traceback when the sink was built)."""
-    import difflib
-    import inspect
-
     known = registry.names()
     name = item if isinstance(item, str) else item.get("name")
     if not isinstance(name, str) or name not in known:
@@ -278,7 +275,7 @@ def _check_pools(data: Any, errors: list[str]) -> dict[str, PoolDef] | None:
     if not isinstance(data, dict):
         errors.append(f"pools: must be a mapping of pool name -> pool, got {type_name(data)}")
         return None
-    algorithms = _plugins().algorithms
+    algorithms = get_plugins().algorithms
     pools: dict[str, PoolDef] = {}
     for name, body in data.items():
         if isinstance(name, str) and not name.strip():
@@ -295,8 +292,6 @@ def pool_reference_problems(pools: Mapping[str, PoolDef], template: PipelineTemp
     with "unknown pool" after ``validate`` had passed. An algorithm says which pools it names
     with an optional ``referenced_pools()`` (docs/plugins.md); its fallbacks are asked too.
     """
-    from pyattacker.resources.algorithm import resolve_algorithm
-
     declared = sorted(pools)
     problems: list[str] = []
     where = [(f"pools.{p.name}.algorithm", p.algorithm) for p in pools.values()]
@@ -308,10 +303,10 @@ def pool_reference_problems(pools: Mapping[str, PoolDef], template: PipelineTemp
         if spec is None:
             continue
         try:
-            algorithm: Any = resolve_algorithm(spec, _plugins().algorithms)
+            algorithm: Any = resolve_algorithm(spec, get_plugins().algorithms)
         except ConfigError:  # reported where the spec was checked
             continue
-        for name in _referenced_pools(algorithm, _plugins().algorithms):
+        for name in _referenced_pools(algorithm, get_plugins().algorithms):
             if name not in pools:
                 listed = ", ".join(map(repr, declared)) or "none"
                 problems.append(f"{path}: names the pool {name!r}, which is not declared (pools: {listed})")
@@ -321,8 +316,6 @@ def pool_reference_problems(pools: Mapping[str, PoolDef], template: PipelineTemp
 def _referenced_pools(algorithm: Any, registry: Registry) -> list[str]:
     """The pool names ``algorithm`` and the fallbacks it wraps (``FallbackRef``s, resolved
     here as the pool would resolve them) refer to."""
-    from pyattacker.resources.algorithm import FallbackRef, resolve_algorithm
-
     names: list[str] = []
     for _ in range(16):  # a fallback chain, never a cycle in practice; bounded all the same
         referenced = getattr(algorithm, "referenced_pools", None)
@@ -343,8 +336,6 @@ def _referenced_pools(algorithm: Any, registry: Registry) -> list[str]:
 def _check_pool(name: str, body: Any, algorithms: Registry, errors: list[str]) -> PoolDef:
     """One pool. A broken one is still declared (with no resources; nothing is built once there
     are errors): its name is known, so a reference to it is not another error."""
-    from pyattacker.resources.algorithm import validate_algorithm_spec
-
     path = f"pools.{name}"
     per_resource = {
         f: f"did you mean {path}.resources[i].{f}? {f} is set per resource"
@@ -448,7 +439,7 @@ def _check_task(
     errors: list[str],
 ) -> TaskSpec | None:
     """One task entry resolved, with every pool it refers to checked at the field that names it."""
-    plugins = _plugins()
+    plugins = get_plugins()
     own_resource = entry.get("resource") if isinstance(entry, dict) else None
     if isinstance(own_resource, str) and own_resource:
         _pool_exists(own_resource, f"{path}.resource", pools, errors)
@@ -485,7 +476,7 @@ def _check_source(data: Any, errors: list[str]) -> SourceDef | None:
     if data is None:
         errors.append("source: required section is missing (e.g. source: {kind: range, n: 10})")
         return None
-    registry = _plugins().sources
+    registry = get_plugins().sources
     if not isinstance(data, dict):
         errors.append(f"source: must be a mapping, got {type_name(data)}")
         return None
@@ -556,7 +547,6 @@ def resolve_store(checked: CheckedConfig, flag: str | None) -> str:
     store = checked.run.get("store")
     if store:
         return str(store)
-    from pyattacker.store.location import default_store_path
 
     return str(default_store_path())
 
@@ -571,14 +561,10 @@ def _run_config(checked: CheckedConfig, overrides: Mapping[str, Any]) -> RunConf
 def _make_pools(checked: CheckedConfig, capacity_share: tuple[int, int] | None = None) -> list[Any]:
     """Fresh pools; with ``capacity_share=(slot, slots)`` every resource gets only that slot's
     slice of its capacity, so concurrently running shards never exceed what an endpoint allows."""
-    from pyattacker.resources.pool import Pool
-
     pools = []
     for pdef in checked.pools.values():
         resources = [{"kind": pdef.kind or pdef.name, **res} for res in pdef.resources]
         if capacity_share is not None:
-            from pyattacker.shard.plan import capacity_share as share
-
             slot, slots = capacity_share
             for res in resources:
                 res["capacity"] = share(int(res.get("capacity", 1)), slot, slots)
@@ -651,8 +637,6 @@ def build(
 
 def effective_config(checked: CheckedConfig, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The config as it would run (defaults filled in, paths resolved, secrets masked)."""
-    from pyattacker.resources.pool import mask_secrets
-
     overrides = dict(overrides or {})
     values = dict(checked.run)
     values.update({k: v for k, v in overrides.items() if v is not None and k != "store"})

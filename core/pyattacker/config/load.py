@@ -48,7 +48,7 @@ def read_document(path: Path) -> dict[Any, Any]:
 
 
 def _parse_toml(path: Path, text: str) -> Any:
-    import tomllib
+    import tomllib  # start-up: only for .toml configs
 
     try:
         return tomllib.loads(text)
@@ -112,7 +112,7 @@ def _unique_key_loader(yaml: Any) -> Any:
 
 def _parse_yaml(path: Path, text: str) -> Any:
     try:
-        import yaml
+        import yaml  # the optional ``yaml`` extra, only for .yaml configs
     except ImportError:
         raise ConfigError(
             f"{path}: YAML configs need PyYAML (the `yaml` extra): pip install pyyaml"

@@ -6,6 +6,7 @@ the three accept and reject exactly the same values (precedence: flag > run bloc
 
 from __future__ import annotations
 
+import difflib
 import math
 from typing import Any
 
@@ -105,8 +106,6 @@ class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     def replace(self, **changes: Any) -> RunConfig:
         unknown = set(changes) - set(self.__struct_fields__)
         if unknown:
-            import difflib
-
             name = sorted(unknown)[0]
             hint = difflib.get_close_matches(name, self.__struct_fields__, n=1)
             extra = f" (did you mean {hint[0]}?)" if hint else ""

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import importlib
 import random
 from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
+from pyattacker import errors
 from pyattacker.errors import (
     RETRYABLE_CLASSES,
     ConfigError,
@@ -136,16 +138,12 @@ _BUILTIN_EXCEPTIONS: dict[str, type[BaseException]] = {
 
 def resolve_exception_name(name: str) -> type[BaseException]:
     """``RetryableError``, a builtin like ``TimeoutError``, or ``module:Class``."""
-    from pyattacker import errors
-
     if name in errors.__all__ and isinstance(getattr(errors, name), type):
         found: type[BaseException] = getattr(errors, name)
         return found
     if name in _BUILTIN_EXCEPTIONS:
         return _BUILTIN_EXCEPTIONS[name]
     if ":" in name:
-        import importlib
-
         module, _, attr = name.partition(":")
         try:
             obj = getattr(importlib.import_module(module), attr)

@@ -18,6 +18,8 @@ import msgspec
 
 from pyattacker.errors import ConfigError, PipelineBuildError, type_name
 from pyattacker.flow.retry import Retrying, coerce_retry
+from pyattacker.resources.algorithm import algorithm_fingerprint as fingerprint_of
+from pyattacker.resources.algorithm import resolve_algorithm
 
 __all__ = ["UNSET", "Chain", "TaskSpec", "build_task_spec", "factory_task", "task", "with_retry"]
 
@@ -383,7 +385,4 @@ def algorithm_fingerprint(spec: Any) -> Any:
     """
     if spec is None:
         return None
-    from pyattacker.resources.algorithm import algorithm_fingerprint as fingerprint_of
-    from pyattacker.resources.algorithm import resolve_algorithm
-
     return fingerprint_of(resolve_algorithm(spec))

@@ -113,7 +113,7 @@ def cache_file() -> Path:
         xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
         base = Path(xdg or os.path.expanduser("~/.cache")) / "pyattacker"
     else:
-        import platformdirs
+        import platformdirs  # start-up: only where the rule above does not apply
 
         base = Path(platformdirs.user_cache_dir("pyattacker", appauthor=False))
     key = hashlib.sha256("\0".join(str(p) for p in (sys.executable, *sys.path)).encode()).hexdigest()[:24]

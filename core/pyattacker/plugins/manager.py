@@ -18,6 +18,7 @@ Environment switches:
 from __future__ import annotations
 
 import difflib
+import importlib
 import os
 import sys
 import threading
@@ -114,7 +115,6 @@ class EntryPointInfo:
         if self.loader is not None:
             return self.loader()
         module, _, attr = self.value.partition(":")
-        import importlib
 
         obj = importlib.import_module(module)
         for part in filter(None, attr.split(".")):
@@ -139,6 +139,7 @@ def installed_entry_points(group: str) -> list[EntryPointInfo]:
 def _scan(groups: tuple[str, ...]) -> dict[str, list[EntryPointInfo]]:
     """Every wanted group from ONE pass over the installed distributions (each pass reads the
     metadata of every installed package, so one pass per group would multiply start-up time)."""
+    # start-up: only when the cached scan is stale (importing it is a third of discovery)
     from importlib_metadata import entry_points
 
     found: dict[str, list[EntryPointInfo]] = {g: [] for g in groups}

@@ -28,6 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 
 from pyattacker.errors import ConfigError, ExitCode
+from pyattacker.plugins.manager import get_plugins
 
 __all__ = [
     "FORCE_AFTER",
@@ -119,8 +120,6 @@ class ShardExecutor(Protocol):
 
 def get_executor(name: str, **options: Any) -> ShardExecutor:
     """Instantiate the executor registered as ``name`` (``--executor``)."""
-    from pyattacker.plugins.manager import get_plugins
-
     registry = get_plugins().shard_executors
     factory = registry.get(name)
     if factory is None:

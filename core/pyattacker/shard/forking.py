@@ -91,7 +91,7 @@ class ForkedCall(Generic[T]):
         if code != ExitCode.OK or not data:
             how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
             raise ForkedCallError(f"the forked child {how} before it wrote its result")
-        import pickle
+        import pickle  # loaded already (``__init__``): a dict lookup
 
         ok, value = pickle.loads(data)
         if not ok:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from pyattacker.errors import ConfigError
+from pyattacker.store.location import local_file
 
 __all__ = [
     "SHARD_ENV",
@@ -137,8 +138,6 @@ def shard_layouts(base: str) -> dict[int, list[str]]:
     from "it was run with another shard count". In-memory and third-party stores: ``{}``.
     """
     import glob  # here: the module is imported by every process that discovers the plugins
-
-    from pyattacker.store.location import local_file
 
     path = local_file(base) if not is_memory_store(base) else None
     if path is None:

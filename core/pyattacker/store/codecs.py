@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import decimal
+import typing
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
@@ -25,6 +26,7 @@ from typing import Any, Protocol
 import msgspec
 
 from pyattacker.errors import ArtifactCodecError
+from pyattacker.plugins.manager import get_plugins
 
 __all__ = ["Codec", "CodecRegistry"]
 
@@ -54,8 +56,6 @@ def returned_record_types(fn: Any) -> dict[str, type]:
     ``-> Answer | None``, ``-> list[Answer]``), by name; empty when there is none or it cannot be
     resolved. A resumed process has not encoded one yet, so without them a task's record output
     would decode as a plain dict."""
-    import typing
-
     try:
         hint = typing.get_type_hints(fn).get("return")
     except Exception:  # an annotation naming something not importable here: no hint
@@ -87,8 +87,6 @@ class CodecRegistry:
 
     @classmethod
     def from_plugins(cls, plugins: Any = None) -> CodecRegistry:
-        from pyattacker.plugins.manager import get_plugins
-
         return cls((plugins or get_plugins()).codecs.objects().values())
 
     def register(self, codec: Any) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from pyattacker.errors import ConfigError
+from pyattacker.plugins.manager import get_plugins
 from pyattacker.store.base import Store
 
 __all__ = [
@@ -145,7 +146,6 @@ def open_store(uri: str | os.PathLike[str] | Store, *, read_only: bool = False, 
     """Open a store by location through the registered store plugins (or pass a Store through)."""
     if not isinstance(uri, str | os.PathLike):
         return uri
-    from pyattacker.plugins.manager import get_plugins
 
     registry = (plugins or get_plugins()).stores
     opener, location = resolve_opener(os.fspath(uri), registry.objects())
@@ -158,7 +158,7 @@ def default_store_path() -> Path:
     if home:
         base = Path(home)
     else:
-        import platformdirs
+        import platformdirs  # start-up: only when no store is named
 
         base = Path(platformdirs.user_data_dir("pyattacker", appauthor=False))
     return base / "runs" / "default.db"

@@ -16,6 +16,8 @@ from typing import Any
 
 from pyattacker.errors import ConfigError
 from pyattacker.model import ArtifactRecord
+from pyattacker.plugins.manager import get_plugins
+from pyattacker.store.backends import parse_backend_spec, resolve_backend
 from pyattacker.store.base import Store
 
 __all__ = ["BlobReader", "ViewCodecs"]
@@ -27,8 +29,6 @@ _NO_BLOBS = frozenset({"inline", "null"})
 def _keeps_blobs(spec: Any) -> bool:
     """Whether a run's recorded backend may have put bytes elsewhere (an unparsable record is
     tried: building it names the problem once)."""
-    from pyattacker.store.backends import parse_backend_spec
-
     try:
         kind, _params = parse_backend_spec(spec)
     except ConfigError:
@@ -70,12 +70,8 @@ class BlobReader:
         return found
 
     def _build(self) -> list[Any]:
-        from pyattacker.store.backends import resolve_backend
-
         registry = self._registry
         if registry is None:
-            from pyattacker.plugins.manager import get_plugins
-
             registry = get_plugins().artifact_backends
         built = []
         for where, spec in self._specs():

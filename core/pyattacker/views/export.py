@@ -22,6 +22,7 @@ import msgspec
 from pyattacker.errors import ConfigError
 from pyattacker.model import ArtifactRecord, PipelineRecord
 from pyattacker.store.base import Store, iter_rows
+from pyattacker.store.codecs import CodecRegistry
 from pyattacker.store.location import local_file
 from pyattacker.views.blobs import BlobReader, ViewCodecs
 from pyattacker.views.common import (
@@ -577,8 +578,6 @@ def export_stores(
     _refuse_overwriting_a_store(output, locations)
     fmt = infer_format(output, fmt)
     if codecs is None:
-        from pyattacker.store.codecs import CodecRegistry
-
         codecs = CodecRegistry.from_plugins()
     for location in locations:  # fail before creating anything if a store or run is wrong
         with read_only_store(location) as store:

@@ -210,7 +210,7 @@ def watch(
             return render_snapshot(snapshot(store, choice, digest))
 
         if live:
-            from rich.live import Live
+            from rich.live import Live  # only when drawing on a terminal
 
             with Live(console=console, auto_refresh=False, transient=False) as panel:
                 while True:
