@@ -408,7 +408,7 @@ class RunnerControl:
         # last (``Recorder.attempt`` inline): with write-behind off its flush commits the whole
         # jump at once. The task and attempt rows are built here as ``_stage_checkpoint`` builds
         # its own (keep the three in step): through ``_ended_task_row`` and ``_record_attempt``
-        # a jump cost 8,000 instructions more (callgrind, twenty-eighth pass)
+        # a jump cost 8,000 instructions more (callgrind)
         ms = (ended - t0) * 1000.0
         duration = (ms * 1000.0 + 0.5) // 1.0 / 1000.0 if ms >= 0.0 else round3(ms)
         batch.attempts.append(

@@ -77,7 +77,7 @@ WAL_SIZE_LIMIT = 16 * 2**20
 #: 1,000, 4 MB). The same ~16 MB the file is cut back to anyway: a checkpoint writes each page
 #: once however many commits changed it, and the rightmost leaves of every table and index are
 #: changed by every commit, so four times fewer checkpoints write and sync fewer pages (about
-#: 10 % less CPU per task on the overhead workload, docs/performance.md, seventeenth pass).
+#: 10 % less CPU per task on the overhead workload).
 WAL_CHECKPOINT_PAGES = 4000
 SYNCHRONOUS_MODES = ("normal", "full")
 #: The conflict clause of every write of a commit. A batch is all or nothing, so a statement that
