@@ -494,6 +494,26 @@ def _range(s: dict[str, Any] | None, digits: int = 2) -> str:
     return f"{_fmt(s['median'], digits)} ({_fmt(s['min'], digits)} - {_fmt(s['max'], digits)})"
 
 
+#: metrics the Variants table has a column for: a reported one of these is not repeated above it
+_VARIANT_COLUMNS = frozenset(
+    {"wall_s", "peak_rss_mb", "cpu_us_per_task", "sys_us_per_task", "bytes_per_pipeline"}
+)
+
+
+def _reported_lines(scen: dict[str, Any]) -> list[str]:
+    """Reported metrics without a Variants column, one line per scenario (medians)."""
+    lines = []
+    for name, sc in scen.items():
+        by_variant: dict[str, list[str]] = {}
+        for rep in sc.get("reported", []):
+            if rep["metric"] not in _VARIANT_COLUMNS and rep.get("median") is not None:
+                by_variant.setdefault(rep["variant"], []).append(f"{rep['metric']} {_fmt(rep['median'])}")
+        if by_variant:
+            shown = "; ".join(f"{variant} {', '.join(values)}" for variant, values in by_variant.items())
+            lines.append(f"- {name}, reported (medians): {shown}")
+    return ["", *lines] if lines else []
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     """The generated tables: variants (median, min-max) and targets (per-round ratio medians)."""
     m = results.get("machine", {})
@@ -521,9 +541,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             val = _range({"median": ch["median"], "min": ch["min"], "max": ch["max"]})
             met = {True: "yes", False: "**NO**", None: "-"}[ch.get("met")]
             lines.append(f"| {name} | {ch['name']} | {val} | {ch['op']} {ch['target']:,g} | {met} |")
-        for rep in sc.get("reported", []):
-            val = _range(rep if rep.get("median") is not None else None)
-            lines.append(f"| {name} | {rep['variant']} {rep['metric']} | {val} | (reported) | - |")
+    lines += _reported_lines(scen)
     lines += [
         "",
         "### Variants",

@@ -4,8 +4,8 @@ sync, measured at the start and at the end of every suite.
 Ratios measured in the same run carry over between machines; absolute rates do not, and the
 noise of a shared machine decides how far a single ratio can be trusted. Two machines of the
 same kind have differed by 2.3-3.5x per task here, and one of them gave a CPU-bound loop from
-0.55x to 1.0x of its median speed from one 50 ms window to the next (performance.md, twentieth
-pass). These two readings say which kind of machine and minute a results file comes from.
+0.55x to 1.0x of its median speed from one 50 ms window to the next. These two readings say
+which kind of machine and minute a results file comes from.
 """
 
 from __future__ import annotations

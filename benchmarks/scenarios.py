@@ -402,7 +402,7 @@ def build(
         )
         # the same work's CPU with both cores busy against one: above 1, it cost more side by
         # side (the machine's two cores slowing each other; for the command also its parent and
-        # its reads at the end), which caps the ratios above (performance.md, thirtieth pass)
+        # its reads at the end), which caps the ratios above
         ratios += [
             Ratio(f"CPU for the work: {label} (reference)", num, "run_cpu_s", den=den)
             for label, num, den in (

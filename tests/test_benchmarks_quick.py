@@ -542,6 +542,51 @@ def test_variants_table_shows_the_kernels_share_of_the_cpu_when_reported() -> No
     assert " | 30.1 | " in rows["older"] and "(" not in rows["older"].split(" | ")[6]
 
 
+def test_a_reported_metric_is_shown_once_in_the_generated_tables() -> None:
+    """A reported metric that the Variants table has a column for (CPU, wall time, bytes) is
+    not repeated as a Targets row; the others (a command's start, a share of the cores) are
+    listed under the Targets table, one line per scenario, and never as a Targets row."""
+    sys.path.insert(0, str(REPO))
+    try:
+        from benchmarks.harness import render_markdown
+    finally:
+        sys.path.remove(str(REPO))
+
+    def rep(variant: str, metric: str, median: float) -> dict[str, object]:
+        return {"variant": variant, "metric": metric, "median": median, "min": median, "max": median}
+
+    def scenario(*reported: dict[str, object]) -> dict[str, object]:
+        return {
+            "workload": "w",
+            "params": {},
+            "ratios": [],
+            "checks": [],
+            "variants": {},
+            "reported": list(reported),
+        }
+
+    text = render_markdown(
+        {
+            "schema": 1,
+            "quick": False,
+            "scenarios": {
+                "overhead": scenario(
+                    rep("product", "cpu_us_per_task", 22.4), rep("product", "bytes_per_pipeline", 1780.0)
+                ),
+                "shards": scenario(
+                    rep("two", "start_s", 0.12), rep("two", "tail_s", 0.07), rep("one", "run_share", 0.51)
+                ),
+                "demo": scenario(rep("demo", "wall_s", 1.37)),
+            },
+        }
+    )
+    assert "(reported)" not in text and "cpu_us_per_task" not in text and "wall_s" not in text
+    assert (
+        "- shards, reported (medians): two start_s 0.12, tail_s 0.07; one run_share 0.51" in text.splitlines()
+    )
+    assert text.index("### Targets") < text.index("- shards, reported") < text.index("### Variants")
+
+
 @pytest.mark.parametrize("keep", [False, True])
 def test_each_run_starts_settled_and_leaves_no_store_behind_unless_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep: bool

@@ -1,5 +1,5 @@
 """What a process pays before its first pipeline: plugin discovery imports what every command
-needs and leaves the rest for the commands that use it (docs/performance.md, twenty-second pass).
+needs and leaves the rest for the commands that use it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Why a process and not a thread: a thread must take the interpreter's lock back a
 waits for it in turn. On these 2-core virtual machines each of those hand-overs puts a thread to
 sleep and wakes it through the other core: syncing the log on a thread cost the overhead workload
 13 % of its rate with the ``fdatasync`` itself left out, against 6 % for a process fed through a
-pipe (docs/performance.md, thirty-first pass). The helper shares no lock with the run.
+pipe. The helper shares no lock with the run.
 
 The protocol, over two pipes: the helper first answers ``+`` (it runs: ``sys.executable`` of an
 application that embeds Python may be something else, which is then stopped and left to the

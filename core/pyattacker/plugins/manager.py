@@ -234,7 +234,7 @@ class _Manager(pluggy.PluginManager):
     are its ``__dict__`` and hold no descriptors, and most are its imports: anything that is not
     a function carrying our marker is skipped here after one dict read, and the rest takes
     pluggy's own path. The same hooks are found; discovery's pluggy share fell by about two
-    thirds (docs/performance.md, twenty-second pass).
+    thirds.
     """
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:

@@ -14,8 +14,7 @@ so an upsert of the same key twice in one batch still ends with the last row.
 
 Consecutive rows of one variant go to SQLite as multi-row ``INSERT ... VALUES (...), (...)``
 statements, not an ``executemany``: SQLite then steps once per statement instead of once per
-row, which saves about 9 % of all instructions per task on the overhead workload (``write_rows``;
-docs/performance.md, eleventh pass).
+row, which saves about 9 % of all instructions per task on the overhead workload (``write_rows``).
 
 Text columns whose value the rows of one commit usually share (a table's ``RowCodec.shared``:
 the run id, a state, the decision of a success) are bound once per statement when every row of
@@ -28,7 +27,7 @@ SQLite numbers after them in the text's order. Only those k markers have a name:
 3.12 on, ``sqlite3`` asks SQLite for the name of every value it binds from a sequence (to warn
 about named placeholders, gh-101693), and SQLite looks a numbered parameter's name up by a
 linear search of the statement's named ones, so a statement that numbered each of its n values
-cost O(n²): a quarter of all the CPU of a run on 3.13 (docs/performance.md, twenty-first pass).
+cost O(n²): a quarter of all the CPU of a run on 3.13.
 A group whose rows differ there binds every value. Either way the same values are stored.
 
 CPython 3.12.0 to 3.12.3 (Ubuntu 24.04's Python among them) also issue a ``DeprecationWarning``
