@@ -229,6 +229,63 @@ def test_typed_group_bridge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert plugins.tasks.get("yell").fn("a") == "A"
 
 
+TYPED = """
+from pyattacker import task
+
+@task(name="shout")
+def shout(value):
+    return str(value).upper()
+
+class Pick:
+    name = "pick_first"
+    async def acquire(self, pool, *, ctx, where, timeout, selector):
+        return await pool.acquire(ctx, algorithm="immediate", where=where, **(selector or {}))
+    def fingerprint(self):
+        return {"name": "pick_first"}
+
+class Rot13:
+    name = "rot13"
+    types = (str,)
+    priority = 100
+    def can_encode(self, value):
+        return isinstance(value, str)
+    def encode(self, value):
+        return value.encode()
+    def decode(self, data, type_name, types):
+        return data.decode()
+
+class MemoryLike:
+    def __init__(self, location, read_only=False):
+        self.location = location
+"""
+
+
+def test_every_typed_group_the_docs_name_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package needing no pluggy code registers through the typed groups docs/plugins.md lists;
+    each group's name is the public contract (a renamed group silently drops such packages)."""
+    groups = {
+        "pyattacker.tasks": ("yell", "fake_typed:shout", "tasks"),
+        "pyattacker.algorithms": ("pick_first", "fake_typed:Pick", "algorithms"),
+        "pyattacker.codecs": ("rot13", "fake_typed:Rot13", "codecs"),
+        "pyattacker.stores": ("likemem", "fake_typed:MemoryLike", "stores"),
+    }
+    documented = (ROOT / "docs" / "plugins.md").read_text()
+    for group in groups:
+        assert f"| `{group}` |" in documented, group
+    make_fake_dist(
+        tmp_path,
+        monkeypatch,
+        dist="fake-typed",
+        modules={"fake_typed": TYPED},
+        entry_points={group: {name: target} for group, (name, target, _) in groups.items()},
+    )
+    rows = {r.name: r for r in _discover().listing()}
+    for group, (name, _, kind) in groups.items():
+        row = rows[f"{group}:{name}"]
+        assert row.status == "active" and row.dist == "fake-typed", row
+        assert kind in row.provides, row
+
+
 def test_missing_builtin_says_reinstall() -> None:
     plugins = discover(
         entry_points=[

@@ -6,7 +6,7 @@ A tiny third-party package can skip pluggy entirely and declare, for example::
     shout = "my_pkg.tasks:shout"
 
 Groups: ``pyattacker.tasks`` (a TaskSpec or factory), ``pyattacker.algorithms`` (a class,
-factory or instance with ``acquire``), ``pyattacker.store.codecs`` (a codec instance or zero-argument
+factory or instance with ``acquire``), ``pyattacker.codecs`` (a codec instance or zero-argument
 class), ``pyattacker.stores`` (a factory called with the location). Each entry point shows up
 in ``pyattacker plugins`` as its own row (``group:name``), failures included.
 """
@@ -67,7 +67,7 @@ def pyattacker_algorithms(register: Any) -> None:
 
 @hookimpl
 def pyattacker_codecs(register: Any) -> None:
-    _load_each(register, "pyattacker.store.codecs", _codec)
+    _load_each(register, "pyattacker.codecs", _codec)
 
 
 @hookimpl

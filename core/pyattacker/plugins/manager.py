@@ -81,7 +81,7 @@ GROUP = "pyattacker.plugins"
 TYPED_GROUPS = {
     "pyattacker.tasks": "tasks",
     "pyattacker.algorithms": "algorithms",
-    "pyattacker.store.codecs": "codecs",
+    "pyattacker.codecs": "codecs",
     "pyattacker.stores": "stores",
 }
 
