@@ -18,9 +18,9 @@ from pyattacker.errors import ConfigError
 __all__ = ["JOURNALS", "MAX_CONCURRENCY", "RunConfig"]
 
 JOURNALS = ("full", "summary")
-#: The runner starts one worker per unit of concurrency up front (about 2 KB and 20 µs each).
-#: Far beyond any endpoint's limits, a typo such as ``1e20`` would otherwise fill the memory
-#: of the machine before the run could even be interrupted.
+#: Up to one worker per unit of concurrency (each a coroutine with its own memory), started as
+#: work arrives. Far beyond any endpoint's limits, a typo such as ``1e20`` would otherwise let a
+#: large dataset fill the memory of the machine before the run could even be interrupted.
 MAX_CONCURRENCY = 100_000
 
 
