@@ -29,6 +29,6 @@ def _isolated_home(
 def view_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A finished 20-pipeline store (retries, failures with markup, metrics) that the viewer
     tests only read: ``serve``'s HTTP tests and the dashboard's browser tests share it."""
-    from _view_fixtures import build_store
+    from tests.support.views import build_store
 
     return build_store(tmp_path_factory.mktemp("views") / "a.db", 20)

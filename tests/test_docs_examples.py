@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import REPO
+
+ROOT = REPO
 BLOCK = re.compile(r"(<!-- example: run -->\s*)?```python\n(.*?)```", re.S)
 
 

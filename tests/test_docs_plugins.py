@@ -6,14 +6,14 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from pyattacker.plugins.hookspecs import HOOK_KINDS
 from pyattacker.plugins.manager import Plugins
+from tests.support import REPO
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
+DOCS = REPO / "docs" / "plugins.md"
 
 
 def test_every_hook_is_documented_with_its_signature() -> None:

@@ -6,7 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import REPO
+
+ROOT = REPO
 
 
 def _first_block(text: str) -> list[str]:
