@@ -651,7 +651,7 @@ def build(
 
 def effective_config(checked: CheckedConfig, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The config as it would run (defaults filled in, paths resolved, secrets masked)."""
-    from pyattacker.resources.pool import mask_secrets
+    from pyattacker.resources.redact import mask_secrets
 
     overrides = dict(overrides or {})
     values = dict(checked.run)

@@ -3,9 +3,8 @@
 An algorithm decides *how to get* a lease (pick, wait, back off, fail over); it never decides
 how to retry a failed call. Concrete algorithms are plugins (``pyattacker_algorithms`` hook);
 the kernel only knows the protocol, so it resolves names through a registry and never imports
-``pyattacker_plugins``. The primitives here (``wait_for_lease``, ``backoff_delay``,
-``FallbackRef``) let a plugin be a dozen lines, and let the retry policy share the same delay
-function as the ``backoff`` algorithm.
+``pyattacker_plugins``. The primitives here (``wait_for_lease``, ``FallbackRef``,
+``backoff_delay`` from ``backoff.py``) let a plugin be a dozen lines.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from pyattacker.errors import AcquireTimeout, ConfigError, ResourceUnavailable
+from pyattacker.resources.backoff import JITTERS, backoff_delay
 
 if TYPE_CHECKING:
     from pyattacker.plugins.registry import Registry
@@ -43,8 +43,6 @@ __all__ = [
     "wait_for_lease",
 ]
 
-#: Jitter modes shared by the ``backoff`` algorithm and the retry policy.
-JITTERS = ("full", "equal", "none")
 #: The algorithm used when nothing is configured.
 DEFAULT_ALGORITHM = "wait"
 
@@ -150,30 +148,6 @@ def beyond_recovery_error(
         f"pool {pool.name!r}: no resource{asked} can be leased again: {why}"
         " (an ok report on a held lease or re-publishing the resource brings it back)"
     )
-
-
-def backoff_delay(
-    attempt: int,
-    base: float,
-    factor: float,
-    cap: float,
-    jitter: str = "full",
-    rng: random.Random | None = None,
-) -> float:
-    """``min(cap, base * factor**(attempt-1))`` jittered: full U(0,raw), equal raw/2+U(0,raw/2), none."""
-    try:
-        raw = base * factor ** max(0, attempt - 1)
-    except OverflowError:
-        raw = math.inf
-    raw = max(0.0, min(cap, raw))
-    if jitter == "none":
-        return raw
-    draw = (rng or random).random()
-    if jitter == "full":
-        return raw * draw
-    if jitter == "equal":
-        return raw / 2 + (raw / 2) * draw
-    raise ConfigError(f"jitter must be one of {', '.join(JITTERS)}, got {jitter!r}")
 
 
 def try_free_slot(pool: Pool, *, ctx: Any, where: Any, selector: Mapping[str, Any]) -> Lease | None:

@@ -29,6 +29,7 @@ import msgspec
 from pyattacker.clock import Clock, RealClock, round3
 from pyattacker.errors import ConfigError, ResourceUnavailable
 from pyattacker.resources.bus import Bus, Subscription
+from pyattacker.resources.redact import SECRET_WORDS, mask_secrets, shown
 
 __all__ = [
     "SECRET_WORDS",
@@ -49,8 +50,6 @@ log = logging.getLogger(__name__)
 SLOW_WAIT_MS = 1000.0
 #: How many recent wait samples ``stats()`` computes percentiles over.
 WAIT_WINDOW = 512
-#: Option keys containing one of these words have their values masked in ``spec()``/``snapshot()``.
-SECRET_WORDS = ("key", "token", "secret", "password", "authorization")
 
 _EMA_OLD, _EMA_NEW = 0.7, 0.3
 _MISSING = object()
@@ -110,46 +109,9 @@ class PoolStats(msgspec.Struct, kw_only=True):
         return round(self.active / self.capacity, 4) if self.capacity else 0.0
 
 
-# -- secrets ----------------------------------------------------------------------------
-
-
-def _is_secret_key(key: object) -> bool:
-    low = str(key).lower()
-    return any(word in low for word in SECRET_WORDS)
-
-
-def _mask_value(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _mask_value(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_mask_value(v) for v in value]
-    if value is None:
-        return None
-    text = str(value)
-    return "****" + text[-4:] if len(text) > 4 else "****"
-
-
-def mask_secrets(value: Any) -> Any:
-    """Copy ``value`` with every value under a secret-looking key masked (keeps the last 4)."""
-    if isinstance(value, Mapping):
-        return {k: _mask_value(v) if _is_secret_key(k) else mask_secrets(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [mask_secrets(v) for v in value]
-    return value
-
-
 # -- resources --------------------------------------------------------------------------
 
 _ids: dict[str, itertools.count[int]] = {}
-
-
-def shown(value: Any) -> Any:
-    """``value`` masked and made plain JSON, for the store and the views.
-
-    Options may hold live objects (a client, a lock): those are shown as their ``repr``, so a
-    resource's row can never fail the store's commit.
-    """
-    return msgspec.to_builtins(mask_secrets(value), enc_hook=repr, str_keys=True)
 
 
 def _tag_list(tags: Any) -> tuple[str, ...]:
