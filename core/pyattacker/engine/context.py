@@ -25,7 +25,8 @@ from pyattacker.model import MetricPoint, MetricRecord
 if TYPE_CHECKING:
     from pyattacker.engine.runner import Runner, _Pipeline
     from pyattacker.flow.taskspec import TaskSpec
-    from pyattacker.resources.pool import Lease, Pool
+    from pyattacker.resources.lease import Lease
+    from pyattacker.resources.pool import Pool
 
 __all__ = ["TaskContext"]
 

@@ -21,7 +21,8 @@ from pyattacker.resources.backoff import JITTERS, backoff_delay
 
 if TYPE_CHECKING:
     from pyattacker.plugins.registry import Registry
-    from pyattacker.resources.pool import Lease, Pool
+    from pyattacker.resources.lease import Lease
+    from pyattacker.resources.pool import Pool
 
 __all__ = [
     "JITTERS",

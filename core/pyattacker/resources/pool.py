@@ -14,11 +14,8 @@ of pipelines.
 from __future__ import annotations
 
 import asyncio
-import enum
 import inspect
-import itertools
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -26,10 +23,12 @@ from typing import Any
 
 import msgspec
 
-from pyattacker.clock import Clock, RealClock, round3
+from pyattacker.clock import Clock, RealClock
 from pyattacker.errors import ConfigError, ResourceUnavailable
 from pyattacker.resources.bus import Bus, Subscription
+from pyattacker.resources.lease import Lease
 from pyattacker.resources.redact import SECRET_WORDS, mask_secrets, shown
+from pyattacker.resources.resource import DEAD, DEGRADED, READY, REVOKED, Resource, ResourceState
 
 __all__ = [
     "SECRET_WORDS",
@@ -52,22 +51,6 @@ SLOW_WAIT_MS = 1000.0
 WAIT_WINDOW = 512
 
 _EMA_OLD, _EMA_NEW = 0.7, 0.3
-_MISSING = object()
-
-
-class ResourceState(enum.StrEnum):
-    READY = "ready"
-    DEGRADED = "degraded"
-    DEAD = "dead"
-    REVOKED = "revoked"
-
-
-READY, DEGRADED, DEAD, REVOKED = (
-    ResourceState.READY,
-    ResourceState.DEGRADED,
-    ResourceState.DEAD,
-    ResourceState.REVOKED,
-)
 
 
 class ResourceEvent(msgspec.Struct, gc=False):
@@ -107,326 +90,6 @@ class PoolStats(msgspec.Struct, kw_only=True):
     @property
     def utilization(self) -> float:
         return round(self.active / self.capacity, 4) if self.capacity else 0.0
-
-
-# -- resources --------------------------------------------------------------------------
-
-_ids: dict[str, itertools.count[int]] = {}
-
-
-def _tag_list(tags: Any) -> tuple[str, ...]:
-    """Tags given as a string or a list of strings (a mapping is kept as it is by the caller)."""
-    if isinstance(tags, str):
-        return (tags,)
-    try:
-        listed = tuple(tags)
-    except TypeError:
-        raise ConfigError(f"resource tags must be strings or a mapping, got {tags!r}") from None
-    if not all(isinstance(t, str) for t in listed):
-        raise ConfigError(f"resource tags must be strings, got {list(listed)!r}")
-    return listed
-
-
-def _next_id(kind: str) -> str:
-    counter = _ids.get(kind)
-    if counter is None:
-        counter = _ids[kind] = itertools.count(1)
-    return f"{kind}-{next(counter)}"
-
-
-def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"resource {name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-class Resource:
-    """One leasable capability (an endpoint, a key, a local worker) with a per-instance capacity.
-
-    The mutable counters below are owned by the pool; read them, do not write them.
-    """
-
-    __slots__ = (
-        "_built",
-        "_factory_exc",
-        "_tagset",
-        "active",
-        "blocked_until",
-        "capacity",
-        "client",
-        "consecutive_failures",
-        "cooldown_s",
-        "dead_after",
-        "degrade_after",
-        "factory",
-        "factory_error",
-        "failed_total",
-        "id",
-        "kind",
-        "latency_ms_ema",
-        "leases_total",
-        "meta",
-        "ok_total",
-        "options",
-        "state",
-        "tags",
-        "usage",
-    )
-
-    def __init__(
-        self,
-        kind: str,
-        *,
-        id: str | None = None,
-        capacity: int = 1,
-        options: Mapping[str, Any] | None = None,
-        tags: Iterable[str] | Mapping[str, Any] = (),
-        factory: Callable[[Resource], Any] | None = None,
-        degrade_after: int = 3,
-        dead_after: int = 8,
-        cooldown_s: float = 30.0,
-        meta: Mapping[str, Any] | None = None,
-    ) -> None:
-        if not isinstance(kind, str) or not kind:
-            raise ConfigError(f"resource kind must be a non-empty string, got {kind!r}")
-        if id is not None and (not isinstance(id, str) or not id):
-            raise ConfigError(f"resource id must be a non-empty string, got {id!r}")
-        if factory is not None and not callable(factory):
-            raise ConfigError(f"resource factory must be callable, got {type(factory).__name__}")
-        if (
-            isinstance(cooldown_s, bool)
-            or not isinstance(cooldown_s, int | float)
-            or not 0 <= cooldown_s < math.inf  # NaN fails too
-        ):
-            raise ConfigError(f"resource cooldown_s must be a finite number >= 0, got {cooldown_s!r}")
-        if options is not None and not isinstance(options, Mapping):
-            raise ConfigError(f"resource options must be a mapping, got {type(options).__name__}")
-        self.kind = kind
-        self.id = id or _next_id(kind)
-        self.capacity = _positive_int("capacity", capacity)
-        self.degrade_after = _positive_int("degrade_after", degrade_after)
-        self.dead_after = _positive_int("dead_after", dead_after)
-        self.cooldown_s = float(cooldown_s)
-        self.options: dict[str, Any] = dict(options or {})
-        self.tags: tuple[str, ...] | dict[str, Any]
-        if isinstance(tags, Mapping):
-            self.tags = dict(tags)
-            self._tagset: frozenset[str] = frozenset()
-        else:
-            self.tags = _tag_list(tags)
-            self._tagset = frozenset(self.tags)
-        self.factory = factory
-        self.meta: dict[str, Any] = dict(meta or {})
-        self.client: Any = None
-        self._built = factory is None
-        self._reset_health()
-        self.active = 0
-        self.leases_total = 0
-        self.ok_total = 0
-        self.failed_total = 0
-        self.latency_ms_ema: float | None = None
-        self.usage: dict[str, float] = {}
-
-    @classmethod
-    def create(
-        cls,
-        kind: str,
-        *,
-        id: str | None = None,
-        capacity: int = 1,
-        options: Mapping[str, Any] | None = None,
-        tags: Iterable[str] | Mapping[str, Any] = (),
-        factory: Callable[[Resource], Any] | None = None,
-        degrade_after: int = 3,
-        dead_after: int = 8,
-        cooldown_s: float = 30.0,
-        meta: Mapping[str, Any] | None = None,
-    ) -> Resource:
-        """Build a resource; the id defaults to ``"<kind>-<n>"``."""
-        return cls(
-            kind,
-            id=id,
-            capacity=capacity,
-            options=options,
-            tags=tags,
-            factory=factory,
-            degrade_after=degrade_after,
-            dead_after=dead_after,
-            cooldown_s=cooldown_s,
-            meta=meta,
-        )
-
-    def _reset_health(self) -> None:
-        self.state = READY
-        self.consecutive_failures = 0
-        #: Clock time until which the resource is not leasable (cooldown or stored factory error).
-        self.blocked_until: float | None = None
-        self.factory_error: str | None = None
-        self._factory_exc: BaseException | None = None
-
-    # -- selectors --------------------------------------------------------------------
-    def lookup(self, key: str) -> Any:
-        """Selector value for ``key``: id, kind, tags, options, then a dotted path into options."""
-        if key == "id":
-            return self.id
-        if key == "kind":
-            return self.kind
-        tags = self.tags
-        if isinstance(tags, dict) and key in tags:
-            return tags[key]
-        if key in self.options:
-            return self.options[key]
-        if "." in key:
-            node: Any = self.options
-            for part in key.split("."):
-                if not isinstance(node, Mapping) or part not in node:
-                    return _MISSING
-                node = node[part]
-            return node
-        return _MISSING
-
-    def matches(self, selector: Mapping[str, Any] | None = None, where: Any = None) -> bool:
-        """Plain-equality match; ``tag``/``tags`` test membership in a tag list."""
-        if selector:
-            for key, want in selector.items():
-                if (key == "tag" or key == "tags") and not isinstance(self.tags, dict):
-                    wanted = (want,) if isinstance(want, str) else want
-                    if not self._tagset.issuperset(wanted):
-                        return False
-                elif self.lookup(key) != want:
-                    return False
-        if where is None:
-            return True
-        if callable(where):
-            return bool(where(self))
-        return self.matches(where)
-
-    # -- views --------------------------------------------------------------------------
-    def spec(self) -> dict[str, Any]:
-        """The declared shape of the resource, secrets masked (safe to store and display).
-
-        Options may hold live objects (a client, a lock): those are stored as their ``repr``,
-        so the run's resource rows never fail the store's commit.
-        """
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "capacity": self.capacity,
-            "options": shown(self.options),
-            "tags": shown(self.tags) if isinstance(self.tags, dict) else list(self.tags),
-            "degrade_after": self.degrade_after,
-            "dead_after": self.dead_after,
-            "cooldown_s": self.cooldown_s,
-            "meta": shown(self.meta),
-        }
-
-    def __repr__(self) -> str:
-        return f"Resource({self.id!r}, state={self.state.value}, active={self.active}/{self.capacity})"
-
-
-# -- leases -----------------------------------------------------------------------------
-
-
-class Lease(msgspec.Struct, eq=False):
-    """One use of one resource. Return it: ``async with lease:``, ``release_now()`` or ``release()``.
-
-    Built by its pool only (``Pool._lease``). A msgspec Struct rather than a class with
-    ``__init__`` because one is built per lease: CPython 3.11 runs a Python ``__init__`` through
-    ``type.__call__`` and a call from C, about 1,200 instructions more than msgspec's
-    constructor. ``eq=False``: compared by identity, as a plain object would be.
-    """
-
-    _pool: Pool
-    #: the pool's name
-    pool: str
-    resource: Resource
-    #: the resource's client and options when leased
-    client: Any
-    options: Any
-    task_name: str | None
-    acquired_at: float
-    waited_ms: float
-    #: when the lease was returned (the pool's clock); None while it is held
-    released_at: float | None = None
-
-    @property
-    def released(self) -> bool:
-        """Whether the lease was returned. Derived from ``released_at``: a release sets one
-        field of the Struct, not two (a Struct's field is slower to set than to read)."""
-        return self.released_at is not None
-
-    @property
-    def held_ms(self) -> float:
-        end = self.released_at if self.released_at is not None else self._pool._now()
-        return (end - self.acquired_at) * 1000.0
-
-    def report(
-        self,
-        ok: bool = True,
-        latency_ms: float | None = None,
-        usage: Mapping[str, float] | None = None,
-        error: BaseException | str | None = None,
-    ) -> None:
-        """Tell the pool how the call went: the only way a resource's health ever changes."""
-        self._pool._report(self.resource, ok, latency_ms, usage, error)
-
-    def degrade(self, reason: str = "") -> None:
-        """Take the resource out of rotation for one cooldown (e.g. the server said "slow down")."""
-        self._pool._force_degrade(self.resource, reason)
-
-    def release_now(self, *, leaked: bool = False) -> bool:
-        """Return the slot synchronously (no await, so cancellation cannot interrupt it).
-
-        Idempotent: returns whether this call released the lease.
-        """
-        if self.released_at is not None:  # ``released``, without the property's call
-            return False
-        pool = self._pool
-        self.released_at = pool._now()
-        resource = self.resource
-        resource.active -= 1
-        if leaked:
-            pool.leaked_total += 1
-        if (
-            (pool.listeners and (leaked or pool.trace_leases))
-            or pool._subs
-            or (pool.bus is not None and pool.bus.subscriber_count)
-        ):
-            pool._emit(
-                "resource.leaked" if leaked else "resource.released",
-                resource.id,
-                {"active": resource.active, "held_ms": self.held_ms, "task": self.task_name},
-            )
-        if pool._waiters:
-            pool._wake_slot(resource, 1)
-        return True
-
-    async def release(self) -> bool:
-        """Awaitable alias of ``release_now`` (it never actually suspends)."""
-        return self.release_now()
-
-    def as_dict(self) -> dict[str, Any]:
-        """The shape recorded on an attempt (one per lease: ``held_ms`` is computed inline)."""
-        end = self.released_at if self.released_at is not None else self._pool._now()
-        held = (end - self.acquired_at) * 1000.0
-        waited = self.waited_ms
-        return {
-            "pool": self.pool,
-            "resource_id": self.resource.id,
-            # round3(held) inline: this runs once per lease (no call)
-            "held_ms": (held * 1000.0 + 0.5) // 1.0 / 1000.0 if held >= 0.0 else round3(held),
-            "waited_ms": round3(waited) if waited else 0.0,
-        }
-
-    async def __aenter__(self) -> Lease:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.release_now()
-
-    def __repr__(self) -> str:
-        state = "released" if self.released else "held"
-        return f"Lease(pool={self.pool!r}, resource={self.resource.id!r}, {state})"
 
 
 # -- waiting ----------------------------------------------------------------------------
@@ -567,7 +230,7 @@ class Pool:
             self._slots.append(resource)
         elif old is not resource:
             self._slots[self._slots.index(old)] = resource
-        resource._reset_health()
+        resource.reset_health()
         self._by_id[resource.id] = resource
         if self._listened():
             self._emit(
