@@ -61,11 +61,11 @@ class Lease(msgspec.Struct, eq=False):
         error: BaseException | str | None = None,
     ) -> None:
         """Tell the pool how the call went: the only way a resource's health ever changes."""
-        self._pool._report(self.resource, ok, latency_ms, usage, error)
+        self._pool._health.report(self.resource, ok, latency_ms, usage, error)
 
     def degrade(self, reason: str = "") -> None:
         """Take the resource out of rotation for one cooldown (e.g. the server said "slow down")."""
-        self._pool._force_degrade(self.resource, reason)
+        self._pool._health.degrade(self.resource, reason)
 
     def release_now(self, *, leaked: bool = False) -> bool:
         """Return the slot synchronously (no await, so cancellation cannot interrupt it).
@@ -75,7 +75,8 @@ class Lease(msgspec.Struct, eq=False):
         if self.released_at is not None:  # ``released``, without the property's call
             return False
         pool = self._pool
-        self.released_at = pool._now()
+        now = pool._now  # an instance attribute: a load and a call cost less than a method lookup
+        self.released_at = now()
         resource = self.resource
         resource.active -= 1
         if leaked:
@@ -91,7 +92,7 @@ class Lease(msgspec.Struct, eq=False):
                 {"active": resource.active, "held_ms": self.held_ms, "task": self.task_name},
             )
         if pool._waiters:
-            pool._wake_slot(resource, 1)
+            pool._queue.wake_slot(resource, 1)
         return True
 
     async def release(self) -> bool:
