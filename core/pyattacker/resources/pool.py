@@ -11,7 +11,8 @@ from parts, each in its own module:
 
 - ``Health`` (``health.py``): the resources' state machine (degraded, dead, cooldowns);
 - ``WaitQueue`` (``waiters.py``): the blocked acquirers, their wake-ups and the cooldown timer;
-- ``diagnostics.py``: wait records, the deadlock and unmatched-selector hints, stats, snapshots.
+- ``diagnostics.py``: wait records, the deadlock and unmatched-selector hints, stats, snapshots;
+- ``AlgorithmResolver`` (``algorithm.py``): specs to algorithm instances.
 """
 
 from __future__ import annotations
@@ -21,18 +22,23 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from pyattacker.clock import Clock, RealClock
 from pyattacker.errors import ConfigError, ResourceUnavailable
 from pyattacker.resources import diagnostics
+from pyattacker.resources.algorithm import AlgorithmResolver
 from pyattacker.resources.bus import Bus, Subscription
 from pyattacker.resources.health import Health, describe_error
 from pyattacker.resources.lease import Lease
 from pyattacker.resources.resource import DEAD, READY, REVOKED, Resource
 from pyattacker.resources.waiters import WaitQueue
+
+if TYPE_CHECKING:
+    from pyattacker.plugins.registry import Registry
+    from pyattacker.resources.algorithm import Algorithm
 
 __all__ = ["Pool", "ResourceEvent"]
 
@@ -52,6 +58,9 @@ class ResourceEvent(msgspec.Struct, gc=False):
 class Pool:
     """A named set of resources with a default acquisition algorithm and an event stream.
 
+    ``algorithm`` is the default for leases that name none: an instance, or a spec (a name, a
+    mapping) resolved here through ``algorithms`` (a registry or an ``AlgorithmResolver``; the
+    process-wide plugins by default). Without one it is ``wait``, resolved on first use.
     ``await pool.wait_slot(*, where=None, selector=None, timeout=None) -> bool`` waits in the
     pool's ``WaitQueue`` until a matching slot may be free.
     """
@@ -67,7 +76,7 @@ class Pool:
         clock: Clock | None = None,
         deadlock_warn_s: float | None = 5.0,
         on_event: Callable[[ResourceEvent], None] | None = None,
-        algorithms: Any = None,
+        algorithms: Registry | AlgorithmResolver | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigError(f"pool name must be a non-empty string, got {name!r}")
@@ -107,10 +116,15 @@ class Pool:
         self.clock_is_default = clock is None
         if clock is not None:
             self.clock = clock
-        self.algorithm_spec = algorithm
-        self._algorithms = algorithms
-        self._algorithm: Any = None
-        self._algorithm_cache: dict[str, Any] = {}
+        self.resolver = (
+            algorithms if isinstance(algorithms, AlgorithmResolver) else AlgorithmResolver(algorithms)
+        )
+        self._algorithm: Algorithm | None = None
+        if algorithm is not None:
+            try:
+                self._algorithm = self.resolver.resolve(algorithm)
+            except ConfigError as exc:
+                raise ConfigError(f"pool {name!r}: {exc}") from None
         for item in resources:
             before = len(self._slots)
             resource = self.publish(item)
@@ -413,34 +427,16 @@ class Pool:
         self._queue.reset()
 
     # -- acquisition ------------------------------------------------------------------------
-    def algorithm_registry(self) -> Any:
-        """The algorithms registry names resolve through (the process-wide one by default)."""
-        if self._algorithms is None:
-            from pyattacker.plugins.manager import get_plugins
+    @property
+    def algorithm(self) -> Algorithm:
+        """The default algorithm (``wait`` unless the pool was given one), resolved on first use."""
+        if self._algorithm is None:
+            self._algorithm = self.resolver.resolve(None)
+        return self._algorithm
 
-            self._algorithms = get_plugins().algorithms
-        return self._algorithms
-
-    def resolve(self, algorithm: Any = None) -> Any:
-        """The algorithm instance for a per-call spec, else the pool default, else ``wait``."""
-        if algorithm is None:
-            default = self._algorithm
-            if default is None:
-                default = self._algorithm = self._resolve_spec(self.algorithm_spec)
-            return default
-        if hasattr(algorithm, "acquire") and not isinstance(algorithm, type):
-            return algorithm
-        if isinstance(algorithm, str):
-            cached = self._algorithm_cache.get(algorithm)
-            if cached is None:
-                cached = self._algorithm_cache[algorithm] = self._resolve_spec(algorithm)
-            return cached
-        return self._resolve_spec(algorithm)
-
-    def _resolve_spec(self, spec: Any) -> Any:
-        from pyattacker.resources.algorithm import resolve_algorithm
-
-        return resolve_algorithm(spec, self.algorithm_registry())
+    def resolve(self, algorithm: Any = None) -> Algorithm:
+        """``algorithm`` as an instance (a spec goes through ``resolver``), else the default."""
+        return self.algorithm if algorithm is None else self.resolver.resolve(algorithm)
 
     async def acquire(
         self,
@@ -451,13 +447,16 @@ class Pool:
         where: Any = None,
         **selector: Any,
     ) -> Lease:
-        """Lease through the per-call algorithm, else the pool default, else ``wait``."""
-        algo = self.resolve(algorithm)
+        """Lease through ``algorithm`` (an instance or a spec), else the pool's default."""
+        # an instance (what the runner passes) or the resolved default is used without a call
+        algo = self._algorithm if algorithm is None else algorithm
+        if algo is None or not hasattr(algo, "acquire") or isinstance(algo, type):
+            algo = self.resolve(algorithm)
         lease: Lease = await algo.acquire(self, ctx=ctx, where=where, timeout=timeout, selector=selector)
         return lease
 
     def first_try(self, algorithm: Any = None) -> Callable[..., Lease | None] | None:
-        """The resolved algorithm's synchronous first try (its optional ``try_now``), or None."""
+        """The algorithm's synchronous first try (its optional ``try_now``), or None."""
         first: Callable[..., Lease | None] | None = getattr(self.resolve(algorithm), "try_now", None)
         return first
 
@@ -466,7 +465,10 @@ class Pool:
     ) -> Lease | None:
         """The algorithm's synchronous first try, or None when it has none or no slot is free;
         ``acquire`` with the same arguments is then the full path."""
-        first = self.first_try(algorithm)
+        algo = self._algorithm if algorithm is None else algorithm  # as in ``acquire``
+        if algo is None or not hasattr(algo, "acquire") or isinstance(algo, type):
+            algo = self.resolve(algorithm)
+        first = getattr(algo, "try_now", None)
         return None if first is None else first(self, ctx=ctx, where=where, selector=selector)
 
     # -- events -----------------------------------------------------------------------------
