@@ -30,8 +30,8 @@ _FACE: dict[str, str] = {
     "VirtualClock": "pyattacker.clock",
     # endpoints
     "Pool": "pyattacker.resources.pool",
-    "Resource": "pyattacker.resources.pool",
-    "Lease": "pyattacker.resources.pool",
+    "Resource": "pyattacker.resources.resource",
+    "Lease": "pyattacker.resources.lease",
     # failures a task raises or a caller catches
     "PyAttackerError": "pyattacker.errors",
     "RetryableError": "pyattacker.errors",
@@ -91,7 +91,9 @@ if TYPE_CHECKING:
     from pyattacker.flow.retry import Retrying
     from pyattacker.flow.taskspec import TaskSpec, task
     from pyattacker.plugins.hookspecs import hookimpl
-    from pyattacker.resources.pool import Lease, Pool, Resource
+    from pyattacker.resources.lease import Lease
+    from pyattacker.resources.pool import Pool
+    from pyattacker.resources.resource import Resource
 
 
 def __getattr__(name: str) -> Any:

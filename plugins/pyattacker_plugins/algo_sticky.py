@@ -13,7 +13,7 @@ from typing import Any
 from pyattacker import Lease, Pool, ResourceUnavailable, hookimpl
 from pyattacker.plugins.hookspecs import Register
 from pyattacker.resources.algorithm import FallbackRef
-from pyattacker.resources.pool import DEAD, REVOKED
+from pyattacker.resources.resource import DEAD, REVOKED
 
 META_KEY = "sticky"
 

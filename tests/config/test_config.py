@@ -446,6 +446,18 @@ def test_a_config_binds_what_the_sdk_binds(tmp_path: Path) -> None:
         assert got == facts(expected) and len(got) == len(seeds) * src.repeats, source
 
 
+def test_built_pools_are_handed_their_algorithm_resolved(tmp_path: Path) -> None:
+    text = (
+        "pools:\n"
+        "  apis: {algorithm: {name: backoff, cap: 3}, resources: [{id: a}]}\n"
+        "  plain: {resources: [{id: b}]}\n"
+    )
+    built = build(load_config(_write(tmp_path, text + GOOD_TAIL)))
+    apis, plain = built.pools
+    assert (apis.algorithm.name, apis.algorithm.cap) == ("backoff", 3.0)
+    assert plain.algorithm.name == "wait" and plain.resolver is apis.resolver
+
+
 def test_precedence_flag_over_run_block_over_default(tmp_path: Path) -> None:
     path = _write(tmp_path, "run: {concurrency: 4, label: file}\n" + GOOD_TAIL)
     built = build(load_config(path), {"label": "flag"})

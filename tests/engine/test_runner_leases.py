@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from pyattacker import Pool, Resource, RetryableError, VirtualClock, pipeline, task
+from pyattacker.plugins.registry import Registry
+from pyattacker.resources.algorithm import AlgorithmResolver
 from pyattacker.views.common import choose_run
 from pyattacker.views.live import LiveDigest, snapshot
 from pyattacker.views.watch import render_snapshot
@@ -213,6 +215,33 @@ def test_synchronous_first_try_is_used_when_it_leases_and_skipped_when_it_cannot
             atts = rows(r.store, "attempts")
         assert rep.succeeded == 2 and calls == expected, (fast, calls)
         assert all(len(a.leases) == 2 for a in atts) and pool.stats().active == 0
+
+
+def test_the_runner_resolves_algorithm_names_and_hands_the_pool_instances() -> None:
+    """The runner holds the plugins, so a task's ``algorithm: backoff`` and a
+    ``ctx.acquire(algorithm="wait")`` are resolved there, once per name: the pool gets the
+    instance, and a pool whose own registry knows no algorithm at all still serves them."""
+    clock = VirtualClock()
+    pool = Pool(
+        "apis",
+        [Resource.create("api", capacity=1)],
+        clock=clock,
+        algorithms=AlgorithmResolver(Registry("algorithms")),
+    )
+
+    @task(resource="apis", algorithm={"name": "backoff", "base": 0.01, "jitter": "none"})
+    async def call(x: Any, ctx: Any) -> Any:
+        async with ctx.acquire():
+            await asyncio.sleep(0.05)
+        async with ctx.acquire("apis", algorithm="wait") as lease:
+            await asyncio.sleep(0.05)
+            return lease.pool
+
+    with vrunner(pools=[pool], clock=clock, concurrency=4) as r:
+        rep = r.run(pipeline("p", call).map(seeds(4)))
+        assert r.algorithms.resolve("wait") is r.algorithms.resolve("wait")
+    assert rep.succeeded == 4 and pool.stats().active == 0
+    assert pool.stats().waits_total == 8 and pool.stats().wait_ms_max > 0  # both paths waited
 
 
 def test_a_missing_pool_is_not_remembered_and_a_pool_added_later_is_used() -> None:

@@ -12,8 +12,10 @@ import pytest
 from pyattacker import AcquireTimeout, ConfigError, Lease, Pool, Resource, ResourceUnavailable, VirtualClock
 from pyattacker.plugins.manager import discover
 from pyattacker.plugins.registry import Registry
+from pyattacker.resources import algorithm as algorithm_module
 from pyattacker.resources.algorithm import (
     Algorithm,
+    AlgorithmResolver,
     algorithm_fingerprint,
     backoff_delay,
     resolve_algorithm,
@@ -554,6 +556,59 @@ def test_per_call_algorithm_beats_pool_default_beats_wait(clock: VirtualClock, a
             await plain.acquire(algorithm="stiky")
 
     run(clock, scenario)
+
+
+def test_a_resolver_keeps_one_instance_per_name_and_passes_instances_through(algorithms: Registry) -> None:
+    resolver = AlgorithmResolver(algorithms)
+    backoff = resolver.resolve("backoff")
+    assert isinstance(backoff, Backoff) and resolver.resolve("backoff") is backoff
+    assert resolver.resolve(None) is resolver.resolve("wait")
+    mine = Immediate()
+    assert resolver.resolve(mine) is mine
+    built = resolver.resolve({"name": "backoff", "cap": 3})
+    assert isinstance(built, Backoff) and built.cap == 3
+    assert resolver.resolve({"name": "backoff", "cap": 3}) is not built  # a mapping is built each time
+    with pytest.raises(ConfigError, match="did you mean 'backoff'"):
+        resolver.resolve("bakoff")
+
+
+def test_nothing_needs_the_plugins_until_an_algorithm_is_resolved(
+    clock: VirtualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pool built without an algorithm leases synchronously without any plugin; its
+    default (``wait``) is looked up, in the process-wide registry, at its first use."""
+
+    def no_plugins() -> Registry:
+        raise LookupError("the process-wide plugins were asked for")
+
+    monkeypatch.setattr(algorithm_module, "_default_registry", no_plugins)
+    resolver = AlgorithmResolver()
+    pool = Pool("p", [Resource.create("api", id="r")], clock=clock)
+    lease = pool.try_acquire()
+    assert lease is not None and lease.release_now()
+    with pytest.raises(LookupError):
+        resolver.resolve("wait")
+    with pytest.raises(LookupError):
+        pool.algorithm  # noqa: B018
+
+
+def test_a_pool_resolves_the_algorithm_it_is_given_and_names_itself_when_it_cannot(
+    algorithms: Registry,
+) -> None:
+    pool = Pool("llm", algorithm={"name": "backoff", "cap": 2}, algorithms=algorithms)
+    assert isinstance(pool.algorithm, Backoff) and pool.algorithm.cap == 2
+    assert pool.resolve() is pool.algorithm
+    unknown = r"^pool 'llm': unknown algorithm 'bakoff' \(did you mean 'backoff'\?\)"
+    with pytest.raises(ConfigError, match=unknown):
+        Pool("llm", algorithm="bakoff", algorithms=algorithms)
+
+
+def test_pools_given_one_resolver_share_what_it_resolved(algorithms: Registry) -> None:
+    resolver = AlgorithmResolver(algorithms)
+    first, second = Pool("a", algorithms=resolver), Pool("b", algorithms=resolver)
+    assert first.resolver is second.resolver is resolver
+    assert first.algorithm is second.algorithm is resolver.resolve("wait")
+    assert first.resolve("sticky") is second.resolve("sticky")
 
 
 def test_custom_algorithm_instance(clock: VirtualClock, algorithms: Registry) -> None:

@@ -12,7 +12,10 @@ from pyattacker import AcquireTimeout, ConfigError, Lease, Pool, Resource, Resou
 from pyattacker.clock import Clock
 from pyattacker.plugins.registry import Registry
 from pyattacker.resources.bus import Bus
-from pyattacker.resources.pool import PoolStats, ResourceEvent, ResourceState, mask_secrets
+from pyattacker.resources.diagnostics import PoolStats
+from pyattacker.resources.pool import ResourceEvent
+from pyattacker.resources.redact import mask_secrets
+from pyattacker.resources.resource import ResourceState
 from tests.support.pools import Ctx, Recorder, algorithms_fixture, clock_fixture, run
 
 __all__ = ["algorithms_fixture", "clock_fixture"]  # fixtures used by name below

@@ -46,8 +46,14 @@ from pyattacker.flow.taskspec import TaskSpec
 from pyattacker.paths import make_parent
 from pyattacker.plugins.manager import get_plugins
 from pyattacker.plugins.registry import Registry
-from pyattacker.resources.algorithm import FallbackRef, resolve_algorithm, validate_algorithm_spec
-from pyattacker.resources.pool import Pool, mask_secrets
+from pyattacker.resources.algorithm import (
+    AlgorithmResolver,
+    FallbackRef,
+    resolve_algorithm,
+    validate_algorithm_spec,
+)
+from pyattacker.resources.pool import Pool
+from pyattacker.resources.redact import mask_secrets
 from pyattacker.shard.plan import capacity_share as share
 from pyattacker.store.backends import parse_backend_spec, validate_backend_spec
 from pyattacker.store.location import default_store_path, local_file, location_problem, rebase_local
@@ -559,8 +565,10 @@ def _run_config(checked: CheckedConfig, overrides: Mapping[str, Any]) -> RunConf
 
 
 def _make_pools(checked: CheckedConfig, capacity_share: tuple[int, int] | None = None) -> list[Any]:
-    """Fresh pools; with ``capacity_share=(slot, slots)`` every resource gets only that slot's
-    slice of its capacity, so concurrently running shards never exceed what an endpoint allows."""
+    """Fresh pools, each handed its algorithm resolved through the plugins; with
+    ``capacity_share=(slot, slots)`` every resource gets only that slot's slice of its
+    capacity, so concurrently running shards never exceed what an endpoint allows."""
+    algorithms = AlgorithmResolver(get_plugins().algorithms)
     pools = []
     for pdef in checked.pools.values():
         resources = [{"kind": pdef.kind or pdef.name, **res} for res in pdef.resources]
@@ -568,7 +576,8 @@ def _make_pools(checked: CheckedConfig, capacity_share: tuple[int, int] | None =
             slot, slots = capacity_share
             for res in resources:
                 res["capacity"] = share(int(res.get("capacity", 1)), slot, slots)
-        pools.append(Pool(pdef.name, resources, kind=pdef.kind, algorithm=pdef.algorithm))
+        algorithm = None if pdef.algorithm is None else algorithms.resolve(pdef.algorithm)
+        pools.append(Pool(pdef.name, resources, kind=pdef.kind, algorithm=algorithm, algorithms=algorithms))
     return pools
 
 

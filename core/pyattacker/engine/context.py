@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from pyattacker.engine.state import PipelineState, RunState
     from pyattacker.engine.telemetry import Telemetry
     from pyattacker.flow.taskspec import TaskSpec
-    from pyattacker.resources.pool import Lease, Pool
+    from pyattacker.resources.lease import Lease
+    from pyattacker.resources.pool import Pool
 
 __all__ = ["TaskContext"]
 
@@ -228,7 +229,8 @@ class TaskContext(msgspec.Struct, eq=False):
         return lease
 
     def _target(self, pool_name: str | None, algorithm: Any) -> tuple[Pool, Any]:
-        """The pool and the algorithm spec a lease request goes to (a task's own by default)."""
+        """The pool and the algorithm a lease request goes to (a task's own by default): an
+        instance resolved through the run's plugins, or None for the pool's default."""
         name = pool_name or self.task.resource
         if name is None:
             raise PoolNotFound(
@@ -244,7 +246,7 @@ class TaskContext(msgspec.Struct, eq=False):
             if algorithm is not None
             else (self.task.algorithm if pool_name in (None, self.task.resource) else None)
         )
-        return pool, alg
+        return pool, None if alg is None else self._run.runner.algorithms.resolve(alg)
 
     def _lease_now(self, args: Any) -> Lease | None:
         """A free slot through the algorithm's synchronous first try, or None (then wait).

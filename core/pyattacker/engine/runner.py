@@ -38,7 +38,7 @@ from pyattacker.engine.workqueue import WorkQueue
 from pyattacker.errors import ConfigError, PoolNotFound, StoreUnavailable
 from pyattacker.flow.chain import PipelineSpec, PipelineTemplate
 from pyattacker.model import Batch, MetricRecord, RunRecord
-from pyattacker.resources.algorithm import try_free_slot
+from pyattacker.resources.algorithm import AlgorithmResolver, try_free_slot
 from pyattacker.store.base import Store
 from pyattacker.store.codecs import CodecRegistry
 from pyattacker.store.location import open_store
@@ -81,6 +81,8 @@ class Runner:
         if self.config.event_loop == "uvloop":
             resolve_event_loop("uvloop")  # not installed: fail here, before the store is opened
         self._plugins = plugins
+        #: algorithm specs (a task's, a ``ctx.acquire(algorithm=...)``) to instances, through the plugins
+        self.algorithms = AlgorithmResolver(None if plugins is None else plugins.algorithms)
         self.clock = clock or RealClock()
         # the hot path reads the clock several times per task: call the C functions directly
         # unless the clock is a custom one (the virtual clock of the tests)

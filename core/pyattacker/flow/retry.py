@@ -25,7 +25,7 @@ from pyattacker.errors import (
     error_class_of,
     retry_after_of,
 )
-from pyattacker.resources.algorithm import JITTERS, backoff_delay
+from pyattacker.resources.backoff import JITTERS, backoff_delay
 
 __all__ = ["JITTERS", "Retrying", "backoff_delay", "coerce_retry", "resolve_exception_name"]
 

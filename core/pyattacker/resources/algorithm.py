@@ -3,9 +3,10 @@
 An algorithm decides *how to get* a lease (pick, wait, back off, fail over); it never decides
 how to retry a failed call. Concrete algorithms are plugins (``pyattacker_algorithms`` hook);
 the kernel only knows the protocol, so it resolves names through a registry and never imports
-``pyattacker_plugins``. The primitives here (``wait_for_lease``, ``backoff_delay``,
-``FallbackRef``) let a plugin be a dozen lines, and let the retry policy share the same delay
-function as the ``backoff`` algorithm.
+``pyattacker_plugins``. Whoever holds the plugins (the runner, config building) resolves specs
+with an ``AlgorithmResolver`` and hands pools ready instances. The primitives here
+(``wait_for_lease``, ``FallbackRef``, ``backoff_delay`` from ``backoff.py``) let a plugin be a
+dozen lines.
 """
 
 from __future__ import annotations
@@ -18,15 +19,18 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from pyattacker.errors import AcquireTimeout, ConfigError, ResourceUnavailable
+from pyattacker.resources.backoff import JITTERS, backoff_delay
 
 if TYPE_CHECKING:
     from pyattacker.plugins.registry import Registry
-    from pyattacker.resources.pool import Lease, Pool
+    from pyattacker.resources.lease import Lease
+    from pyattacker.resources.pool import Pool
 
 __all__ = [
     "JITTERS",
     "AcquireContext",
     "Algorithm",
+    "AlgorithmResolver",
     "FallbackRef",
     "ParameterError",
     "algorithm_fingerprint",
@@ -43,8 +47,6 @@ __all__ = [
     "wait_for_lease",
 ]
 
-#: Jitter modes shared by the ``backoff`` algorithm and the retry policy.
-JITTERS = ("full", "equal", "none")
 #: The algorithm used when nothing is configured.
 DEFAULT_ALGORITHM = "wait"
 
@@ -152,30 +154,6 @@ def beyond_recovery_error(
     )
 
 
-def backoff_delay(
-    attempt: int,
-    base: float,
-    factor: float,
-    cap: float,
-    jitter: str = "full",
-    rng: random.Random | None = None,
-) -> float:
-    """``min(cap, base * factor**(attempt-1))`` jittered: full U(0,raw), equal raw/2+U(0,raw/2), none."""
-    try:
-        raw = base * factor ** max(0, attempt - 1)
-    except OverflowError:
-        raw = math.inf
-    raw = max(0.0, min(cap, raw))
-    if jitter == "none":
-        return raw
-    draw = (rng or random).random()
-    if jitter == "full":
-        return raw * draw
-    if jitter == "equal":
-        return raw / 2 + (raw / 2) * draw
-    raise ConfigError(f"jitter must be one of {', '.join(JITTERS)}, got {jitter!r}")
-
-
 def try_free_slot(pool: Pool, *, ctx: Any, where: Any, selector: Mapping[str, Any]) -> Lease | None:
     """Lease a free matching slot now (recorded as a zero wait), or None."""
     lease = pool.try_acquire(ctx, where=where, **selector) if selector else pool.try_acquire(ctx, where=where)
@@ -240,6 +218,8 @@ def _timed_out(pool: Pool, selector: Mapping[str, Any], timeout: float | None) -
 
 
 def _default_registry() -> Registry:
+    """The process-wide algorithms registry."""
+    # imported here: pluggy and plugin discovery load only when a name must be resolved
     from pyattacker.plugins.manager import get_plugins
 
     return get_plugins().algorithms
@@ -353,6 +333,44 @@ def _build(name: str, factory: Any, params: dict[str, Any]) -> Algorithm:
     return cast(Algorithm, algo)
 
 
+class AlgorithmResolver:
+    """Algorithm specs to instances through one registry, for whoever holds the plugins.
+
+    A name resolves once and is kept (one shared instance per name); an instance passes
+    through; a mapping is built on each call. The registry is the process-wide one when none
+    is given, looked up on first use, so a resolver that is never asked needs no plugin.
+    """
+
+    __slots__ = ("_named", "_registry")
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        self._registry = registry
+        self._named: dict[str, Algorithm] = {}
+
+    @property
+    def registry(self) -> Registry:
+        """The registry names are looked up in."""
+        if self._registry is None:
+            self._registry = _default_registry()
+        return self._registry
+
+    def resolve(self, spec: Any) -> Algorithm:
+        """None (``wait``), a name, ``{"name": ..., **params}`` or an instance as an algorithm.
+
+        Raises ConfigError with a did-you-mean hint for unknown names and parameters.
+        """
+        if spec is None:
+            spec = DEFAULT_ALGORITHM
+        elif hasattr(spec, "acquire") and not isinstance(spec, type):
+            return cast(Algorithm, spec)
+        if isinstance(spec, str):
+            named = self._named.get(spec)
+            if named is None:
+                named = self._named[spec] = resolve_algorithm(spec, self.registry)
+            return named
+        return resolve_algorithm(spec, self.registry)
+
+
 def validate_algorithm_spec(
     spec: Any, registry: Registry, path: str, *, param_fields: bool = True
 ) -> list[str]:
@@ -424,7 +442,7 @@ def algorithm_fingerprint(algorithm: Any) -> dict[str, Any]:
 class FallbackRef:
     """A lazily resolved fallback algorithm (a name, a mapping, an instance, or None for ``wait``).
 
-    It resolves through the pool's registry on first use, so a plugin algorithm can name another
+    It resolves through the pool's resolver on first use, so a plugin algorithm can name another
     plugin's algorithm as its fallback without importing it.
     """
 
@@ -444,7 +462,7 @@ class FallbackRef:
 
     def get(self, pool: Pool) -> Algorithm:
         if self._resolved is None:
-            self._resolved = resolve_algorithm(self.spec, pool.algorithm_registry())
+            self._resolved = pool.resolver.resolve(self.spec)
         return self._resolved
 
     async def acquire(

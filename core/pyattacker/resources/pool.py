@@ -1,74 +1,48 @@
-"""Resources, pools and leases: the only state pipelines share (invariant 1).
+"""Pools: named sets of resources that pipelines lease from (the only state they share).
 
 Every mutation here is synchronous and contains no ``await``: a lease can therefore always be
 returned from a ``finally`` block, even while the task is being cancelled (invariant 5, the
-lease-safety contract). Health is a small state machine advanced lazily when it is read, so
-there is no background task; the only timers are the per-waiter timeout, the deadlock hint and
-one cooldown notifier that wakes waiters when the earliest cooldown ends.
+lease-safety contract). The uncontended path (``try_acquire`` + ``release_now``) allocates one
+``Lease`` and builds no event objects unless somebody listens: it runs once per task attempt
+across tens of thousands of pipelines.
 
-The uncontended path (``try_acquire`` + ``release_now``) allocates one ``Lease`` and builds no
-event objects unless somebody listens: it runs once per task attempt across tens of thousands
-of pipelines.
+``Pool`` is the front object; it holds membership, picking, leasing and events, and is built
+from parts, each in its own module:
+
+- ``Health`` (``health.py``): the resources' state machine (degraded, dead, cooldowns);
+- ``WaitQueue`` (``waiters.py``): the blocked acquirers, their wake-ups and the cooldown timer;
+- ``diagnostics.py``: wait records, the deadlock and unmatched-selector hints, stats, snapshots;
+- ``AlgorithmResolver`` (``algorithm.py``): specs to algorithm instances.
 """
 
 from __future__ import annotations
 
-import asyncio
-import enum
 import inspect
-import itertools
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from pyattacker.clock import Clock, RealClock, round3
+from pyattacker.clock import Clock, RealClock
 from pyattacker.errors import ConfigError, ResourceUnavailable
+from pyattacker.resources import diagnostics
+from pyattacker.resources.algorithm import AlgorithmResolver
 from pyattacker.resources.bus import Bus, Subscription
+from pyattacker.resources.health import Health, describe_error
+from pyattacker.resources.lease import Lease
+from pyattacker.resources.resource import DEAD, READY, REVOKED, Resource
+from pyattacker.resources.waiters import WaitQueue
 
-__all__ = [
-    "SECRET_WORDS",
-    "SLOW_WAIT_MS",
-    "WAIT_WINDOW",
-    "Lease",
-    "Pool",
-    "PoolStats",
-    "Resource",
-    "ResourceEvent",
-    "ResourceState",
-    "mask_secrets",
-]
+if TYPE_CHECKING:
+    from pyattacker.plugins.registry import Registry
+    from pyattacker.resources.algorithm import Algorithm
+
+__all__ = ["Pool", "ResourceEvent"]
 
 log = logging.getLogger(__name__)
-
-#: A wait longer than this emits ``acquire.slow_wait``.
-SLOW_WAIT_MS = 1000.0
-#: How many recent wait samples ``stats()`` computes percentiles over.
-WAIT_WINDOW = 512
-#: Option keys containing one of these words have their values masked in ``spec()``/``snapshot()``.
-SECRET_WORDS = ("key", "token", "secret", "password", "authorization")
-
-_EMA_OLD, _EMA_NEW = 0.7, 0.3
-_MISSING = object()
-
-
-class ResourceState(enum.StrEnum):
-    READY = "ready"
-    DEGRADED = "degraded"
-    DEAD = "dead"
-    REVOKED = "revoked"
-
-
-READY, DEGRADED, DEAD, REVOKED = (
-    ResourceState.READY,
-    ResourceState.DEGRADED,
-    ResourceState.DEAD,
-    ResourceState.REVOKED,
-)
 
 
 class ResourceEvent(msgspec.Struct, gc=False):
@@ -81,444 +55,15 @@ class ResourceEvent(msgspec.Struct, gc=False):
     data: dict[str, Any] = {}
 
 
-class PoolStats(msgspec.Struct, kw_only=True):
-    """Counters of one pool (optionally of the resources matching a selector)."""
-
-    name: str
-    kind: str | None
-    total: int
-    ready: int
-    degraded: int
-    dead: int
-    revoked: int
-    active: int
-    capacity: int
-    waiting: int
-    leases_total: int
-    ok_total: int
-    failed_total: int
-    leaked_total: int
-    usage: dict[str, float]
-    waits_total: int
-    wait_ms_avg: float
-    wait_ms_p50: float
-    wait_ms_p95: float
-    wait_ms_max: float
-
-    @property
-    def utilization(self) -> float:
-        return round(self.active / self.capacity, 4) if self.capacity else 0.0
-
-
-# -- secrets ----------------------------------------------------------------------------
-
-
-def _is_secret_key(key: object) -> bool:
-    low = str(key).lower()
-    return any(word in low for word in SECRET_WORDS)
-
-
-def _mask_value(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _mask_value(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_mask_value(v) for v in value]
-    if value is None:
-        return None
-    text = str(value)
-    return "****" + text[-4:] if len(text) > 4 else "****"
-
-
-def mask_secrets(value: Any) -> Any:
-    """Copy ``value`` with every value under a secret-looking key masked (keeps the last 4)."""
-    if isinstance(value, Mapping):
-        return {k: _mask_value(v) if _is_secret_key(k) else mask_secrets(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [mask_secrets(v) for v in value]
-    return value
-
-
-# -- resources --------------------------------------------------------------------------
-
-_ids: dict[str, itertools.count[int]] = {}
-
-
-def shown(value: Any) -> Any:
-    """``value`` masked and made plain JSON, for the store and the views.
-
-    Options may hold live objects (a client, a lock): those are shown as their ``repr``, so a
-    resource's row can never fail the store's commit.
-    """
-    return msgspec.to_builtins(mask_secrets(value), enc_hook=repr, str_keys=True)
-
-
-def _tag_list(tags: Any) -> tuple[str, ...]:
-    """Tags given as a string or a list of strings (a mapping is kept as it is by the caller)."""
-    if isinstance(tags, str):
-        return (tags,)
-    try:
-        listed = tuple(tags)
-    except TypeError:
-        raise ConfigError(f"resource tags must be strings or a mapping, got {tags!r}") from None
-    if not all(isinstance(t, str) for t in listed):
-        raise ConfigError(f"resource tags must be strings, got {list(listed)!r}")
-    return listed
-
-
-def _next_id(kind: str) -> str:
-    counter = _ids.get(kind)
-    if counter is None:
-        counter = _ids[kind] = itertools.count(1)
-    return f"{kind}-{next(counter)}"
-
-
-def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"resource {name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-class Resource:
-    """One leasable capability (an endpoint, a key, a local worker) with a per-instance capacity.
-
-    The mutable counters below are owned by the pool; read them, do not write them.
-    """
-
-    __slots__ = (
-        "_built",
-        "_factory_exc",
-        "_tagset",
-        "active",
-        "blocked_until",
-        "capacity",
-        "client",
-        "consecutive_failures",
-        "cooldown_s",
-        "dead_after",
-        "degrade_after",
-        "factory",
-        "factory_error",
-        "failed_total",
-        "id",
-        "kind",
-        "latency_ms_ema",
-        "leases_total",
-        "meta",
-        "ok_total",
-        "options",
-        "state",
-        "tags",
-        "usage",
-    )
-
-    def __init__(
-        self,
-        kind: str,
-        *,
-        id: str | None = None,
-        capacity: int = 1,
-        options: Mapping[str, Any] | None = None,
-        tags: Iterable[str] | Mapping[str, Any] = (),
-        factory: Callable[[Resource], Any] | None = None,
-        degrade_after: int = 3,
-        dead_after: int = 8,
-        cooldown_s: float = 30.0,
-        meta: Mapping[str, Any] | None = None,
-    ) -> None:
-        if not isinstance(kind, str) or not kind:
-            raise ConfigError(f"resource kind must be a non-empty string, got {kind!r}")
-        if id is not None and (not isinstance(id, str) or not id):
-            raise ConfigError(f"resource id must be a non-empty string, got {id!r}")
-        if factory is not None and not callable(factory):
-            raise ConfigError(f"resource factory must be callable, got {type(factory).__name__}")
-        if (
-            isinstance(cooldown_s, bool)
-            or not isinstance(cooldown_s, int | float)
-            or not 0 <= cooldown_s < math.inf  # NaN fails too
-        ):
-            raise ConfigError(f"resource cooldown_s must be a finite number >= 0, got {cooldown_s!r}")
-        if options is not None and not isinstance(options, Mapping):
-            raise ConfigError(f"resource options must be a mapping, got {type(options).__name__}")
-        self.kind = kind
-        self.id = id or _next_id(kind)
-        self.capacity = _positive_int("capacity", capacity)
-        self.degrade_after = _positive_int("degrade_after", degrade_after)
-        self.dead_after = _positive_int("dead_after", dead_after)
-        self.cooldown_s = float(cooldown_s)
-        self.options: dict[str, Any] = dict(options or {})
-        self.tags: tuple[str, ...] | dict[str, Any]
-        if isinstance(tags, Mapping):
-            self.tags = dict(tags)
-            self._tagset: frozenset[str] = frozenset()
-        else:
-            self.tags = _tag_list(tags)
-            self._tagset = frozenset(self.tags)
-        self.factory = factory
-        self.meta: dict[str, Any] = dict(meta or {})
-        self.client: Any = None
-        self._built = factory is None
-        self._reset_health()
-        self.active = 0
-        self.leases_total = 0
-        self.ok_total = 0
-        self.failed_total = 0
-        self.latency_ms_ema: float | None = None
-        self.usage: dict[str, float] = {}
-
-    @classmethod
-    def create(
-        cls,
-        kind: str,
-        *,
-        id: str | None = None,
-        capacity: int = 1,
-        options: Mapping[str, Any] | None = None,
-        tags: Iterable[str] | Mapping[str, Any] = (),
-        factory: Callable[[Resource], Any] | None = None,
-        degrade_after: int = 3,
-        dead_after: int = 8,
-        cooldown_s: float = 30.0,
-        meta: Mapping[str, Any] | None = None,
-    ) -> Resource:
-        """Build a resource; the id defaults to ``"<kind>-<n>"``."""
-        return cls(
-            kind,
-            id=id,
-            capacity=capacity,
-            options=options,
-            tags=tags,
-            factory=factory,
-            degrade_after=degrade_after,
-            dead_after=dead_after,
-            cooldown_s=cooldown_s,
-            meta=meta,
-        )
-
-    def _reset_health(self) -> None:
-        self.state = READY
-        self.consecutive_failures = 0
-        #: Clock time until which the resource is not leasable (cooldown or stored factory error).
-        self.blocked_until: float | None = None
-        self.factory_error: str | None = None
-        self._factory_exc: BaseException | None = None
-
-    # -- selectors --------------------------------------------------------------------
-    def lookup(self, key: str) -> Any:
-        """Selector value for ``key``: id, kind, tags, options, then a dotted path into options."""
-        if key == "id":
-            return self.id
-        if key == "kind":
-            return self.kind
-        tags = self.tags
-        if isinstance(tags, dict) and key in tags:
-            return tags[key]
-        if key in self.options:
-            return self.options[key]
-        if "." in key:
-            node: Any = self.options
-            for part in key.split("."):
-                if not isinstance(node, Mapping) or part not in node:
-                    return _MISSING
-                node = node[part]
-            return node
-        return _MISSING
-
-    def matches(self, selector: Mapping[str, Any] | None = None, where: Any = None) -> bool:
-        """Plain-equality match; ``tag``/``tags`` test membership in a tag list."""
-        if selector:
-            for key, want in selector.items():
-                if (key == "tag" or key == "tags") and not isinstance(self.tags, dict):
-                    wanted = (want,) if isinstance(want, str) else want
-                    if not self._tagset.issuperset(wanted):
-                        return False
-                elif self.lookup(key) != want:
-                    return False
-        if where is None:
-            return True
-        if callable(where):
-            return bool(where(self))
-        return self.matches(where)
-
-    # -- views --------------------------------------------------------------------------
-    def spec(self) -> dict[str, Any]:
-        """The declared shape of the resource, secrets masked (safe to store and display).
-
-        Options may hold live objects (a client, a lock): those are stored as their ``repr``,
-        so the run's resource rows never fail the store's commit.
-        """
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "capacity": self.capacity,
-            "options": shown(self.options),
-            "tags": shown(self.tags) if isinstance(self.tags, dict) else list(self.tags),
-            "degrade_after": self.degrade_after,
-            "dead_after": self.dead_after,
-            "cooldown_s": self.cooldown_s,
-            "meta": shown(self.meta),
-        }
-
-    def __repr__(self) -> str:
-        return f"Resource({self.id!r}, state={self.state.value}, active={self.active}/{self.capacity})"
-
-
-# -- leases -----------------------------------------------------------------------------
-
-
-class Lease(msgspec.Struct, eq=False):
-    """One use of one resource. Return it: ``async with lease:``, ``release_now()`` or ``release()``.
-
-    Built by its pool only (``Pool._lease``). A msgspec Struct rather than a class with
-    ``__init__`` because one is built per lease: CPython 3.11 runs a Python ``__init__`` through
-    ``type.__call__`` and a call from C, about 1,200 instructions more than msgspec's
-    constructor. ``eq=False``: compared by identity, as a plain object would be.
-    """
-
-    _pool: Pool
-    #: the pool's name
-    pool: str
-    resource: Resource
-    #: the resource's client and options when leased
-    client: Any
-    options: Any
-    task_name: str | None
-    acquired_at: float
-    waited_ms: float
-    #: when the lease was returned (the pool's clock); None while it is held
-    released_at: float | None = None
-
-    @property
-    def released(self) -> bool:
-        """Whether the lease was returned. Derived from ``released_at``: a release sets one
-        field of the Struct, not two (a Struct's field is slower to set than to read)."""
-        return self.released_at is not None
-
-    @property
-    def held_ms(self) -> float:
-        end = self.released_at if self.released_at is not None else self._pool._now()
-        return (end - self.acquired_at) * 1000.0
-
-    def report(
-        self,
-        ok: bool = True,
-        latency_ms: float | None = None,
-        usage: Mapping[str, float] | None = None,
-        error: BaseException | str | None = None,
-    ) -> None:
-        """Tell the pool how the call went: the only way a resource's health ever changes."""
-        self._pool._report(self.resource, ok, latency_ms, usage, error)
-
-    def degrade(self, reason: str = "") -> None:
-        """Take the resource out of rotation for one cooldown (e.g. the server said "slow down")."""
-        self._pool._force_degrade(self.resource, reason)
-
-    def release_now(self, *, leaked: bool = False) -> bool:
-        """Return the slot synchronously (no await, so cancellation cannot interrupt it).
-
-        Idempotent: returns whether this call released the lease.
-        """
-        if self.released_at is not None:  # ``released``, without the property's call
-            return False
-        pool = self._pool
-        self.released_at = pool._now()
-        resource = self.resource
-        resource.active -= 1
-        if leaked:
-            pool.leaked_total += 1
-        if (
-            (pool.listeners and (leaked or pool.trace_leases))
-            or pool._subs
-            or (pool.bus is not None and pool.bus.subscriber_count)
-        ):
-            pool._emit(
-                "resource.leaked" if leaked else "resource.released",
-                resource.id,
-                {"active": resource.active, "held_ms": self.held_ms, "task": self.task_name},
-            )
-        if pool._waiters:
-            pool._wake_slot(resource, 1)
-        return True
-
-    async def release(self) -> bool:
-        """Awaitable alias of ``release_now`` (it never actually suspends)."""
-        return self.release_now()
-
-    def as_dict(self) -> dict[str, Any]:
-        """The shape recorded on an attempt (one per lease: ``held_ms`` is computed inline)."""
-        end = self.released_at if self.released_at is not None else self._pool._now()
-        held = (end - self.acquired_at) * 1000.0
-        waited = self.waited_ms
-        return {
-            "pool": self.pool,
-            "resource_id": self.resource.id,
-            # round3(held) inline: this runs once per lease (no call)
-            "held_ms": (held * 1000.0 + 0.5) // 1.0 / 1000.0 if held >= 0.0 else round3(held),
-            "waited_ms": round3(waited) if waited else 0.0,
-        }
-
-    async def __aenter__(self) -> Lease:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.release_now()
-
-    def __repr__(self) -> str:
-        state = "released" if self.released else "held"
-        return f"Lease(pool={self.pool!r}, resource={self.resource.id!r}, {state})"
-
-
-# -- waiting ----------------------------------------------------------------------------
-
-
-class _Waiter:
-    """One blocked acquirer: its future, and what it is waiting for."""
-
-    __slots__ = ("fut", "selector", "where", "woken_by")
-
-    def __init__(self, fut: asyncio.Future[bool], selector: Mapping[str, Any] | None, where: Any) -> None:
-        self.fut = fut
-        self.selector = selector
-        self.where = where
-        self.woken_by: Resource | None = None
-
-    def wants(self, resource: Resource) -> bool:
-        if self.selector is None and self.where is None:
-            return True
-        try:
-            return resource.matches(self.selector, self.where)
-        except Exception:
-            return True  # a broken where() must not break a release: the waiter re-checks and raises
-
-
-def _wake_for(resource: Resource, slots: int, waiters: Iterable[_Waiter]) -> None:
-    """Wake up to ``slots`` of ``waiters`` that are still asleep and want ``resource``."""
-    for waiter in waiters:
-        if slots <= 0:
-            return
-        if not waiter.fut.done() and waiter.wants(resource):
-            waiter.woken_by = resource
-            waiter.fut.set_result(True)
-            slots -= 1
-
-
-def _expire(fut: asyncio.Future[bool]) -> None:
-    if not fut.done():
-        fut.set_result(False)
-
-
-def _percentile(ordered: list[float], q: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    if not ordered:
-        return 0.0
-    rank = max(1, -(-len(ordered) * q // 100))
-    return ordered[int(rank) - 1]
-
-
-# -- pools ------------------------------------------------------------------------------
-
-
 class Pool:
-    """A named set of resources with a default acquisition algorithm and an event stream."""
+    """A named set of resources with a default acquisition algorithm and an event stream.
+
+    ``algorithm`` is the default for leases that name none: an instance, or a spec (a name, a
+    mapping) resolved here through ``algorithms`` (a registry or an ``AlgorithmResolver``; the
+    process-wide plugins by default). Without one it is ``wait``, resolved on first use.
+    ``await pool.wait_slot(*, where=None, selector=None, timeout=None) -> bool`` waits in the
+    pool's ``WaitQueue`` until a matching slot may be free.
+    """
 
     def __init__(
         self,
@@ -531,43 +76,55 @@ class Pool:
         clock: Clock | None = None,
         deadlock_warn_s: float | None = 5.0,
         on_event: Callable[[ResourceEvent], None] | None = None,
-        algorithms: Any = None,
+        algorithms: Registry | AlgorithmResolver | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigError(f"pool name must be a non-empty string, got {name!r}")
         self.name = name
         self.kind = kind
-        self.algorithm_spec = algorithm
         self.bus = bus
-        #: False until a clock is given (here or by assignment): a runner may then impose its own.
-        self.clock_is_default = clock is None
-        self._now: Callable[[], float] = time.monotonic
-        self._clock: Clock = RealClock()
-        if clock is not None:
-            self.clock = clock
         self.deadlock_warn_s = deadlock_warn_s
         #: Called with every ResourceEvent (the runner appends its recorder here).
         self.listeners: list[Callable[[ResourceEvent], None]] = [on_event] if on_event else []
         #: whether listeners get one event per lease taken/returned (subscribers and the bus
         #: always do); a runner turns it off unless ``events="all"``: the attempt rows carry leases
         self.trace_leases = True
-        self._algorithms = algorithms
-        self._algorithm: Any = None
-        self._algorithm_cache: dict[str, Any] = {}
+        self._subs: list[Subscription[ResourceEvent]] = []
         self._by_id: dict[str, Resource] = {}
         self._slots: list[Resource] = []
         self._rr = 0
-        self._waiters: dict[_Waiter, None] = {}
-        self._subs: list[Subscription[ResourceEvent]] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._cooldown_handle: asyncio.TimerHandle | None = None
-        self._cooldown_at = 0.0
         self.leases_total = 0
-        self.ok_total = 0
-        self.failed_total = 0
         self.leaked_total = 0
         self.waits_total = 0
-        self._waits: deque[float] = deque(maxlen=WAIT_WINDOW)
+        self._waits: deque[float] = deque(maxlen=diagnostics.WAIT_WINDOW)
+        self._health = health = Health(self)
+        self._queue = queue = WaitQueue(
+            self._slots,
+            pick=self._pick,
+            leasable=self._leasable,
+            end_cooldowns=health.end_cooldowns,
+            clock=RealClock(),
+        )
+        #: the wait queue's waiters (its own dict): whether anybody waits, read once per lease
+        self._waiters = queue.waiters
+        #: ``await pool.wait_slot(*, where=None, selector=None, timeout=None) -> bool``: the wait
+        #: queue's own method, bound here rather than wrapped (a wrapper is a call per wait)
+        self.wait_slot = queue.wait_slot
+        self._clock: Clock = queue.clock
+        self._now: Callable[[], float] = time.monotonic
+        #: False until a clock is given (here or by assignment): a runner may then impose its own.
+        self.clock_is_default = clock is None
+        if clock is not None:
+            self.clock = clock
+        self.resolver = (
+            algorithms if isinstance(algorithms, AlgorithmResolver) else AlgorithmResolver(algorithms)
+        )
+        self._algorithm: Algorithm | None = None
+        if algorithm is not None:
+            try:
+                self._algorithm = self.resolver.resolve(algorithm)
+            except ConfigError as exc:
+                raise ConfigError(f"pool {name!r}: {exc}") from None
         for item in resources:
             before = len(self._slots)
             resource = self.publish(item)
@@ -583,10 +140,20 @@ class Pool:
 
     @clock.setter
     def clock(self, clock: Clock) -> None:
-        self._clock = clock
+        self._clock = self._queue.clock = clock
         self.clock_is_default = False
         # the real clock's now() is time.monotonic: call it directly on the hot path
         self._now = time.monotonic if type(clock).now is Clock.now else clock.now
+
+    @property
+    def ok_total(self) -> int:
+        """Ok reports on this pool's leases."""
+        return self._health.ok_total
+
+    @property
+    def failed_total(self) -> int:
+        """Failed reports on this pool's leases (factory failures included)."""
+        return self._health.failed_total
 
     # -- membership -----------------------------------------------------------------------
     def publish(self, resource: Resource | Mapping[str, Any], by: str | None = None) -> Resource:
@@ -605,7 +172,7 @@ class Pool:
             self._slots.append(resource)
         elif old is not resource:
             self._slots[self._slots.index(old)] = resource
-        resource._reset_health()
+        resource.reset_health()
         self._by_id[resource.id] = resource
         if self._listened():
             self._emit(
@@ -614,7 +181,7 @@ class Pool:
                 {"kind": resource.kind, "capacity": resource.capacity, "by": by},
             )
         if self._waiters:
-            self._wake_slot(resource, resource.capacity)
+            self._queue.wake_slot(resource, resource.capacity)
         return resource
 
     add = publish
@@ -629,7 +196,7 @@ class Pool:
         if self._listened():
             self._emit("resource.revoked", resource.id, {"reason": reason})
         if self._waiters:
-            self._wake_all()  # a wait that only this resource could end must find out
+            self._queue.wake_all()  # a wait that only this resource could end must find out
         return True
 
     def resources(self) -> list[Resource]:
@@ -647,7 +214,7 @@ class Pool:
         if resource.state is not READY or resource.blocked_until is not None:
             if resource.blocked_until is None:
                 return False
-            self._refresh(resource, self.clock.now())
+            self._health.refresh(resource, self.clock.now())
             if resource.state is not READY or resource.blocked_until is not None:
                 return False
         return resource.active < resource.capacity
@@ -748,10 +315,10 @@ class Pool:
         try:
             lease = self._try_general(ctx, where, score, waited_ms, selector)
         except BaseException:
-            self._settle()
+            self._queue.settle()
             raise
         if lease is None:
-            self._settle()
+            self._queue.settle()
         return lease
 
     def try_free(self, ctx: Any = None) -> Lease | None:
@@ -791,7 +358,7 @@ class Pool:
             if i < 0:
                 if failure is not None:
                     raise ResourceUnavailable(
-                        f"pool {self.name!r}: resource factory failed: {_describe(failure)}"
+                        f"pool {self.name!r}: resource factory failed: {describe_error(failure)}"
                     ) from failure
                 return None
             resource = self._slots[i]
@@ -806,6 +373,7 @@ class Pool:
         resource.active += 1
         resource.leases_total += 1
         self.leases_total += 1
+        now = self._now  # an instance attribute: a load and a call cost less than a method lookup
         lease = Lease(
             self,
             self.name,
@@ -813,7 +381,7 @@ class Pool:
             resource.client,
             resource.options,
             None if ctx is None else getattr(ctx, "task_name", None),
-            self._now(),
+            now(),
             waited_ms,
         )
         if (
@@ -827,7 +395,7 @@ class Pool:
                 {"active": resource.active, "capacity": resource.capacity, "waited_ms": waited_ms},
             )
         if self._waiters:
-            self._settle()
+            self._queue.settle()
         return lease
 
     def _build(self, resource: Resource) -> bool:
@@ -842,192 +410,33 @@ class Pool:
                     close()
                 raise TypeError("a resource factory must be synchronous (it returned an awaitable)")
         except Exception as exc:
-            self._factory_failed(resource, exc)
+            self._health.factory_failed(resource, exc)
             return False
         resource.client = client
         resource._built = True
         return True
 
-    # -- waiting --------------------------------------------------------------------------
-    async def wait_slot(
-        self,
-        *,
-        where: Any = None,
-        selector: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> bool:
-        """Block until a matching candidate may be free (True) or ``timeout`` passes (False).
-
-        True is a hint, not a reservation: the caller must still ``try_acquire``.
-        """
-        if self._pick(where, selector, None, None) >= 0:
-            return True
-        if timeout is not None and timeout <= 0:
-            return False
-        loop = asyncio.get_running_loop()
-        self._loop = loop
-        waiter = _Waiter(loop.create_future(), selector or None, where)
-        self._waiters[waiter] = None
-        self._arm_cooldown()
-        handle = loop.call_later(timeout, _expire, waiter.fut) if timeout is not None else None
-        try:
-            return await waiter.fut
-        except BaseException:
-            fut = waiter.fut
-            if fut.done() and not fut.cancelled() and fut.result():
-                self._pass_on(waiter)  # we were woken but will not take the slot: wake someone else
-            raise
-        finally:
-            del self._waiters[waiter]
-            if handle is not None:
-                handle.cancel()
-            if not self._waiters:
-                self._disarm_cooldown()
-
-    def _wake_slot(self, resource: Resource, slots: int) -> None:
-        """A slot of ``resource`` may be free: wake up to ``slots`` waiters that want it."""
-        if not self._leasable(resource):
-            if resource.state is DEAD and resource.active == 0:
-                self._wake_all()  # its last lease is back: nothing held can revive it now
-            return  # e.g. a degraded resource's lease came back: nothing usable was freed
-        _wake_for(resource, slots, self._waiters)
-
-    def _wake_all(self) -> None:
-        for waiter in self._waiters:
-            if not waiter.fut.done():
-                waiter.fut.set_result(True)
-
-    def _pass_on(self, waiter: _Waiter) -> None:
-        if waiter.woken_by is None:
-            self._wake_all()
-        else:
-            self._wake_slot(waiter.woken_by, 1)
-
-    def _settle(self) -> None:
-        """Wake pending waiters for the free slots that no woken waiter is on its way to take.
-
-        Runs after every try made while somebody waits. A targeted wake-up is a hint: the
-        waiter it wakes may take another slot than the one it was woken for, find that its
-        filter no longer wants it, or raise from its ``where``. Each of those leaves a free
-        slot that nobody will come for; this hands it to a waiter that wants it. When nothing
-        is free (the usual case under contention) it costs one pass over the resources.
-        """
-        free: dict[str, int] = {}
-        for r in self._slots:
-            if self._leasable(r):
-                free[r.id] = r.capacity - r.active
-        if not free:
-            return
-        pending: list[_Waiter] = []
-        for w in self._waiters:
-            fut = w.fut
-            if not fut.done():
-                pending.append(w)
-            elif w.woken_by is not None and w.woken_by.id in free and not fut.cancelled() and fut.result():
-                free[w.woken_by.id] -= 1
-        if not pending:
-            return
-        for r in self._slots:
-            if free.get(r.id, 0) > 0:
-                _wake_for(r, free[r.id], pending)
+    # -- waiting (the wait queue) ------------------------------------------------------------
+    @property
+    def waiting(self) -> int:
+        """How many acquirers are blocked in ``wait_slot``."""
+        return self._queue.waiting
 
     def reset_waiters(self) -> None:
         """Release every blocked waiter with False and drop the timers (shutdown, loop change)."""
-        for waiter in list(self._waiters):
-            if not waiter.fut.done() and not waiter.fut.get_loop().is_closed():
-                waiter.fut.set_result(False)
-        self._disarm_cooldown()
-
-    @property
-    def waiting(self) -> int:
-        return sum(1 for w in self._waiters if not w.fut.done())
-
-    # -- the cooldown notifier --------------------------------------------------------------
-    def _earliest_cooldown(self, now: float) -> float | None:
-        earliest: float | None = None
-        for r in self._slots:
-            until = r.blocked_until
-            if until is None or until <= now or r.state is DEAD or r.state is REVOKED:
-                continue
-            if earliest is None or until < earliest:
-                earliest = until
-        return earliest
-
-    def _arm_cooldown(self) -> None:
-        """Keep one timer on the earliest future cooldown while anybody waits.
-
-        A cooldown that has ended by now but is still recorded is ended here, and the waiters
-        are woken: no timer will see it end. That happens when a waiter checked the pool just
-        before the cooldown ended and registered just after, or when a timer fired a little
-        early (uvloop truncates delays to whole milliseconds) and the waiters it woke found the
-        resource still blocked. Without this, every worker could wait for a timer never armed.
-        """
-        if not self._waiters or self._loop is None or self._loop.is_closed():
-            return
-        now = self.clock.now()
-        ended = [r for r in self._slots if r.blocked_until is not None and r.blocked_until <= now]
-        if ended:
-            for r in ended:
-                self._refresh(r, now)
-            self._wake_all()
-        earliest = self._earliest_cooldown(now)
-        if earliest is None:
-            self._disarm_cooldown()
-            return
-        if self._cooldown_handle is not None and self._cooldown_at <= earliest:
-            return
-        self._disarm_cooldown()
-        self._cooldown_at = earliest
-        self._cooldown_handle = self._loop.call_later(earliest - now, self._cooldown_fired)
-
-    def _disarm_cooldown(self) -> None:
-        if self._cooldown_handle is not None:
-            self._cooldown_handle.cancel()
-            self._cooldown_handle = None
-
-    def _cooldown_fired(self) -> None:
-        self._cooldown_handle = None
-        now = self.clock.now()
-        for r in self._slots:
-            if r.blocked_until is not None:
-                self._refresh(r, now)
-        self._wake_all()
-        self._arm_cooldown()
-
-    def _blocked(self, until: float) -> None:
-        """A new cooldown appeared: re-arm when it ends before the armed one."""
-        if self._waiters and (self._cooldown_handle is None or until < self._cooldown_at):
-            self._arm_cooldown()
+        self._queue.reset()
 
     # -- acquisition ------------------------------------------------------------------------
-    def algorithm_registry(self) -> Any:
-        """The algorithms registry names resolve through (the process-wide one by default)."""
-        if self._algorithms is None:
-            from pyattacker.plugins.manager import get_plugins
+    @property
+    def algorithm(self) -> Algorithm:
+        """The default algorithm (``wait`` unless the pool was given one), resolved on first use."""
+        if self._algorithm is None:
+            self._algorithm = self.resolver.resolve(None)
+        return self._algorithm
 
-            self._algorithms = get_plugins().algorithms
-        return self._algorithms
-
-    def resolve(self, algorithm: Any = None) -> Any:
-        """The algorithm instance for a per-call spec, else the pool default, else ``wait``."""
-        if algorithm is None:
-            default = self._algorithm
-            if default is None:
-                default = self._algorithm = self._resolve_spec(self.algorithm_spec)
-            return default
-        if hasattr(algorithm, "acquire") and not isinstance(algorithm, type):
-            return algorithm
-        if isinstance(algorithm, str):
-            cached = self._algorithm_cache.get(algorithm)
-            if cached is None:
-                cached = self._algorithm_cache[algorithm] = self._resolve_spec(algorithm)
-            return cached
-        return self._resolve_spec(algorithm)
-
-    def _resolve_spec(self, spec: Any) -> Any:
-        from pyattacker.resources.algorithm import resolve_algorithm
-
-        return resolve_algorithm(spec, self.algorithm_registry())
+    def resolve(self, algorithm: Any = None) -> Algorithm:
+        """``algorithm`` as an instance (a spec goes through ``resolver``), else the default."""
+        return self.algorithm if algorithm is None else self.resolver.resolve(algorithm)
 
     async def acquire(
         self,
@@ -1038,13 +447,16 @@ class Pool:
         where: Any = None,
         **selector: Any,
     ) -> Lease:
-        """Lease through the per-call algorithm, else the pool default, else ``wait``."""
-        algo = self.resolve(algorithm)
+        """Lease through ``algorithm`` (an instance or a spec), else the pool's default."""
+        # an instance (what the runner passes) or the resolved default is used without a call
+        algo = self._algorithm if algorithm is None else algorithm
+        if algo is None or not hasattr(algo, "acquire") or isinstance(algo, type):
+            algo = self.resolve(algorithm)
         lease: Lease = await algo.acquire(self, ctx=ctx, where=where, timeout=timeout, selector=selector)
         return lease
 
     def first_try(self, algorithm: Any = None) -> Callable[..., Lease | None] | None:
-        """The resolved algorithm's synchronous first try (its optional ``try_now``), or None."""
+        """The algorithm's synchronous first try (its optional ``try_now``), or None."""
         first: Callable[..., Lease | None] | None = getattr(self.resolve(algorithm), "try_now", None)
         return first
 
@@ -1053,195 +465,11 @@ class Pool:
     ) -> Lease | None:
         """The algorithm's synchronous first try, or None when it has none or no slot is free;
         ``acquire`` with the same arguments is then the full path."""
-        first = self.first_try(algorithm)
+        algo = self._algorithm if algorithm is None else algorithm  # as in ``acquire``
+        if algo is None or not hasattr(algo, "acquire") or isinstance(algo, type):
+            algo = self.resolve(algorithm)
+        first = getattr(algo, "try_now", None)
         return None if first is None else first(self, ctx=ctx, where=where, selector=selector)
-
-    def note_wait(
-        self, ms: float, selector: Mapping[str, Any] | None = None, resource_id: str | None = None
-    ) -> None:
-        """Record how long an acquisition waited (feeds ``stats()``; > 1 s emits ``acquire.slow_wait``)."""
-        self.waits_total += 1
-        self._waits.append(ms)
-        if ms > SLOW_WAIT_MS and self._listened():
-            self._emit("acquire.slow_wait", resource_id, {"waited_ms": ms, "selector": dict(selector or {})})
-
-    def watch_deadlock(
-        self, ctx: Any, selector: Mapping[str, Any] | None = None
-    ) -> asyncio.TimerHandle | None:
-        """Arm the deadlock hint when ``ctx`` already holds a lease from this pool and must wait.
-
-        The caller cancels the returned handle when its wait ends.
-        """
-        if ctx is None or not self.deadlock_warn_s or self.deadlock_warn_s <= 0:
-            return None
-        held = [
-            lease.resource.id
-            for lease in getattr(ctx, "held_leases", None) or ()
-            if getattr(lease, "pool", None) == self.name and not getattr(lease, "released", True)
-        ]
-        if not held:
-            return None
-        data = {
-            "task": getattr(ctx, "task_name", None),
-            "pipeline_id": getattr(ctx, "pipeline_id", None),
-            "held": held,
-            "selector": dict(selector or {}),
-            "hint": (
-                f"this task already holds {len(held)} lease(s) from pool {self.name!r} and waits for"
-                " another; if every holder does the same, nobody can proceed"
-                " (release the first lease, or raise the pool's capacity)"
-            ),
-        }
-        loop = asyncio.get_running_loop()
-        return loop.call_later(self.deadlock_warn_s, self._emit, "acquire.suspected_deadlock", None, data)
-
-    def warn_unmatched(
-        self, ctx: Any = None, where: Any = None, selector: Mapping[str, Any] | None = None
-    ) -> bool:
-        """Emit ``acquire.waiting_unmatched`` when no resource of the pool matches the request.
-
-        Such a wait ends only when a matching resource is published (dynamic pools start
-        empty), which from outside looks like a hang; the event says what is being waited for.
-        A waiting loop calls this before each wait until it returns True (the event was
-        emitted), so a request gets at most one event, and a request leased at once never
-        gets here. Whether a resource is free, busy, cooling down or dead does not matter:
-        only a resource that could never serve the request counts as no match.
-        """
-        if not self._listened() or self._matches_any(where, selector):
-            return False
-        self._emit("acquire.waiting_unmatched", None, self._unmatched_data(ctx, where, selector))
-        return True
-
-    def _matches_any(self, where: Any, selector: Mapping[str, Any] | None) -> bool:
-        """Whether any resource, in any state, matches; stops at the first (O(1) unfiltered)."""
-        if not selector and where is None:
-            return bool(self._slots)
-        return any(r.matches(selector, where) for r in self._slots)
-
-    def _unmatched_data(self, ctx: Any, where: Any, selector: Mapping[str, Any] | None) -> dict[str, Any]:
-        """The ``acquire.waiting_unmatched`` data: plain text only, so any store can keep it."""
-        text = _selector_text(selector)
-        asked = [", ".join(f"{key}={value}" for key, value in text.items())] if text else []
-        if where is not None:
-            asked.append("the where filter")
-        n = len(self._slots)
-        found = (
-            f"none of the {n} resource(s) of pool {self.name!r} matches {' and '.join(asked)}"
-            if n
-            else f"pool {self.name!r} has no resource yet"
-        )
-        return {
-            "pool": self.name,
-            "selector": text,
-            "where": where is not None,
-            "resources": n,
-            "task": getattr(ctx, "task_name", None),
-            "pipeline_id": getattr(ctx, "pipeline_id", None),
-            "hint": (
-                f"{found}: this lease waits until a matching resource is published"
-                " (check the selector, or publish such a resource)"
-            ),
-        }
-
-    # -- health -----------------------------------------------------------------------------
-    def _refresh(self, resource: Resource, now: float) -> None:
-        """Lazy state advance: an elapsed cooldown unblocks (without resetting the failure count)."""
-        until = resource.blocked_until
-        if until is None or now < until:
-            return
-        resource.blocked_until = None
-        resource.factory_error = None
-        resource._factory_exc = None
-        if resource.state is DEGRADED:
-            resource.state = READY
-            if self._listened():
-                self._emit("resource.recovered", resource.id, {"reason": "cooldown_elapsed"})
-        if self._waiters:
-            # seen ended by a pick or a wake-up before the notifier's timer fired: the waiters
-            # the timer would have woken are woken here (the timer may be disarmed next)
-            self._wake_all()
-
-    def _report(
-        self,
-        resource: Resource,
-        ok: bool,
-        latency_ms: float | None,
-        usage: Mapping[str, float] | None,
-        error: BaseException | str | None,
-    ) -> None:
-        if latency_ms is not None:
-            ema = resource.latency_ms_ema
-            latency = float(latency_ms)
-            resource.latency_ms_ema = latency if ema is None else _EMA_OLD * ema + _EMA_NEW * latency
-        if usage:
-            _add_usage(resource.usage, usage)
-        if ok:
-            self._succeeded(resource)
-        else:
-            self._failed(resource, None if error is None else _describe(error))
-
-    def _succeeded(self, resource: Resource) -> None:
-        resource.ok_total += 1
-        self.ok_total += 1
-        resource.consecutive_failures = 0
-        if resource.state is DEGRADED or resource.state is DEAD:
-            resource.state = READY
-            resource.blocked_until = None
-            resource.factory_error = None
-            if self._listened():
-                self._emit("resource.recovered", resource.id, {})
-            if self._waiters:
-                self._wake_slot(resource, resource.capacity)
-
-    def _failed(self, resource: Resource, error: str | None) -> None:
-        """Count a failure: DEGRADED at ``degrade_after``, DEAD at ``dead_after``."""
-        resource.failed_total += 1
-        self.failed_total += 1
-        resource.consecutive_failures += 1
-        count = resource.consecutive_failures
-        if resource.state is REVOKED or resource.state is DEAD:
-            return
-        if count >= resource.dead_after:
-            resource.state = DEAD
-            resource.blocked_until = None
-            if self._listened():
-                self._emit("resource.dead", resource.id, {"consecutive_failures": count, "error": error})
-            if self._waiters and resource.active == 0:
-                self._wake_all()  # see beyond_recovery(): the waiters re-check
-        elif count >= resource.degrade_after:
-            was = resource.state
-            self._block(resource, DEGRADED)
-            if was is READY and self._listened():
-                self._emit(
-                    "resource.degraded",
-                    resource.id,
-                    {"consecutive_failures": count, "cooldown_s": resource.cooldown_s, "error": error},
-                )
-
-    def _block(self, resource: Resource, state: ResourceState) -> None:
-        until = self.clock.now() + resource.cooldown_s
-        if resource.blocked_until is None or until > resource.blocked_until:
-            resource.blocked_until = until
-        resource.state = state
-        self._blocked(resource.blocked_until)
-
-    def _force_degrade(self, resource: Resource, reason: str) -> None:
-        if resource.state is REVOKED or resource.state is DEAD:
-            return
-        self._block(resource, DEGRADED)
-        if self._listened():
-            self._emit("resource.degraded", resource.id, {"reason": reason})
-
-    def _factory_failed(self, resource: Resource, exc: BaseException) -> None:
-        """A failing factory refuses the lease and blocks the slot for one cooldown."""
-        text = _describe(exc)
-        resource.factory_error = text
-        resource._factory_exc = exc
-        if resource.state is READY:
-            self._block(resource, READY)
-        if self._listened():
-            self._emit("resource.factory_failed", resource.id, {"error": text})
-        self._failed(resource, text)
 
     # -- events -----------------------------------------------------------------------------
     def _listened(self) -> bool:
@@ -1269,96 +497,9 @@ class Pool:
         self._subs.append(sub)
         return sub
 
-    # -- views ------------------------------------------------------------------------------
-    def stats(self, **selector: Any) -> PoolStats:
-        """Counters over every resource (or those matching ``selector``) and recent waits."""
-        now = self.clock.now()
-        chosen = [r for r in self._slots if not selector or r.matches(selector)]
-        counts = dict.fromkeys(ResourceState, 0)
-        usage: dict[str, float] = {}
-        for r in chosen:
-            self._refresh(r, now)
-            counts[r.state] += 1
-            _add_usage(usage, r.usage)
-        waits = sorted(self._waits)
-        kinds = {r.kind for r in chosen}
-        return PoolStats(
-            name=self.name,
-            kind=self.kind or (next(iter(kinds)) if len(kinds) == 1 else None),
-            total=len(chosen),
-            ready=counts[READY],
-            degraded=counts[DEGRADED],
-            dead=counts[DEAD],
-            revoked=counts[REVOKED],
-            active=sum(r.active for r in chosen),
-            capacity=sum(r.capacity for r in chosen if r.state is not REVOKED),
-            waiting=self.waiting,
-            leases_total=sum(r.leases_total for r in chosen) if selector else self.leases_total,
-            ok_total=sum(r.ok_total for r in chosen) if selector else self.ok_total,
-            failed_total=sum(r.failed_total for r in chosen) if selector else self.failed_total,
-            leaked_total=self.leaked_total,
-            usage=usage,
-            waits_total=self.waits_total,
-            wait_ms_avg=round(sum(waits) / len(waits), 3) if waits else 0.0,
-            wait_ms_p50=_percentile(waits, 50),
-            wait_ms_p95=_percentile(waits, 95),
-            wait_ms_max=waits[-1] if waits else 0.0,
-        )
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        """One row per resource for monitoring and the store (secrets masked)."""
-        now = self.clock.now()
-        rows = []
-        for r in self._slots:
-            self._refresh(r, now)
-            rows.append(
-                {
-                    "id": r.id,
-                    "kind": r.kind,
-                    "state": r.state.value,
-                    "active": r.active,
-                    "capacity": r.capacity,
-                    "consecutive_failures": r.consecutive_failures,
-                    "leases": r.leases_total,
-                    "failed": r.failed_total,
-                    "latency_ms_ema": None if r.latency_ms_ema is None else round(r.latency_ms_ema, 3),
-                    "blocked_until": r.blocked_until,
-                    "options": shown(r.options),
-                    "tags": shown(r.tags) if isinstance(r.tags, dict) else list(r.tags),
-                }
-            )
-        return rows
-
-
-def _describe(error: BaseException | str) -> str:
-    if isinstance(error, BaseException):
-        text = str(error)
-        return f"{type(error).__name__}: {text}" if text else type(error).__name__
-    return str(error)
-
-
-#: Longest selector value text in an event (a selector may hold a large list).
-_SELECTOR_TEXT_MAX = 200
-
-
-def _selector_text(selector: Mapping[str, Any] | None) -> dict[str, str]:
-    """A selector as ``{key: repr(value)}``, secrets masked, long values cut.
-
-    ``repr`` keeps ``1`` and ``'1'`` apart: a number in the selector where the resource has
-    text (or the reverse) is a common reason for a selector to match nothing.
-    """
-    text: dict[str, str] = {}
-    for key, value in (selector or {}).items():
-        shown = repr(value)
-        if len(shown) > _SELECTOR_TEXT_MAX:
-            shown = shown[: _SELECTOR_TEXT_MAX - 1] + "…"
-        text[str(key)] = shown
-    masked: dict[str, str] = mask_secrets(text)
-    return masked
-
-
-def _add_usage(into: dict[str, float], usage: Mapping[str, float]) -> None:
-    for key, value in usage.items():
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"usage counter {key!r} must be a number, got {value!r}")
-        into[key] = into.get(key, 0) + value
+    # -- diagnostics.py: functions of the pool, bound as its methods --------------------------
+    note_wait = diagnostics.note_wait
+    watch_deadlock = diagnostics.watch_deadlock
+    warn_unmatched = diagnostics.warn_unmatched
+    stats = diagnostics.stats
+    snapshot = diagnostics.snapshot
