@@ -18,6 +18,7 @@ _FACE: dict[str, str] = {
     # what a user declares
     "task": "pyattacker.flow.taskspec",
     "TaskSpec": "pyattacker.flow.taskspec",
+    "factory_task": "pyattacker.flow.taskspec",
     "pipeline": "pyattacker.flow.chain",
     "fanout": "pyattacker.flow.chain",
     "Handoff": "pyattacker.flow.handoff",
@@ -49,6 +50,7 @@ __all__ = [
     "__version__",
     "task",
     "TaskSpec",
+    "factory_task",
     "pipeline",
     "fanout",
     "Handoff",
@@ -89,7 +91,7 @@ if TYPE_CHECKING:
     from pyattacker.flow.chain import fanout, pipeline
     from pyattacker.flow.handoff import Handoff
     from pyattacker.flow.retry import Retrying
-    from pyattacker.flow.taskspec import TaskSpec, task
+    from pyattacker.flow.taskspec import TaskSpec, factory_task, task
     from pyattacker.plugins.hookspecs import hookimpl
     from pyattacker.resources.lease import Lease
     from pyattacker.resources.pool import Pool
