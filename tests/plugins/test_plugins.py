@@ -230,20 +230,8 @@ def test_typed_group_bridge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert plugins.tasks.get("yell").fn("a") == "A"
 
 
-TYPED = """
-from pyattacker import task
-
-@task(name="shout")
-def shout(value):
-    return str(value).upper()
-
-class Pick:
-    name = "pick_first"
-    async def acquire(self, pool, *, ctx, where, timeout, selector):
-        return await pool.acquire(ctx, algorithm="immediate", where=where, **(selector or {}))
-    def fingerprint(self):
-        return {"name": "pick_first"}
-
+#: what the typed groups point at besides GOOD's task and algorithm: a codec and a store factory
+TYPED_EXTRA = """
 class Rot13:
     name = "rot13"
     types = (str,)
@@ -277,7 +265,7 @@ def test_every_typed_group_the_docs_name_is_read(tmp_path: Path, monkeypatch: py
         tmp_path,
         monkeypatch,
         dist="fake-typed",
-        modules={"fake_typed": TYPED},
+        modules={"fake_typed": GOOD + TYPED_EXTRA},
         entry_points={group: {name: target} for group, (name, target, _) in groups.items()},
     )
     rows = {r.name: r for r in _discover().listing()}
