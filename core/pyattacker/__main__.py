@@ -115,7 +115,7 @@ def _catch_swallowed_interrupts() -> list[bool]:
     locks are released by weakref callbacks) cannot propagate: Python prints "Exception ignored
     in ..." with a traceback, and the command goes on as if nothing was pressed. Such an
     interrupt is recorded instead (the returned list becomes non-empty) and ``main`` raises it
-    at its next step; any other unraisable exception is shown as before."""
+    at its next step; any other unraisable exception is shown as Python shows it."""
     import sys
 
     swallowed: list[bool] = []

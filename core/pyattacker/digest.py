@@ -39,5 +39,5 @@ def digest_of(value: Any) -> str:
 def blake2b_hasher(prefix: bytes = b"") -> Any:
     """A hasher of ``digest_bytes``'s kind that has consumed ``prefix``: ``copy()`` it, ``update``
     the copy with ``data``, and its ``hexdigest()`` is ``digest_bytes(prefix + data)``. Copying
-    skips the set-up (and the prefix), about a third of a small digest's cost."""
+    skips the set-up (and the prefix), much of a small digest's cost."""
     return hashlib.blake2b(prefix, digest_size=DIGEST_SIZE)

@@ -37,7 +37,7 @@ class Failover:
 
     def referenced_pools(self) -> tuple[str, ...]:
         """The pools named in ``pools``: ``validate`` checks that the config declares them (an
-        undeclared one was only found when a lease was asked for, failing every pipeline)."""
+        undeclared one is only looked up when a lease is asked for, failing every pipeline)."""
         return self.pools
 
     def _lookup(self, pool: Pool, ctx: Any, name: str) -> Pool | None:
@@ -72,7 +72,7 @@ class Failover:
                 return lease
             reasons[name] = "no resource free"
         # the first pool that can serve the request; when none can, the first listed pool (a
-        # publish may still bring it a match), as before
+        # publish may still bring it a match)
         wait_on = next((t for t in known if _can_serve(t, where, selector)), first)
         if wait_on is not None:
             try:

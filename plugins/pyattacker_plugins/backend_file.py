@@ -156,7 +156,7 @@ def _holds(path: str, payload: bytes) -> bool:
 
 
 def _write_atomically(path: str, payload: bytes) -> None:
-    import tempfile  # here: with ``shutil`` behind it, a few ms of every process's plugin discovery
+    import tempfile  # here: it imports ``shutil``, too slow for every process's plugin discovery
 
     directory = os.path.dirname(path)
     created = not os.path.isdir(directory)

@@ -1,9 +1,9 @@
 """Forking a shard from the parent: the child's set-up, and a handle that needs no threads.
 
 When ``pyattacker run --shards N`` starts its shards it has already imported pyattacker,
-discovered the plugins and checked the config. A child started as ``python -m pyattacker``
-does all of that again, about a quarter of a second here, before its first pipeline; a forked
-child starts from the parent's state and runs its first pipeline at once.
+discovered the plugins and checked the config. A child started as ``python -m pyattacker`` does
+all of that again before its first pipeline; a forked child starts from the parent's state and
+runs its first pipeline at once.
 
 Forking is safe only in a process with a single thread (another thread may hold a lock that the
 child would then wait on forever), so the local executor forks only then, and ``ForkedHandle``

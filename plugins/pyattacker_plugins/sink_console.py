@@ -59,8 +59,8 @@ class ConsoleSink:
     @staticmethod
     def validate(options: Mapping[str, Any]) -> list[str]:
         """Option problems as ``"field: message"``, for ``validate`` to report before a run:
-        ``kinds: 5`` ended the run with a traceback, and ``kinds: task.failed`` (one string)
-        silently watched its single letters, so nothing was ever printed."""
+        ``kinds: 5`` would end the run with a traceback, and ``kinds: task.failed`` (one string)
+        would silently watch its single letters, so nothing would ever be printed."""
         problems = []
         stream = options.get("stream")
         if stream is not None and not callable(getattr(stream, "write", None)):

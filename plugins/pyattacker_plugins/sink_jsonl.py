@@ -29,7 +29,7 @@ class JsonlSink:
         self.path = os.fspath(path)
         self.fsync = fsync
         # looked at when the run starts: a path that cannot be written (a directory, under a
-        # file) lost every event of the run, with one warning, while the run went on
+        # file) would lose every event of the run, with one warning, while the run goes on
         problem = unwritable(self.path, directory=False)
         if problem:
             raise ConfigError(f"event sink 'jsonl': path: {problem}")
@@ -39,8 +39,8 @@ class JsonlSink:
     @staticmethod
     def validate(options: Mapping[str, Any]) -> list[str]:
         """Option problems as ``"field: message"``, for ``validate`` to report before a run: a
-        number as ``path`` was only found when the run built the sink (a traceback), and a
-        string as ``fsync`` ("no") was true."""
+        number as ``path`` would only fail when the run builds the sink (a traceback), and a
+        string as ``fsync`` ("no") would be true."""
         problems = []
         path = options.get("path")
         if not isinstance(path, str | os.PathLike) or not os.fspath(path):

@@ -1,20 +1,19 @@
 """Make commits durable beside the writer, off its thread (the SQLite store with
 ``synchronous=full``, the JSONL store).
 
-With ``synchronous=FULL`` SQLite syncs the write-ahead log inside each ``COMMIT``: about
-0.2-0.4 ms of ``fdatasync`` here, during which the event loop stands still, once per group
-commit (~1.3 ms of work for 64 checkpoints on the overhead workload): FULL ran at 0.78-0.86x
-NORMAL. A FULL store therefore commits as NORMAL does (the log written, not synced) and asks
-a helper to ``fdatasync`` the log; a commit is reported durable, and its checkpoints
-acknowledged, only once a sync that *started after* its commit returned has finished. One sync
-covers every commit written before it began, so commits that queue up during a sync share the
-next one. Meanwhile the loop goes on with other pipelines and the next group commit.
+With ``synchronous=FULL`` SQLite syncs the write-ahead log inside each ``COMMIT``: an
+``fdatasync`` per group commit, during which the event loop stands still. A FULL store therefore
+commits as NORMAL does (the log written, not synced) and asks a helper to ``fdatasync`` the log; a
+commit is reported durable, and its checkpoints acknowledged, only once a sync that *started
+after* its commit returned has finished. One sync covers every commit written before it began, so
+commits that queue up during a sync share the next one. Meanwhile the loop goes on with other
+pipelines and the next group commit.
 
 The helper is a small process (``sync_helper``) whose answers the event loop reads when they
-arrive; where it cannot run (not POSIX, a frozen application, a loop that cannot watch a pipe,
-a process that cannot be started) a thread of this process syncs instead, as it always did
-before. Both keep the same promise; the process spares the loop the hand-overs of the
-interpreter's lock that a thread costs it on every sync.
+arrive; where it cannot run (not POSIX, a frozen application, a loop that cannot watch a pipe, a
+process that cannot be started) a thread of this process syncs instead. Both keep the same
+promise; the process spares the loop the hand-overs of the interpreter's lock that a thread costs
+it on every sync.
 
 Why this keeps FULL's promise: the log's frames reach the disk in one ``fdatasync`` of the log
 file, exactly what SQLite's own FULL commit does (a sync of the log, not of the database), only

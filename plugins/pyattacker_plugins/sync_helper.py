@@ -2,10 +2,9 @@
 
 Why a process and not a thread: a thread must take the interpreter's lock back after every
 ``fdatasync`` and every wake-up, and the event loop, which holds it nearly all the time, then
-waits for it in turn. On these 2-core virtual machines each of those hand-overs puts a thread to
-sleep and wakes it through the other core: syncing the log on a thread cost the overhead workload
-13 % of its rate with the ``fdatasync`` itself left out, against 6 % for a process fed through a
-pipe. The helper shares no lock with the run.
+waits for it in turn; on a machine with few cores each of those hand-overs puts a thread to sleep
+and wakes it through another core. A process fed through a pipe shares no lock with the run
+(docs/performance.md compares the two).
 
 The protocol, over two pipes: the helper first answers ``+`` (it runs: ``sys.executable`` of an
 application that embeds Python may be something else, which is then stopped and left to the

@@ -1,16 +1,16 @@
 """Ending a command's process without the interpreter's teardown, when nothing needs it.
 
 After a command has printed everything, Python's own finalization still collects and frees
-every object and clears every module: 40-90 ms here for the parent of ``run --shards``, between
-the merged report on the screen and the shell prompt, on every sharded run. A command whose
-process ran no task code asks for a fast end (``request_fast_end``); ``pyattacker.__main__``
-then flushes stdout and stderr, runs the exit handlers (``atexit``) and leaves through
-``os._exit`` with the command's own exit code (``end_if_requested``).
+every object and clears every module, which the user waits for between the merged report of
+``run --shards`` and the shell prompt, on every sharded run. A command whose process ran no
+task code asks for a fast end (``request_fast_end``); ``pyattacker.__main__`` then flushes
+stdout and stderr, runs the exit handlers (``atexit``) and leaves through ``os._exit`` with the
+command's own exit code (``end_if_requested``).
 
 Only for such a process: one that ran tasks may hold a user's file objects whose buffered
 bytes only their finalizer writes, so ``run`` without ``--shards`` never asks. A request is
 honoured by ``pyattacker.__main__.main`` alone (the console script), for the command it ran:
-code that calls the command line in-process (tests, ``CliRunner``) ends as it always did.
+code that calls the command line in-process (tests, ``CliRunner``) ends normally.
 """
 
 from __future__ import annotations

@@ -278,14 +278,14 @@ class _Merge:
     Where the parent may fork (``fork_safe``), each store is read by two forked children, one
     for the task counts (``shard_task_counts``) and one for the rest: stores of shards that end
     together are read on both cores at once instead of one after the other, and the last
-    store's read, which the command's end waits for, takes about half as long.
+    store's read, which the command's end waits for, is split between them.
 
     A store that provably holds only its shard's pipelines is reduced to its aggregates
     (``shard_part``), so the report holds about 8 bytes per pipeline, whatever the run's size;
     if any store is not (another run wrote into it), the stores are folded at the end instead.
     A store whose only run is the one its shard reported (``_reported_run``) is read from its
-    SQL totals, without checking each key's shard again: about half the read after the last
-    shard (``shard_part``'s ``written_by``).
+    SQL totals, without checking each key's shard again (``shard_part``'s ``written_by``), which
+    shortens the read the command's end waits for.
     """
 
     def __init__(self, stores: list[str], run_id: str | None, *, fork: bool | None = None) -> None:

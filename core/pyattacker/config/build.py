@@ -184,7 +184,7 @@ def _resolve_backend_paths(spec: Any, base: Path) -> Any:
 
 
 def _check_run(data: Any, base: Path, errors: list[str]) -> dict[str, Any]:
-    # check_mapping refuses .inf/.nan too: ``grace_s: .inf`` made a first Ctrl-C wait for ever
+    # check_mapping refuses .inf/.nan too: ``grace_s: .inf`` would make a first Ctrl-C wait for ever
     values = check_mapping(data, RunSection, "run", errors) or {}
     if values.get("store"):
         problem = store_problem(values["store"])
@@ -217,8 +217,8 @@ def _check_sinks(items: list[Any]) -> list[str]:
 
 def _sink_problems(item: Any, path: str, registry: Registry) -> list[str]:
     """One sink entry: a known name, options its factory's signature accepts, then the values
-    its optional ``validate(options)`` accepts (``path: 5`` passed the signature check and ended
-    the run with a traceback when the sink was built)."""
+    its optional ``validate(options)`` accepts (``path: 5`` passes the signature check and would
+    end the run with a traceback when the sink is built)."""
     known = registry.names()
     name = item if isinstance(item, str) else item.get("name")
     if not isinstance(name, str) or name not in known:
@@ -294,9 +294,10 @@ def _check_pools(data: Any, errors: list[str]) -> dict[str, PoolDef] | None:
 def pool_reference_problems(pools: Mapping[str, PoolDef], template: PipelineTemplate) -> list[str]:
     """Pools an algorithm names (``failover``'s ``pools``) that the config does not declare.
 
-    Such a name is only looked up when a lease is asked for, so every pipeline of the run failed
-    with "unknown pool" after ``validate`` had passed. An algorithm says which pools it names
-    with an optional ``referenced_pools()`` (docs/plugins.md); its fallbacks are asked too.
+    Such a name is only looked up when a lease is asked for, so unchecked, every pipeline of the
+    run would fail with "unknown pool" after ``validate`` passed. An algorithm says which pools
+    it names with an optional ``referenced_pools()`` (docs/plugins.md); its fallbacks are asked
+    too.
     """
     declared = sorted(pools)
     problems: list[str] = []
@@ -384,7 +385,7 @@ def _check_resources(
 def _default_ids(resources: list[dict[str, Any]], pool_kind: str, taken: set[str]) -> None:
     """``<kind>-<n>`` for each resource without an id, counted within its pool and never equal to
     an id given explicitly (a process-wide counter could hand out ``llm-1`` next to an explicit
-    ``llm-1``, and the second resource silently replaced the first)."""
+    ``llm-1``, and the second resource would silently replace the first)."""
     counters: dict[str, int] = {}
     for res in resources:
         if res.get("id") is not None:

@@ -1,7 +1,7 @@
 """Reading a config file: the parser chosen by suffix, syntax errors with line and column,
 and ``${VAR}`` / ``${VAR:-default}`` expansion from the environment.
 
-Nothing here knows what the sections mean (that is ``config_schema`` and ``config``); this
+Nothing here knows what the sections mean (that is ``schema`` and ``build``); this
 module only turns bytes into a plain mapping, or into one ``ConfigError`` that says where the
 file is broken, never a traceback.
 """

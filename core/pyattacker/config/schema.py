@@ -5,7 +5,7 @@ Each error is one line starting with its field path (``pipeline.tasks[1].retry.m
 Unknown keys get a difflib "did you mean"; a YAML 1.1 bare ``on:`` key (parsed as ``true``)
 is explained rather than reported as a baffling non-string key. Sections whose content
 depends on plugins (task ``kwargs``, algorithms, backends, source options) are typed ``Any``
-here and checked by ``config`` against the plugin that owns them. A number that converts
+here and checked by ``build`` against the plugin that owns them. A number that converts
 must also be finite: ``.inf`` / ``.nan`` are reported at their field in every section, and
 anywhere inside the free-form data a section records as JSON (its ``DATA`` fields:
 ``run.meta.limits[2]``).
@@ -170,8 +170,8 @@ def non_finite(value: Any, path: str) -> list[str]:
 
     A config has no use for them: "never" is spelled by leaving a limit out (or ``null``), and
     a task's fields, ``config`` and factory arguments are strict JSON (its identity), where a
-    non-finite number used to surface as ``pipeline: task 'x' fingerprint.timeout_s``, naming
-    neither the entry nor the field."""
+    non-finite number would surface later as ``pipeline: task 'x' fingerprint.timeout_s``,
+    naming neither the entry nor the field."""
     if isinstance(value, float) and not math.isfinite(value):
         return [f"{path}: must be a finite number, got {value}"]
     if isinstance(value, dict):

@@ -227,7 +227,7 @@ def _declared_problems(
 ) -> list[str]:
     """Problems of what the ``use:`` target itself declares (the entry's own fields are checked
     at their paths already), reported at ``where`` (its ``use``). Without this, a target's bad
-    algorithm or infinite timeout failed in the pipeline's fingerprint as ``pipeline: ...``.
+    algorithm or infinite timeout would fail in the pipeline's fingerprint as ``pipeline: ...``.
 
     The effective task's fingerprint is computed here once, so whatever still breaks it is
     reported at this entry; an entry field can override the bad value (``algorithm: null``).

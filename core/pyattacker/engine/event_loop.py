@@ -1,9 +1,8 @@
 """Which event loop a run builds: asyncio's, or uvloop's when it is installed.
 
-Much of the runner's own work per task is event-loop scheduling (a task step, a future, a
-handle and a timer per wake-up). uvloop does that part in C: 4.7 % fewer instructions per task
-on the overhead workload, 11 % at C=1024 with 10 ms tasks (docs/performance.md). It is an
-optional extra, never a requirement: ``auto`` uses it when it can be imported and asyncio's
+Much of the runner's own work per task is event-loop scheduling (a task step, a future, a handle
+and a timer per wake-up). uvloop does that part in C (docs/performance.md has what it saves). It
+is an optional extra, never a requirement: ``auto`` uses it when it can be imported and asyncio's
 loop otherwise.
 """
 

@@ -5,10 +5,9 @@ It has ``asyncio.Queue``'s semantics for what the runner uses (``put``, ``get``,
 ``qsize``, ``empty``; a waiter that is cancelled hands its wake-up on, as there), plus ``offer``
 and ``take``: an item handed over without a coroutine when nobody has to wait, which is nearly
 always. ``asyncio.Queue`` spends a coroutine and four to eight Python calls on each side of every
-handover (``put``, ``full``, ``qsize``, ``put_nowait``, ``_put``...); once per pipeline, that was
-about one percent of the instructions per task on the overhead workload. ``push_front`` puts
-back pipelines that left a worker to wait for their group commit: ahead of new ones, past the
-bound (they were counted when admitted).
+handover (``put``, ``full``, ``qsize``, ``put_nowait``, ``_put``...), once per pipeline on the
+hot path. ``push_front`` puts back pipelines that left a worker to wait for their group commit:
+ahead of new ones, past the bound (they were counted when admitted).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The last scan of the installed entry points, kept on disk with a fingerprint of what it read.
 
 Finding the plugins means reading the metadata of every installed distribution through
-importlib-metadata: importing it and walking ``sys.path`` cost about a third of discovery, in
+importlib-metadata: importing it and walking ``sys.path`` is a large part of discovery, in
 every process, for an answer that changes only when something is installed, removed or edited.
 So a scan is kept in the user cache folder (``$PYATTACKER_HOME/cache`` when that is set) with a
 fingerprint of ``sys.path`` as it was scanned: for each folder on it, the name of every
@@ -109,7 +109,7 @@ def cache_file() -> Path:
     if home:
         base = Path(home) / "cache"
     elif sys.platform.startswith(("linux", "freebsd", "openbsd", "netbsd")):
-        # platformdirs' rule for these, without importing it (a third of what this saves)
+        # platformdirs' rule for these, without importing it (the import costs much of what this saves)
         xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
         base = Path(xdg or os.path.expanduser("~/.cache")) / "pyattacker"
     else:

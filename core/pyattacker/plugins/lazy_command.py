@@ -2,7 +2,7 @@
 
 Plugin discovery runs in every process that builds a ``Runner``: SDK scripts, each shard of
 ``run --shards``, every ``pyattacker`` command. A plugin that builds its click command at import
-time makes all of them import click and rich-click (about 60 ms here), even the ones that never
+time makes all of them import click and rich-click, a slow import, even the ones that never
 show a command line. ``register(LazyCommand("serve", "pkg.module:serve_command"))`` keeps the
 import for the moment the CLI lists, shows or runs the command. The core commands are held the
 same way (``pyattacker.cli.main.CORE_COMMANDS``).

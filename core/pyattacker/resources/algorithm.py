@@ -378,7 +378,7 @@ def validate_algorithm_spec(
 
     Names and parameter names are checked first (with did-you-mean hints); then the algorithm
     is built once, because only its factory knows the values it accepts (``backoff`` with
-    ``base: -1`` passed ``validate`` and then failed every pipeline of the run). A problem with
+    ``base: -1`` would pass ``validate`` and then fail every pipeline of the run). A problem with
     one parameter is reported at that parameter's field (``pools.x.algorithm.base``), unless
     ``param_fields`` is false (a spec the file does not spell out: ``path`` only).
     """

@@ -160,8 +160,8 @@ def _interrupt(handle: Any) -> None:
 
 #: the interrupt (Ctrl-C or SIGTERM) that kills the shards still running: the first stops them
 #: gracefully, the second at once; a shard still there after that does not react to signals
-#: (stuck in a call, a lock inherited through fork), and without this the parent waited for it
-#: forever whatever the user pressed
+#: (stuck in a call, a lock inherited through fork), and without this the parent would wait for
+#: it forever whatever the user pressed
 FORCE_AFTER = 3
 
 
@@ -195,7 +195,7 @@ def _pause(handles: list[Any], timeout: float) -> None:
 
     A handle that reads its shard's output in ``poll`` (the local executor's forked shards)
     offers its pipes, which become readable when the shard writes or ends; waiting on them wakes
-    the loop at once. If a running handle has no such method, the loop sleeps as before.
+    the loop at once. If a running handle has no such method, the loop sleeps ``timeout``.
     """
     fds: list[int] = []
     for handle in handles:

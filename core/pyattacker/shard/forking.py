@@ -1,9 +1,9 @@
 """A function run in a forked child: the parent's second core for work it would do in turn.
 
 After ``run --shards N`` its parent reads each finished shard's store for the merged report.
-Shards of equal size end together, so the parent used to read the last stores one after the
-other while the second core sat idle. A forked child starts with everything the parent has
-imported and computes the same value in parallel.
+Shards of equal size end together, and reading their stores one after the other would leave the
+second core idle. A forked child starts with everything the parent has imported and computes the
+same value in parallel.
 
 Forking is safe only while this process runs one OS thread (another thread may hold a lock the
 child would then wait on forever), and only where ``os.fork`` exists; ``fork_safe`` says whether

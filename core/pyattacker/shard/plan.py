@@ -40,8 +40,8 @@ __all__ = [
 #: Environment variable naming this process's shard ("I/N"); the spec's spelling (one T).
 SHARD_ENV = "PYATACKER_SHARD"
 
-#: BLAKE2b-128 with nothing hashed yet, copied per key: about half the cost of a new hasher,
-#: whose keyword arguments are parsed on every call (a shard hashes every key of the dataset)
+#: BLAKE2b-128 with nothing hashed yet, copied per key: cheaper than a new hasher, whose
+#: keyword arguments are parsed on every call (a shard hashes every key of the dataset)
 _EMPTY = hashlib.blake2b(digest_size=16)
 _from_bytes = int.from_bytes
 

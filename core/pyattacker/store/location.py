@@ -67,7 +67,7 @@ def rebase_local(location: str, resolve: Callable[[str], str]) -> str:
     scheme of ``sqlite:``/``jsonl:`` and any ``?options`` kept, a ``file://`` one dropped (the
     plain path it names). ``:memory:``, a third-party scheme and an empty path are unchanged.
     A config's ``run.store`` is resolved from the config's folder this way whichever way the
-    path is spelled (``sqlite:runs/x.db`` used to be taken from the current folder)."""
+    path is spelled (``sqlite:runs/x.db`` as well as ``runs/x.db``)."""
     scheme, rest = _scheme_of(location)
     if scheme not in _FILE_SCHEMES:
         return location
@@ -80,8 +80,8 @@ def rebase_local(location: str, resolve: Callable[[str], str]) -> str:
 
 def location_problem(location: str, openers: Mapping[str, StoreOpener]) -> str | None:
     """Why ``location`` cannot name a store here, or None: a scheme no installed store plugin
-    handles, or nothing after the scheme (``jsonl://`` wrote a store into the current folder,
-    ``sqlite:`` into a nameless temporary file). ``validate`` and ``run``/``resume``/``demo``
+    handles, or nothing after the scheme (``jsonl://`` would write a store into the current
+    folder, ``sqlite:`` into a nameless temporary file). ``validate`` and ``run``/``resume``/``demo``
     ask before touching anything, so such a location is refused first, naming what is installed."""
     scheme, rest = _scheme_of(location)
     problem = _scheme_problem(scheme, location, openers)

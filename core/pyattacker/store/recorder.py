@@ -205,8 +205,8 @@ class Recorder:
             except KeyboardInterrupt:  # a real Ctrl-C that landed in the sink: the run's to handle
                 raise
             except BaseException as exc:  # a broken sink never breaks the run; it is counted and
-                # shown. sys.exit() in plugin code too: it aborted the run (or, written behind,
-                # was logged as a failed store write) and the next sinks missed the batch
+                # shown. sys.exit() in plugin code too: else it would abort the run (or, written
+                # behind, count as a failed store write) and the next sinks would miss the batch
                 self.sink_errors += 1
                 if self.on_sink_error is not None:
                     self.on_sink_error(sink, exc)

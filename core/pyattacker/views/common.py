@@ -93,8 +93,8 @@ def _matches(pattern: str, arg: str) -> list[str]:
 
 def _expand_scheme(arg: str) -> list[str]:
     """A location with a scheme: only its path is a pattern (``sqlite:runs/*.db?synchronous=full``);
-    the ``?`` of its options is not a glob character (``sqlite:x.db?synchronous=full`` was read as a
-    pattern that matched nothing). Locations that are not local files are taken as they are."""
+    the ``?`` of its options is not a glob character (else ``sqlite:x.db?synchronous=full`` would be
+    a pattern that matches nothing). Locations that are not local files are taken as they are."""
     path = local_file(arg)
     if path is None or not (_GLOB_CHARS & set(path)) or os.path.exists(path):
         return [arg]

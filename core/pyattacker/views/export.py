@@ -176,10 +176,10 @@ class _Children:
     """The tasks, artifacts and metrics of a batch of pipelines.
 
     With the store's optional ``rows_by_pipeline`` and ``metrics_by_pipeline``, one statement per
-    kind (and run) reads them for the whole batch: reading per pipeline costs three statements per
-    pipeline, which made exporting 200,000 pipelines take 20 s. Without them, each pipeline's
-    rows are read when asked for. The kind ``final`` (what ``results`` needs) reads only each
-    pipeline's final artifact when the store offers ``final_artifacts``, else all its artifacts.
+    kind (and run) reads them for the whole batch, where reading per pipeline costs three
+    statements per pipeline. Without them, each pipeline's rows are read when asked for. The
+    kind ``final`` (what ``results`` needs) reads only each pipeline's final artifact when the
+    store offers ``final_artifacts``, else all its artifacts.
     """
 
     def __init__(self, store: Store, batch: list[PipelineRecord], kinds: tuple[str, ...]) -> None:
@@ -496,7 +496,7 @@ class _Target:
 
 
 def _write_failed(output: str, exc: OSError) -> ConfigError:
-    """A write to OUTPUT failed: one line (exit 2), where a traceback was printed; the
+    """A write to OUTPUT failed: one line (exit 2), not a traceback; the
     temporary file is removed on the way out, so no partial OUTPUT is left."""
     return ConfigError(f"export: writing OUTPUT {output} failed: {exc.strerror or exc}")
 
@@ -526,7 +526,7 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 def _refuse_overwriting_a_store(output: str, locations: Sequence[str]) -> None:
     """OUTPUT must never be a store: ``export a.db b.db`` (OUTPUT forgotten) would otherwise
     replace the second store with rows of the first, and a run's records are not ours to lose.
-    Nor a directory: every row was read and written before the rename into it failed."""
+    Nor a directory: the rename into it would fail only after every row was read and written."""
     if output == "-":
         return
     if os.path.isdir(output):

@@ -46,8 +46,8 @@ _UNPARK_KINDS = frozenset(
 #: per-pipeline metric summaries are re-read at most this often (they scale with pipelines)
 METRIC_SUMMARY_EVERY_S = 10.0
 #: The store statistics (state counts, duration percentiles, task counts) are aggregates over the
-#: whole run: about 1 s of CPU for 200,000 pipelines, and a live view refreshes every 1-2 s, on
-#: the machine that runs the pipelines. Statistics that cost less than ``STATS_ALWAYS_S`` are read
+#: whole run, dearer the larger the store, and a live view refreshes every 1-2 s, on the machine
+#: that runs the pipelines. Statistics that cost less than ``STATS_ALWAYS_S`` are read
 #: at every refresh; dearer ones are reused until ``STATS_COST_RATIO`` times their cost has passed,
 #: so a viewer spends at most about a tenth of a core on them whatever the store's size.
 STATS_ALWAYS_S = 0.05

@@ -32,9 +32,8 @@ class ShardsReport(StoreReport):
     Each store holds only the pipelines of its own shard (``shard_part`` checks every key), so
     no pipeline is in two of them and nothing needs folding: counts and attempts add up, the
     sorted durations merge, and each failed pipeline's store is the one it was read from. The
-    output equals ``merge_stores`` over the same stores, in about 8 bytes per pipeline instead of
-    the fold's 0.2-0.4 KB (a million-pipeline run's merged report no longer holds a million
-    entries).
+    output equals ``merge_stores`` over the same stores, in 8 bytes per pipeline (its duration)
+    instead of the fold's entry per pipeline.
     """
 
     def __init__(self, parts: Sequence[StoreReport]) -> None:
@@ -94,8 +93,8 @@ def shard_part(
     ``written_by``: the run a shard process of the caller's own ``--shards`` command reported
     (``--shard I/N``, this store). If it is the store's only run and the run shown, every row
     shown was admitted by that run, which kept only the keys of its shard, so the keys are not
-    checked again one by one: the totals are read in SQL (``pipeline_totals``), which halves the
-    read the command's end waits for. Any other run in the store, or another selection, and
+    checked again one by one: the totals are read in SQL (``pipeline_totals``), which shortens
+    the read the command's end waits for. Any other run in the store, or another selection, and
     every key is checked as without it."""
     with read_only_store(location) as store:
         runs = store.runs()
@@ -119,10 +118,10 @@ def shard_part(
 def shard_task_counts(location: str, run_id: str | None) -> tuple[str | None, TaskCounts] | None:
     """The task counts ``shard_part`` reads, with the run they are of (None: it reads none).
 
-    About half of a shard store's read: after a sharded run's last shard, its parent reads them
-    in a second process beside ``shard_part(..., task_counts=False)``, so that the command's end
-    waits for the longer half instead of both. The caller checks that the run is the one the
-    other half shows."""
+    A separable part of a shard store's read: after a sharded run's last shard, its parent reads
+    them in a second process beside ``shard_part(..., task_counts=False)``, so that the
+    command's end waits for the longer of the two instead of both. The caller checks that the
+    run is the one the other part shows."""
     with read_only_store(location) as store:
         counts = getattr(store, "task_counts", None)
         if counts is None:

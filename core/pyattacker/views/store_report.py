@@ -44,8 +44,9 @@ class StoreReport(MergedReport):
     One store holds each pipeline once, so nothing needs folding: the store counts states,
     sorts the durations and sums the attempts (``pipeline_totals``), and whole rows are read
     for the failed pipelines only. The output equals ``merge_stores([store])``; it keeps 8
-    bytes per pipeline (the sorted durations, for the percentiles) where the fold kept about
-    0.4 KB. ``rows`` stays empty: use ``stats()``, or ``merge_stores`` for the per-pipeline fold.
+    bytes per pipeline (the sorted durations, for the percentiles) where the fold keeps a
+    ``Folded`` entry. ``rows`` stays empty: use ``stats()``, or ``merge_stores`` for the
+    per-pipeline fold.
     """
 
     def __init__(self, by_state: dict[str, int], durations: Sequence[float], attempts: int) -> None:

@@ -122,7 +122,7 @@ def render_snapshot(snap: dict[str, Any]) -> Group:
     if snap.get("eta_s") is not None:
         line.append(f"  eta {duration_text(snap['eta_s'])} (of {snap['expected_pipelines']:,} expected)")
     age = snap.get("stats_age_s") or 0.0
-    if age >= 2.0:  # a large run's counts are re-read less often (view_live.STATS_COST_RATIO)
+    if age >= 2.0:  # a large run's counts are re-read less often (live.STATS_COST_RATIO)
         line.append(f"  (counts {age:.0f} s old)", style="dim")
     lines.append(line)
 

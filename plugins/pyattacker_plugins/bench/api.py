@@ -94,7 +94,7 @@ class BenchReport:
 
 
 #: the most seeds one benchmark runs: each is a full run of every algorithm, and the plan lists
-#: them all (a huge --seeds hung before the first line of progress, building that list)
+#: them all (a huge --seeds would hang before the first line of progress, building that list)
 MAX_SEEDS = 10_000
 
 

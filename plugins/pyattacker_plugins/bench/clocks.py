@@ -47,7 +47,7 @@ class ScaledClock(Clock):
 
 
 #: the longest real wait of one ``select``: the loop then looks at its timers again. Without it a
-#: tiny ``--speedup`` turned a timer's simulated seconds into more real seconds than ``poll``
+#: tiny ``--speedup`` turns a timer's simulated seconds into more real seconds than ``poll``
 #: takes (an OverflowError traceback). Waking up early is harmless: the loop recomputes.
 MAX_SELECT_S = 60.0
 

@@ -136,7 +136,7 @@ def bench_command(
             and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE
         ]
         if given:
-            # run flags next to --list were ignored: `--list --scenario nope` said nothing
+            # --list runs nothing: a run flag beside it (`--list --scenario nope`) is a mistake
             raise ConfigError(f"--list runs nothing and takes no other flag; drop {', '.join(given)}")
         click.echo(listing(algorithm_registry(None).names()), nl=False)
         return

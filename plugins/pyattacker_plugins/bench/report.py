@@ -161,7 +161,7 @@ def _plain(value: Any) -> Any:
 
 def _scenario_json(s: Scenario) -> dict[str, Any]:
     """The scenario's settings; ``pools``, ``outages``, ``warm_factor`` and ``algorithm_params``
-    only when the scenario uses them (a one-pool world without them reads as it always did)."""
+    only when the scenario uses them (a one-pool world keeps its plain shape)."""
     data: dict[str, Any] = {
         "name": s.name,
         "description": s.description,

@@ -182,9 +182,9 @@ class Api:
 
     def warm(self) -> None:
         """Read the default run's history and statistics once, before anyone asks: on a large run
-        the first ``/stats`` catches up with every attempt and event (about 3 s of CPU at 200,000
-        pipelines), so ``serve`` does it while the user opens the page. Errors are left for the
-        requests to report."""
+        the first ``/stats`` catches up with every attempt and event, which takes a while, so
+        ``serve`` does it while the user opens the page. Errors are left for the requests to
+        report."""
         try:
             self.call("/stats", {})
         except Exception:  # a missing run or an unreadable store answers the requests instead

@@ -2,10 +2,10 @@
 
 Every dashboard open on a live run polls the same endpoints. Without sharing, each poll opens a
 read transaction on the writer's file, and overlapping readers keep SQLite from resetting the
-WAL: twenty polling clients grew it to 55 MB and cost the run 16 % of its rate (the benchmark in
-docs/viewing.md). With sharing, a request that arrives while the same request is being answered
-waits for that answer, and an answer is reused for ``ttl`` seconds: the store sees at most one
-read per distinct request per ``ttl``, however many clients poll.
+WAL, which then grows, and take CPU from the run (docs/viewing.md has the benchmark). With
+sharing, a request that arrives while the same request is being answered waits for that
+answer, and an answer is reused for ``ttl`` seconds: the store sees at most one read per
+distinct request per ``ttl``, however many clients poll.
 
 An answer is reused only while the store file is the same file (device and inode): a store that
 is deleted or replaced is noticed at the next request, not ``ttl`` later. Failures are never

@@ -193,7 +193,7 @@ class JsonlStore:
             try:
                 syncer.open()
                 self.sync_behind = syncer
-            except OSError:  # (cannot open it twice here): every commit syncs inline, as before
+            except OSError:  # (cannot open it twice here): every commit syncs inline
                 self.sync_behind = None
         except BaseException:
             os.close(self._fd)

@@ -142,8 +142,8 @@ class StoreAggregates(StoreConnection):
     ) -> list[tuple[int, float, float, str]]:
         """``(attempt_id, duration_ms, ended_at, outcome)`` of the attempts ``page("attempts",
         run_id=run_id, after=(after,), limit=limit)`` would return (optional method): a live
-        view folds these four columns, and decoding whole rows (their JSON included) cost it
-        seconds when it first caught up with a large run."""
+        view folds these four columns, and decoding whole rows (their JSON included) would make
+        its first catch-up with a large run slow."""
         return self._summaries("attempts", _ATTEMPT_SUMMARY, run_id, after, limit)
 
     def event_summaries(

@@ -1,21 +1,19 @@
 """Copy the write-ahead log into the database on a thread of its own, beside the writer.
 
 A checkpoint copies the log's pages into the database file and syncs both files. Run by the
-writer's own automatic checkpoints, that was about 60 % of the writer's commit time on the
-benchmark's overhead workload (18-27 ms each, mostly the page writes and the syncs), and the
-event loop stood still meanwhile. SQLite runs a checkpoint on a connection of its own while a
-writer appends to the log, and CPython releases the GIL while it does. So once a commit leaves
-``START_AT`` frames or more in the log that no checkpoint has copied yet, the writer wakes this
-thread, which makes a PASSIVE checkpoint (one that never waits for the writer or for readers),
-at most one per ``GAP_S``. Counting the frames not yet copied, not all the frames of the log:
-a log that a checkpoint copied keeps growing until the writer restarts it, and a checkpoint per
-commit of that tail would sync both files each time to copy a few pages (a third of the
-checkpoints and their syncs on the overhead workload).
-The writer's own automatic checkpoint stays, as a backstop: it then finds the frames already
-copied, finishes the tail and lets the next commit restart the log. The thread starts at the
-first such commit, so a run that writes little (a resume with nothing to do) never has one.
-Durability is unchanged: the thread syncs exactly as the writer would (same ``synchronous``),
-and a checkpoint only ever copies committed frames.
+writer's own automatic checkpoints, those page writes and syncs are a large part of the writer's
+commit time, and the event loop stands still meanwhile. SQLite runs a checkpoint on a connection
+of its own while a writer appends to the log, and CPython releases the GIL while it does. So once
+a commit leaves ``START_AT`` frames or more in the log that no checkpoint has copied yet, the
+writer wakes this thread, which makes a PASSIVE checkpoint (one that never waits for the writer or
+for readers), at most one per ``GAP_S``. Counting the frames not yet copied, not all the frames of
+the log: a log that a checkpoint copied keeps growing until the writer restarts it, and a
+checkpoint per commit of that tail would sync both files each time to copy a few pages. The
+writer's own automatic checkpoint stays, as a backstop: it then finds the frames already copied,
+finishes the tail and lets the next commit restart the log. The thread starts at the first such
+commit, so a run that writes little (a resume with nothing to do) never has one. Durability is the
+writer's own: the thread syncs exactly as the writer would (same ``synchronous``), and a
+checkpoint only ever copies committed frames.
 """
 
 from __future__ import annotations
@@ -41,9 +39,8 @@ _HEADER = struct.Struct("=16xI76xI")
 _BACKOFF_S = 1.0
 #: How the thread syncs the database file after each of its checkpoints. SQLite syncs it only at
 #: the end of a checkpoint that copied the whole log, which a PASSIVE one beside a writer that
-#: keeps appending seldom does; the writer's own checkpoint (every 4,000 pages) then flushed all
-#: that the thread had copied since, on the event loop's time (about 6 ms, every ~60 commits of
-#: the overhead workload; about 3.5 ms with the thread's syncs).
+#: keeps appending seldom does; the writer's own checkpoint (every 4,000 pages) would then flush
+#: all that the thread copied since, on the event loop's time.
 _sync_data = getattr(os, "fdatasync", os.fsync)
 
 

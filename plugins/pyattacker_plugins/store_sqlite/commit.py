@@ -55,7 +55,7 @@ _ABSENT_MAX = 65536
 #: The conflict clause of every write of a commit. A batch is all or nothing, so a statement that
 #: fails must end the whole transaction anyway; with the default (ABORT) SQLite would also keep a
 #: statement journal to undo that statement alone: a copy of every page it changes, spilled to a
-#: temporary file past 64 KiB (about a quarter of the write syscalls and bytes of a run).
+#: temporary file past 64 KiB.
 _OR = "OR ROLLBACK"
 
 

@@ -41,8 +41,8 @@ WAL_SIZE_LIMIT = 16 * 2**20
 #: WAL pages after which a commit checkpoints the log into the database (SQLite's default is
 #: 1,000, 4 MB). The same ~16 MB the file is cut back to anyway: a checkpoint writes each page
 #: once however many commits changed it, and the rightmost leaves of every table and index are
-#: changed by every commit, so four times fewer checkpoints write and sync fewer pages (about
-#: 10 % less CPU per task on the overhead workload, see docs/performance.md).
+#: changed by every commit, so four times fewer checkpoints write and sync fewer pages
+#: (docs/performance.md).
 WAL_CHECKPOINT_PAGES = 4000
 SYNCHRONOUS_MODES = ("normal", "full")
 

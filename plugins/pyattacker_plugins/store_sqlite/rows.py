@@ -56,7 +56,8 @@ R = TypeVar("R")
 #: a ``PIPELINE_ID`` column of a row that has a ``pk``, and an empty BLOB (``x''``, which no
 #: value of these text columns ever is) for a ``SLOT_ID`` column that holds exactly its slot's
 #: id and for an ``OK_DECISION_JSON`` column that holds that very decision; readers rebuild all
-#: three (``RowCodec.read_columns``). About a third of a run's bytes (docs/stores.md).
+#: three (``RowCodec.read_columns``). Together they are a large share of a run's bytes
+#: (docs/stores.md).
 PIPELINE_ID = "pipeline"
 SLOT_ID = "slot"
 OK_DECISION_JSON = "ok_decision"
@@ -119,8 +120,8 @@ class RowCodec(Generic[R]):
         self.select_list = ", ".join(f'"{c}"' for c in self.columns)
         #: the columns that name a row in an error message (its key)
         self.key: tuple[str, ...] = key or plain[:1]
-        # read once: each call evaluates every annotation of the class again (three calls per
-        # codec were about 40 % of what importing the SQLite store cost)
+        # read once: each call evaluates every annotation of the class again, and this runs
+        # for every codec when the SQLite store is imported
         info = {f.name: f for f in msgspec.structs.fields(cls)}  # type: ignore[arg-type]
         self._defaults = {f: getattr(cls(**_required_dummy(info)), f) for f in json_fields}
         fields = {name: f.type for name, f in info.items()}
@@ -144,7 +145,7 @@ class RowCodec(Generic[R]):
         #: pipeline gives them (``PIPELINE_ID``, ``SLOT_ID``); readers select ``read_list`` instead
         self.derived: dict[int, str] = {self.columns.index(c): kind for c, kind in derived}
         #: compiled on the first read (``decode``): a writer never decodes most tables, and
-        #: compiling all ten was 7 % of what discovering the plugins cost
+        #: compiling all ten at import would slow every process's plugin discovery
         self._decode_row: Callable[[tuple[Any, ...]], R] = self._compile_and_decode
 
     def read_columns(self, t: str = "t.", k: str = "k.") -> list[str]:
@@ -192,7 +193,7 @@ class RowCodec(Generic[R]):
         Records are not validated when built, so a row edited by hand (text in a number
         column, a NULL state, JSON that does not parse) would otherwise surface far away, as a
         ``TypeError`` in whatever view adds or sorts the value. The type test of each column is
-        one inline expression (a few percent of the decode); a row that fails it, or whose JSON
+        one inline expression (cheap next to the decode); a row that fails it, or whose JSON
         does not decode to its field's type, goes to ``corrupt``, which names the column."""
         n = len(self.plain)
         args = [
@@ -301,9 +302,8 @@ def _expressions(
 
     Values are handed to ``sqlite3`` in the types it binds without its adapter lookup (exact
     ``int``, ``float``, ``str``, ``bytearray``; ``None`` is taken care of by the statement):
-    booleans become ``int``, blobs ``bytearray``. Each adapter lookup costs about as much as
-    binding three plain values. Field names come from the codec tables below, never from
-    input.
+    booleans become ``int``, blobs ``bytearray``, so no value pays for an adapter lookup.
+    Field names come from the codec tables below, never from input.
     """
     parts = []
     for f in plain:

@@ -1,12 +1,12 @@
 """The span of ids each run wrote to ``attempts`` and ``events`` (schema 5, ``run_spans``).
 
-Why: the two tables used to carry an index on ``run_id`` so that ``report --run-id``, ``watch``
-and ``export`` could read one run's rows; that index took an entry per row on the hot path. One
-writer at a time numbers both tables in commit order, so a run's rows sit in a few ranges of the
-rowid. The writer keeps the lowest and highest id each run wrote (one upsert per table and
-commit), and a read by run scans the table between the two, keeping the rows whose ``run_id``
-matches: exact whatever the order of the rows, and as cheap as the index when runs follow each
-other (the way one store is written).
+Why: ``report --run-id``, ``watch`` and ``export`` read one run's rows, and an index on
+``run_id`` for them would take an entry per row on the hot path. One writer at a time numbers
+both tables in commit order, so a run's rows sit in a few ranges of the rowid. The writer
+keeps the lowest and highest id each run wrote (one upsert per table and commit), and a read
+by run scans the table between the two, keeping the rows whose ``run_id`` matches: exact
+whatever the order of the rows, and as cheap as the index when runs follow each other (the
+way one store is written).
 """
 
 from __future__ import annotations

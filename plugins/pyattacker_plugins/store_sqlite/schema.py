@@ -171,7 +171,7 @@ SPAN_KINDS = {"attempts": "attempt_id", "events": "event_id"}
 #: Version 5: a run's attempts and events are found by the span of ids it wrote, not through an
 #: index on ``run_id``. One writer at a time numbers both tables in commit order, so the rows of
 #: a run sit in a few ranges of the rowid; ``run_spans`` keeps the lowest and highest id each run
-#: wrote per table (one upsert per commit, where the two indexes took an entry per row), and a
+#: wrote per table (one upsert per commit, where an index takes an entry per row), and a
 #: read by run scans that range of the table, checking ``run_id`` on each row. No row is rewritten.
 _V5 = (
     "CREATE TABLE run_spans (run_id TEXT NOT NULL, kind TEXT NOT NULL, lo INTEGER NOT NULL,"
@@ -203,10 +203,10 @@ MERGE_KEYS = (
     f"UPDATE store_meta SET value = ? WHERE key = '{KEYS_INDEXED}'",
 )
 
-#: Version 6: the pipeline ids' index is written in sorted batches. Ids are random digests, so
-#: the unique index on ``pipeline_keys.pipeline_id`` took each new pipeline into a random leaf:
-#: about one page of log and checkpoint per pipeline once the index outgrew a commit's rows
-#: (two fifths of the bytes a run wrote at 50,000 pipelines). Now ``pipeline_keys`` (pk -> id,
+#: Version 6: the pipeline ids' index is written in sorted batches. Ids are random digests, so a
+#: unique index on ``pipeline_keys.pipeline_id`` (up to version 5) takes each new pipeline into a
+#: random leaf: about one page of log and checkpoint per pipeline once the index outgrows a
+#: commit's rows. From version 6 ``pipeline_keys`` (pk -> id,
 #: appended in pk order) has no index on the id; ``pipeline_ids`` (id -> pk, clustered by id)
 #: holds the ids up to ``store_meta.keys_indexed``, and the writer copies the ids above that
 #: mark in one sorted statement every few thousand keys and when it closes (``MERGE_KEYS``).

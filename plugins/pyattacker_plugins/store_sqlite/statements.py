@@ -1,9 +1,9 @@
 """Write statements specialised per NULL pattern, so ``None`` is never bound as a parameter.
 
 CPython's ``sqlite3`` binds exact ``int``/``float``/``str``/``bytearray`` values directly but
-sends every other value, ``None`` included, through its adapter lookup first; on this workload
-that lookup cost more than the rest of the binding. A statement therefore writes the columns
-that are ``None`` in a row as literal ``NULL``s and binds only the others.
+sends every other value, ``None`` included, through its adapter lookup first, a cost per value
+on top of the binding itself. A statement therefore writes the columns that are ``None`` in a
+row as literal ``NULL``s and binds only the others.
 
 Per pattern of ``None``s, the statement compiles one small function that turns records (and
 their clustering key ``pk``) straight into the parameters of that variant, one flat list for all
@@ -14,21 +14,20 @@ so an upsert of the same key twice in one batch still ends with the last row.
 
 Consecutive rows of one variant go to SQLite as multi-row ``INSERT ... VALUES (...), (...)``
 statements, not an ``executemany``: SQLite then steps once per statement instead of once per
-row, which saves about 9 % of all instructions per task on the overhead workload (``write_rows``).
+row (``write_rows``).
 
 Text columns whose value the rows of one commit usually share (a table's ``RowCodec.shared``:
 the run id, a state, the decision of a success) are bound once per statement when every row of
 a group holds the same text: SQLite reads a bound parameter without a copy, where a text bound
-per row is copied into fresh memory (``write_shared_rows``: about 7 % of the instructions per
-task on the overhead workload). Such a statement declares the shared values first, in a common
-table expression nobody reads (``WITH _shared AS (SELECT ?1, ?2) INSERT ... VALUES (?1, ?, ?2,
-?), ...``), so that they take the numbers 1..k and every other marker is a plain ``?`` that
-SQLite numbers after them in the text's order. Only those k markers have a name: from Python
-3.12 on, ``sqlite3`` asks SQLite for the name of every value it binds from a sequence (to warn
-about named placeholders, gh-101693), and SQLite looks a numbered parameter's name up by a
-linear search of the statement's named ones, so a statement that numbered each of its n values
-cost O(n²): a quarter of all the CPU of a run on 3.13.
-A group whose rows differ there binds every value. Either way the same values are stored.
+per row is copied into fresh memory (``write_shared_rows``). Such a statement declares the
+shared values first, in a common table expression nobody reads (``WITH _shared AS (SELECT ?1,
+?2) INSERT ... VALUES (?1, ?, ?2, ?), ...``), so that they take the numbers 1..k and every other
+marker is a plain ``?`` that SQLite numbers after them in the text's order. Only those k markers
+have a name: from Python 3.12 on, ``sqlite3`` asks SQLite for the name of every value it binds
+from a sequence (to warn about named placeholders, gh-101693), and SQLite looks a numbered
+parameter's name up by a linear search of the statement's named ones, so a statement that
+numbered each of its n values would cost O(n²). A group whose rows differ there binds every
+value. Either way the same values are stored.
 
 CPython 3.12.0 to 3.12.3 (Ubuntu 24.04's Python among them) also issue a ``DeprecationWarning``
 for every numbered value bound from a sequence (gh-117995, fixed in 3.12.4): where they run
@@ -152,7 +151,7 @@ def _per_row(
     name: str, expressions: list[str], label: str, args: str = _ARGS, each: str = "r in rows"
 ) -> Any:
     """``[(expressions...) for r in rows]`` compiled once: a list comprehension runs no Python
-    call per row, where a function per row cost two (the pattern and the parameters). ``each``
+    call per row, where a function per row would cost two (the pattern and the parameters). ``each``
     is the comprehension's loop (``r, k in zip(rows, keys)`` reads values from the keys too)."""
     body = f"[({', '.join(expressions)},) for {each}]" if expressions else f"[() for {each}]"
     return compile_function(name, args, body, label)
@@ -245,7 +244,7 @@ class Statement:
         each = "r, k in zip(rows, keys)" if any(p in at for p in own) else "r in rows"
         # one flat list, each row's values added as a tuple (copied in C): SQLite takes the
         # parameters of a multi-row statement as one sequence, and flattening a list of row
-        # tuples afterwards cost about as much again, value by value
+        # tuples afterwards would cost as much again, value by value
         params = compile_block(
             "params",
             "rows, keys, pk_of, out",

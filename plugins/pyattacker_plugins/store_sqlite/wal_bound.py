@@ -1,15 +1,14 @@
 """Keep the WAL file bounded beside readers that never leave a gap.
 
-SQLite starts its write-ahead log again from the beginning only at a moment when no reader
-holds a snapshot in it. A dashboard polled by many clients can keep a reader in the log at
-every moment, and the file then grows by everything the run writes (hundreds of MB in a
-minute, found by fuzzing the viewer). So the writer looks at the file's size now and then,
-and past ``RESTART_AT`` bytes asks for a RESTART checkpoint: SQLite folds the log into the
-database and waits, at most ``WAIT_MS``, for the readers still in the log to finish their
-statement. Readers that start meanwhile read the database file, so the wait is short; the
-next commit starts the log from the beginning, and ``journal_size_limit`` cuts the file back.
-A checkpoint that still finds readers is retried after ``RETRY_S``, so a reader holding a
-long snapshot costs the run at most ``WAIT_MS`` per ``RETRY_S``.
+SQLite starts its write-ahead log again from the beginning only at a moment when no reader holds a
+snapshot in it. A dashboard polled by many clients can keep a reader in the log at every moment,
+and the file then grows by everything the run writes. So the writer looks at the file's size now
+and then, and past ``RESTART_AT`` bytes asks for a RESTART checkpoint: SQLite folds the log into
+the database and waits, at most ``WAIT_MS``, for the readers still in the log to finish their
+statement. Readers that start meanwhile read the database file, so the wait is short; the next
+commit starts the log from the beginning, and ``journal_size_limit`` cuts the file back. A
+checkpoint that still finds readers is retried after ``RETRY_S``, so a reader holding a long
+snapshot costs the run at most ``WAIT_MS`` per ``RETRY_S``.
 """
 
 from __future__ import annotations
