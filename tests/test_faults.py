@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+
 from tests.faults import criteria as C
 from tests.faults.harness import Scenario, ci_matrix, run_scenario
 
