@@ -92,7 +92,7 @@ def _child(job: ShardJob, env: dict[str, str], out_w: int, err_w: int, close: li
         # the parent's objects stay shared: the shard's full collections neither trace them nor
         # copy the pages their headers are on
         gc.freeze()
-        from pyattacker.cli.main import main
+        from pyattacker.cli.main import main  # in the forked shard only
 
         main(list(job.argv))
         code = ExitCode.OK

@@ -120,7 +120,7 @@ def algorithm_registry(registry: Registry | None = None) -> Registry:
     """``registry``, else the process-wide algorithms registry (plugins included)."""
     if registry is not None:
         return registry
-    from pyattacker.plugins.manager import get_plugins
+    from pyattacker.plugins.manager import get_plugins  # only without a given registry
 
     return get_plugins().algorithms
 

@@ -123,6 +123,7 @@ def bench_command(
     algorithm, or a run that could not finish (nothing is printed then).
     Assumptions and how to read the table: docs/benchmark.md.
     """
+    # start-up: discovery imports this module; the bench itself loads only when it runs
     from .api import BenchOptions, algorithm_registry, make_plan, run_bench
     from .report import listing, to_json, to_markdown, to_table
     from .scenario import DEFAULT_SCENARIO

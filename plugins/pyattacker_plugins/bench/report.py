@@ -338,7 +338,7 @@ def to_markdown(report: BenchReport) -> str:
 
 def listing(registry_names: list[str]) -> str:
     """``--list``: every scenario, every installed algorithm, every metric with unit and direction."""
-    from .scenario import get_scenario, scenario_names
+    from .scenario import get_scenario, scenario_names  # only for --list
 
     lines = ["scenarios:"]
     for name in scenario_names():

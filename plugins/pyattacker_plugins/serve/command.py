@@ -64,7 +64,7 @@ def serve_command(store: str, host: str, port: int, run_id: str | None, token: s
     variable PYATTACKER_SERVE_TOKEN (kept out of `ps`; empty is an error), else a random one.
     Every request opens its own read-only connection. Stop with Ctrl+C.
     """
-    from .server import run_server
+    from .server import run_server  # start-up: the server loads only when `serve` runs
 
     token = resolve_token(token)
     run_server(store, host=host, port=port, run_id=run_id, token=token, out=sys.stdout)

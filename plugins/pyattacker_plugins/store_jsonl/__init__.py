@@ -37,7 +37,7 @@ class JsonlStoreOpener:
     suffixes: tuple[str, ...] = ()
 
     def open(self, location: str, *, read_only: bool = False) -> JsonlStore:
-        from .store import JsonlStore
+        from .store import JsonlStore  # start-up: as ``__getattr__`` above
 
         if read_only:
             return JsonlStore.open_reader(location)
