@@ -107,6 +107,7 @@ def run(
     capacity: int | None = None,
     event_loop: str = "auto",
     handoff: bool = False,
+    settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run pipelines ``lo..lo+n`` into ``store`` and return the summary dict (not printed)."""
     global _LATENCY_S
@@ -122,6 +123,7 @@ def run(
         pools=build_pools(capacity or max(1000, 2 * concurrency)),
         concurrency=concurrency,
         event_loop=event_loop,
+        **(settings or {}),
     ) as runner:
         report = runner.run(template.map(seeds(lo, lo + n)))
         # the loop the run recorded as the one it ran on (not merely the one it was asked for);
@@ -187,7 +189,24 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="the first task hands every seed to the last one (two tasks run per pipeline)",
     )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a run setting (RunConfig field), the value read as JSON when it parses, e.g. "
+        "events=all, write_behind=false, journal=summary, artifact_backend=null",
+    )
     args = ap.parse_args(argv)
+    settings: dict[str, Any] = {}
+    for item in args.set:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            ap.error(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            settings[key] = json.loads(raw)
+        except ValueError:
+            settings[key] = raw
     if args.handoff and args.tasks < 3:
         ap.error("--handoff needs --tasks >= 3 (a task to skip)")
     summary = run(
@@ -200,7 +219,9 @@ def main(argv: list[str] | None = None) -> None:
         capacity=args.capacity,
         event_loop=args.event_loop,
         handoff=args.handoff,
+        settings=settings,
     )
+    summary["settings"] = settings
     print(json.dumps(summary))
     sys.stdout.flush()
 

@@ -357,6 +357,32 @@ def test_product_runner_runs_on_the_loop_it_is_given(tmp_path: Path, loop: str) 
     assert summary["event_loop"] == loop and summary["pipelines_run"] == 5
 
 
+def test_product_runner_passes_run_settings_to_the_runner(tmp_path: Path) -> None:
+    """``product_run.py --set KEY=VALUE`` reaches the run: ``events=all`` stores an event per
+    task's success, which the default does not; a value that is not JSON stays a string."""
+    counts = {}
+    for name, extra in (("default", []), ("all", ["--set", "events=all", "--set", "journal=full"])):
+        store = tmp_path / f"{name}.db"
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "benchmarks" / "product_run.py"), "--n", "4", "--concurrency", "2",
+             "--store", str(store), *extra],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        summary = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert summary["settings"] == ({} if name == "default" else {"events": "all", "journal": "full"})
+        with sqlite3.connect(store) as db:
+            query = "SELECT count(*) FROM events_full WHERE kind = 'task.succeeded'"
+            counts[name] = db.execute(query).fetchone()[0]
+    assert counts == {"default": 0, "all": 12}
+    bad = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "product_run.py"), "--n", "1", "--store",
+         str(tmp_path / "x.db"), "--set", "events"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "expected KEY=VALUE" in bad.stderr
+
+
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_loop_ceiling_drains_every_pipeline_on_the_loop_it_is_given(loop: str) -> None:
     """``loop_ceiling.py``: the event loop alone runs n pipelines of the latency workload."""
