@@ -172,7 +172,7 @@ def run(
     }
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=50_000, help="pipelines to run")
     ap.add_argument("--lo", type=int, default=0, help="first seed index (shards run disjoint ranges)")
@@ -195,8 +195,13 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="a run setting (RunConfig field), the value read as JSON when it parses, e.g. "
-        "events=all, write_behind=false, journal=summary, artifact_backend=null",
+        "events=all, write_behind=false, journal=summary, artifact_backend='\"null\"'",
     )
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = build_parser()
     args = ap.parse_args(argv)
     settings: dict[str, Any] = {}
     for item in args.set:

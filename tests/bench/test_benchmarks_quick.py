@@ -454,7 +454,8 @@ def test_latency_scenario_measures_the_loop_alone_beside_the_product() -> None:
 
 
 def _documented_commands() -> list[tuple[str, list[str]]]:
-    """Every ``python -m benchmarks...`` line of docs/performance.md: (module, arguments)."""
+    """Every ``python -m benchmarks...`` and ``python benchmarks/X.py`` line of
+    docs/performance.md: (module, arguments)."""
     text = (REPO / "docs" / "performance.md").read_text()
     found = []
     for block in re.findall(r"```bash\n(.*?)```", text, re.S):
@@ -462,6 +463,8 @@ def _documented_commands() -> list[tuple[str, list[str]]]:
             words = shlex.split(line, comments=True)
             if words[:2] == ["python", "-m"] and words[2].startswith("benchmarks"):
                 found.append((words[2], words[3:]))
+            elif words[:1] == ["python"] and words[1].startswith("benchmarks/"):
+                found.append((words[1].removesuffix(".py").replace("/", "."), words[2:]))
     return found
 
 
@@ -478,7 +481,13 @@ def test_documented_benchmark_commands_parse(module: str, args: list[str]) -> No
 
 
 def test_the_docs_show_benchmark_commands() -> None:
-    tools = {"benchmarks", "benchmarks.instructions", "benchmarks.profile_overhead", "benchmarks.row_costs"}
+    tools = {
+        "benchmarks",
+        "benchmarks.instructions",
+        "benchmarks.profile_overhead",
+        "benchmarks.row_costs",
+        "benchmarks.product_run",
+    }
     assert {m for m, _ in DOCUMENTED} >= tools
 
 
