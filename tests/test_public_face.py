@@ -52,7 +52,6 @@ def test_no_module_of_the_package_shares_a_name_with_a_face_name() -> None:
     """``from pyattacker import task`` must never hand back a module (a submodule named like a
     face name would win once imported)."""
     names = {
-        info.name.rpartition(".")[2]
-        for info in pkgutil.walk_packages(pyattacker.__path__, "pyattacker.")
+        info.name.rpartition(".")[2] for info in pkgutil.walk_packages(pyattacker.__path__, "pyattacker.")
     }
     assert not names & set(pyattacker._FACE)

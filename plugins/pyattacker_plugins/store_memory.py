@@ -26,7 +26,7 @@ from pyattacker.model import (
     RunRecord,
     TaskRecord,
 )
-from pyattacker.store.base import PAGE_KINDS
+from pyattacker.plugins.api import PAGE_KINDS, StoreBase, StoreOpenerBase
 
 __all__ = ["MemoryStore", "MemoryStoreOpener"]
 
@@ -35,11 +35,11 @@ def _copy(row: Any) -> Any:
     return msgspec.structs.replace(row)
 
 
-class MemoryStore:
+class MemoryStore(StoreBase):
     """All rows in memory; nothing survives the process."""
 
-    #: applies ``Batch.resets`` (pipelines with control flow may run here)
-    applies_resets = True
+    #: keeps a control ledger and applies ``Batch.resets`` (pipelines with control may run here)
+    supports_handoffs = True
 
     def __init__(self, location: str = ":memory:") -> None:
         self.location = location
@@ -248,7 +248,7 @@ class MemoryStore:
         self.closed = True
 
 
-class MemoryStoreOpener:
+class MemoryStoreOpener(StoreOpenerBase):
     """Opens a fresh in-memory store for ``:memory:`` / ``memory:``."""
 
     name = "memory"

@@ -471,9 +471,7 @@ def test_a_blocking_algorithm_from_the_command_line_is_exit_2() -> None:
         "from pyattacker.cli.main import main\n"
         "main(['bench', '--algorithms', 'block', '--seeds', '1', '--jobs', '4', '--wall-budget', '1'])\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO
-    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 2, proc.stderr
     assert "BenchmarkTimeout" in proc.stderr and "the event loop was blocked" in proc.stderr
     assert proc.stdout == ""
@@ -667,9 +665,7 @@ def test_a_dead_world_from_the_command_line_is_exit_2() -> None:
         "from pyattacker.cli.main import main\n"
         f"main(['bench', '--scenario', {DEAD!r}, '--seeds', '1'])\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO
-    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 2, proc.stderr
     assert "BenchmarkStalled" in proc.stderr and proc.stdout == ""
 

@@ -17,7 +17,6 @@ import pytest
 from pyattacker import Handoff, pipeline, task
 from pyattacker.errors import StoreFeatureUnsupported
 from pyattacker.views.export import iter_kind
-from pyattacker.views.stats import store_stats
 from pyattacker_plugins.store_memory import MemoryStore
 from pyattacker_plugins.store_sqlite import SqliteStore
 from tests.support.handoff import Where
@@ -109,7 +108,7 @@ def test_a_traversal_that_ends_early_drops_the_rows_the_first_one_wrote(where: W
         ]
         assert store.handoffs(pid)[1].reason == restart
         assert msgspec.json.decode(store.get_artifact(pid, 5).payload)["verdict"] == "cached"
-    by_name = store_stats(store)["tasks"]["by_name"]
+    by_name = store.stats()["tasks"]["by_name"]
     assert set(by_name) == {"fetch", "ask", "judge"} and by_name["judge"] == {"handed_off": 2}
     assert {kind: len(rows(store, kind, run_id=first)) for kind in ("attempts", "events")} == history
     tasks = list(iter_kind(store, "tasks"))
@@ -269,7 +268,7 @@ class _NoResets:
 
 def test_a_store_with_a_ledger_but_without_resets_is_refused_before_anything_runs() -> None:
     store = _NoResets()
-    message = r"store 'noreset:x' keeps a handoff ledger but does not declare applies_resets = True"
+    message = r"store 'noreset:x' keeps no handoff ledger: it does not declare supports_handoffs = True"
     with pytest.raises(StoreFeatureUnsupported, match=message), vrunner(store) as r:
         r.run(QA.map(seeds(1)))
     assert rows(store._inner, "pipelines") == [] and rows(store._inner, "tasks") == []

@@ -44,8 +44,8 @@ def test_layout_and_recognition(tmp_path: Path) -> None:
     assert (path / MARKER).is_file() and journal(path).is_file()
     assert OPENER.recognizes(str(path)) and not OPENER.recognizes(str(tmp_path))
     openers = {"sqlite": SqliteStoreOpener(), "jsonl": OPENER}
-    assert resolve_opener(str(path), openers)[0] is OPENER  # type: ignore[arg-type]
-    assert resolve_opener("jsonl:runs/x", openers) == (OPENER, "runs/x")  # type: ignore[arg-type]
+    assert resolve_opener(str(path), openers) is OPENER  # type: ignore[arg-type]
+    assert resolve_opener("jsonl:runs/x", openers) is OPENER  # type: ignore[arg-type]
 
 
 def test_torn_tail_tolerated_and_truncated_only_by_writer(tmp_path: Path) -> None:

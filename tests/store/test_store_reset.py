@@ -14,7 +14,6 @@ import pytest
 
 from pyattacker.model import HandoffRecord, PipelineReset
 from pyattacker.store.base import Store, iter_rows
-from pyattacker.views.stats import store_stats
 from tests.support.store_contract import (
     STORE_KINDS,
     StoreFactory,
@@ -81,7 +80,7 @@ def _history(store: Store) -> tuple[int, int, int]:
 
 
 def test_built_in_stores_declare_that_they_apply_resets(store: Store) -> None:
-    assert getattr(store, "applies_resets", False) is True
+    assert store.supports_handoffs is True and store.has_ledger is True
 
 
 def test_a_reset_drops_task_rows_and_chain_outputs_and_nothing_else(
@@ -101,7 +100,7 @@ def test_a_reset_drops_task_rows_and_chain_outputs_and_nothing_else(
         assert len(_tasks(view, "p2")) == SLOTS and len(_artifacts(view, "p2")) == SLOTS + 3  # untouched
         assert view.lookup_pipelines(["p1"])["p1"].pipeline_id == "p1"  # the row stays
         assert _history(view) == history  # attempts, events, the ledger: append-only
-        by_name = store_stats(view)["tasks"]["by_name"]
+        by_name = view.stats()["tasks"]["by_name"]
         assert sum(sum(states.values()) for states in by_name.values()) == SLOTS  # p2's only
     if store_factory.persistent:
         reopened = store_factory.reopen(store, read_only=True)

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from pyattacker import ConfigError, Runner, pipeline, task
+from pyattacker.plugins.api import StoreBase
 from pyattacker.store.location import open_store
 from pyattacker.views import export as export_mod
 from pyattacker.views.export import ROW_KINDS, export_stores, guard_cell, infer_format, iter_kind
-from pyattacker.views.stats import store_stats
 from tests.support.views import XSS, build_store
 
 EXPECTED = {"pipelines": 20, "tasks": 40, "results": 20, "metrics": 42, "points": 60}
@@ -43,7 +43,7 @@ def _read(path: Path, fmt: str) -> list[dict[str, Any]]:
 def _count(store: str, kind: str) -> int:
     s = open_store(store, read_only=True)
     try:
-        st = store_stats(s)
+        st = s.stats()
         return {"attempts": st["attempts_total"], "events": st["events_total"]}.get(kind, -1)
     finally:
         s.close()
@@ -190,14 +190,14 @@ def test_children_read_in_batches_equal_reading_them_per_pipeline(
             fast, slow = tmp_path / "fast.jsonl", tmp_path / "slow.jsonl"
             n = export_stores(stores, str(fast), rows=kind, run_id=run_id)
             with monkeypatch.context() as m:
-                m.setattr(SqliteStore, "rows_by_pipeline", None)
-                m.setattr(SqliteStore, "metrics_by_pipeline", None)
-                m.setattr(SqliteStore, "final_artifacts", None)
+                m.setattr(SqliteStore, "rows_by_pipeline", StoreBase.rows_by_pipeline)
+                m.setattr(SqliteStore, "metrics_by_pipeline", StoreBase.metrics_by_pipeline)
+                m.setattr(SqliteStore, "final_artifacts", StoreBase.final_artifacts)
                 assert export_stores(stores, str(slow), rows=kind, run_id=run_id) == n
             if kind == "results":  # batched artifacts without the final-only read: the same rows
                 mid = tmp_path / "mid.jsonl"
                 with monkeypatch.context() as m:
-                    m.setattr(SqliteStore, "final_artifacts", None)
+                    m.setattr(SqliteStore, "final_artifacts", StoreBase.final_artifacts)
                     assert export_stores(stores, str(mid), rows=kind, run_id=run_id) == n
                 assert mid.read_text() == fast.read_text()
                 assert any(r["artifact_available"] for r in _read(fast, "jsonl"))
@@ -259,7 +259,7 @@ def test_points_visit_only_the_pipelines_that_have_points(
     visited = set(asked)
     asked.clear()
     with monkeypatch.context() as m:
-        m.setattr(SqliteStore, "point_pipelines", None)
+        m.setattr(SqliteStore, "point_pipelines", StoreBase.point_pipelines)
         assert export_stores([db], str(slow), rows="points") == n
     assert n > 0 and fast.read_text() == slow.read_text()
     owners = {(row["run_id"], row["pipeline_id"]) for row in _read(fast, "jsonl")}

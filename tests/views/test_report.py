@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from pyattacker import ConfigError
 from pyattacker.cli.main import cli
 from pyattacker.model import PipelineRecord
+from pyattacker.plugins.api import StoreBase
 from pyattacker.views.fold import Folded, MergedReport, state_rank, wins
 from pyattacker.views.merge import StoreMerger, merge_stores, report_stores
 from pyattacker.views.store_report import StoreReport
@@ -246,10 +247,10 @@ def test_merged_report_from_store_summaries_equals_reading_every_row(
                 fast = merge_stores(stores, selection)
             assert len(summarized) == len(stores)
             with monkeypatch.context() as m:
-                m.setattr(SqliteStore, "task_counts", None)
-                m.setattr(SqliteStore, "pipeline_summaries", None)
-                m.setattr(SqliteStore, "pipeline_totals", None)
-                m.setattr(SqliteStore, "count_rows", None)
+                m.setattr(SqliteStore, "task_counts", StoreBase.task_counts)
+                m.setattr(SqliteStore, "pipeline_summaries", StoreBase.pipeline_summaries)
+                m.setattr(SqliteStore, "pipeline_totals", StoreBase.pipeline_totals)
+                m.setattr(SqliteStore, "count_rows", StoreBase.count_rows)
                 slow = merge_stores(stores, selection)
             assert fast.to_dict(100) == slow.to_dict(100), (stores, selection)
             assert fast.task_counts

@@ -203,7 +203,6 @@ def test_warm_catches_up_with_the_default_run_before_any_request(view_store: str
     """``serve`` warms its view of the default run at start-up (on a thread), so the first page
     load of a large run does not wait for the catch-up; a warm-up that fails raises nothing."""
     from pyattacker.views.common import choose_run, read_only_store
-    from pyattacker.views.stats import store_stats
     from pyattacker_plugins.serve.api import Api
 
     api = Api(view_store)
@@ -211,7 +210,7 @@ def test_warm_catches_up_with_the_default_run_before_any_request(view_store: str
     api.warm()
     with read_only_store(view_store) as s:
         run_id = choose_run(s, None).run_id
-        attempts = store_stats(s, run_id)["attempts_total"]
+        attempts = s.stats(run_id)["attempts_total"]
     assert list(api._digests) == [run_id] and api._digests[run_id].attempts_seen == attempts > 0
     Api(view_store, run_id="no-such-run").warm()
     Api(str(tmp_path / "missing.db")).warm()

@@ -12,9 +12,9 @@ import pytest
 from rich.console import Console
 
 from pyattacker import Pool, Resource, Runner, pipeline
+from pyattacker.plugins.api import StoreBase
 from pyattacker.views.common import choose_run, read_only_store
 from pyattacker.views.live import LiveDigest, snapshot
-from pyattacker.views.stats import count_rows, store_stats
 from pyattacker.views.watch import bar, watch
 from tests.support.views import build_store, fetch, judge
 
@@ -78,10 +78,10 @@ def test_latency_of_a_resumed_run_counts_its_own_attempts(tmp_path: Path) -> Non
         )
     with read_only_store(path) as s:
         choice = choose_run(s, None)
-        second = store_stats(s, choice.run_id)["attempts_total"]
+        second = s.stats(choice.run_id)["attempts_total"]
         snap = snapshot(s, choice, LiveDigest(choice.run_id))
         assert snap["latency_ms"]["count"] == second
-        assert second < store_stats(s, None)["attempts_total"]
+        assert second < s.stats(None)["attempts_total"]
         assert snap["reported_metrics"] is not None
 
 
@@ -189,13 +189,13 @@ def test_digest_from_summaries_equals_the_one_from_whole_rows(
             fast = LiveDigest(run_id, recent=4)
             fast.update(s)
             with monkeypatch.context() as m:
-                m.setattr(SqliteStore, "attempt_summaries", None)
-                m.setattr(SqliteStore, "event_summaries", None)
+                m.setattr(SqliteStore, "attempt_summaries", StoreBase.attempt_summaries)
+                m.setattr(SqliteStore, "event_summaries", StoreBase.event_summaries)
                 slow = LiveDigest(run_id, recent=4)
                 slow.update(s)
             assert figures(fast) == figures(slow)
-            assert fast.attempts_seen == store_stats(s, run_id)["attempts_total"] > 7
-            assert sum(fast.event_counts.values()) == count_rows(s, "events", run_id) > 7
+            assert fast.attempts_seen == s.stats(run_id)["attempts_total"] > 7
+            assert sum(fast.event_counts.values()) == s.count_rows("events", run_id) > 7
             assert len(fast.recent_events) == len(fast.recent_errors) == 4
             assert all(isinstance(r["data"], dict) for r in fast.recent_events + fast.recent_errors)
 

@@ -139,15 +139,14 @@ class Admission:
 
     def lookup(self, keys: list[str]) -> tuple[dict[str, PipelineRecord], dict[str, StoredState]]:
         """Stored rows for ``keys`` that a resume has to look at, and ``(state, spec_digest,
-        seed_digest, run_id)`` per stored key. A store offering ``lookup_states`` answers the
-        common case of a resume (already succeeded: skip) from those four narrow columns, without
-        building a record per row; only the rows in another state are read in full."""
+        seed_digest, run_id)`` per stored key. ``lookup_states`` answers the common case of a
+        resume (already succeeded: skip) from those four narrow columns (SQLite builds no record
+        per row for them); only the rows in another state are read in full."""
         run = self.run
         store = run.store
-        narrow = getattr(store, "lookup_states", None)
-        if narrow is None or run.config.retry_succeeded or run.config.fresh_restart:
+        if run.config.retry_succeeded or run.config.fresh_restart:
             return store.lookup_pipelines(keys), {}
-        states = narrow(keys)
+        states = store.lookup_states(keys)
         rest = [key for key, st in states.items() if st[0] != "succeeded"]
         return (store.lookup_pipelines(rest) if rest else {}), states
 

@@ -34,7 +34,7 @@ from pyattacker.model import ArtifactRecord, HandoffRecord, PipelineRecord, Pipe
 if TYPE_CHECKING:
     from pyattacker.engine.context import TaskContext
     from pyattacker.flow.chain import PipelineSpec, PipelineTemplate
-    from pyattacker.store.base import Store
+    from pyattacker.plugins.store_base import StoreBase
 
 __all__ = ["Control", "Resumption", "require_ledger", "store_lacks"]
 
@@ -68,22 +68,21 @@ class Resumption(msgspec.Struct, kw_only=True):
         }
 
 
-def store_lacks(store: Any) -> str:
+def store_lacks(store: StoreBase) -> str:
     """What ``store`` lacks to run pipelines with control, as the end of a sentence ("" if
-    nothing): a ledger (``handoffs()``; ``has_ledger`` may say a file has none), and the
-    declaration ``applies_resets = True`` that it applies ``Batch.resets``."""
-    if not callable(getattr(store, "handoffs", None)) or not getattr(store, "has_ledger", True):
-        return "keeps no handoff ledger"
-    if getattr(store, "applies_resets", False) is not True:
+    nothing): the capability ``supports_handoffs`` (a ledger, and ``commit`` applying
+    ``Batch.resets``), and a ledger in this file (``has_ledger``)."""
+    if not store.supports_handoffs:
         return (
-            "keeps a handoff ledger but does not declare applies_resets = True (it must delete"
-            " the rows Batch.resets names, or a restart from the seed would keep counting tasks"
-            " the new traversal skipped)"
+            "keeps no handoff ledger: it does not declare supports_handoffs = True (a ledger, and"
+            " commits that delete the rows Batch.resets names)"
         )
+    if not store.has_ledger:
+        return "keeps no handoff ledger (a file written before ledgers: start a new store)"
     return ""
 
 
-def require_ledger(store: Store, template: PipelineTemplate, missing: str | None = None) -> str:
+def require_ledger(store: StoreBase, template: PipelineTemplate, missing: str | None = None) -> str:
     """Refuse a pipeline with control on a store without the ledger, or one that does not apply
     ``Batch.resets`` (``StoreFeatureUnsupported``): it would keep showing the rows a restart
     from the seed dropped. Returns what the store lacks ("": nothing), to be passed back as
@@ -93,7 +92,7 @@ def require_ledger(store: Store, template: PipelineTemplate, missing: str | None
     if missing:
         raise StoreFeatureUnsupported(
             f"pipeline {template.name!r} declares control (handoffs), and store"
-            f" {getattr(store, 'location', store)!r} {missing}; use a SQLite, JSONL or memory store"
+            f" {store.location!r} {missing}; use a SQLite, JSONL or memory store"
         )
     return missing
 
@@ -146,7 +145,7 @@ class Control:
         The ledger is read even without a row: a row deleted by hand leaves its jumps behind, and
         without a restart row the next resume would honour one the new traversal never took."""
         resumer = self.resumer
-        ledger: list[HandoffRecord] = self.store.handoffs(spec.key)  # type: ignore[attr-defined]
+        ledger: list[HandoffRecord] = self.store.handoffs(spec.key)
         if row is None and not ledger:  # nothing to honour (a fresh pipeline, the usual case)
             # a seed row without a pipeline row or a ledger: the row was deleted by hand after a
             # traversal without a jump, whose other rows were not (see ``reset`` below)

@@ -38,8 +38,8 @@ from pyattacker.engine.workqueue import WorkQueue
 from pyattacker.errors import ConfigError, PoolNotFound, StoreUnavailable
 from pyattacker.flow.chain import PipelineSpec, PipelineTemplate
 from pyattacker.model import Batch, MetricRecord, RunRecord
+from pyattacker.plugins.store_base import Store, StoreBase
 from pyattacker.resources.algorithm import AlgorithmResolver, try_free_slot
-from pyattacker.store.base import Store
 from pyattacker.store.codecs import CodecRegistry
 from pyattacker.store.location import open_store
 from pyattacker.store.recorder import Recorder
@@ -59,7 +59,7 @@ class Runner:
 
     def __init__(
         self,
-        store: str | os.PathLike[str] | Store | None = None,
+        store: str | os.PathLike[str] | Store | StoreBase | None = None,
         pools: Iterable[Any] = (),
         concurrency: int | None = None,
         *,
@@ -95,10 +95,9 @@ class Runner:
         self._extra_sinks = list(sinks)
         if store is not None and not isinstance(store, str | os.PathLike) and not hasattr(store, "commit"):
             raise ConfigError(f"store: expected a path, a location or a Store, got {type(store).__name__}")
-        self.store: Store = (
-            store
-            if store is not None and not isinstance(store, str | os.PathLike)
-            else open_store(self.config.store or ":memory:", plugins=plugins)
+        by_location = store is None or isinstance(store, str | os.PathLike)
+        self.store: StoreBase = open_store(
+            (self.config.store or ":memory:") if by_location else store, plugins=plugins
         )
         self.pools: dict[str, Any] = {}
         #: task -> (pool, its algorithm's synchronous first try or None) for ``ctx.acquire()``
@@ -170,7 +169,7 @@ class Runner:
         """The folder for tasks' own files (``ctx.artifact_dir()``): beside the store, or a
         temporary one for a store with no folder."""
         if self._artifact_root is None:
-            location = getattr(self.store, "location", "") or ""
+            location = self.store.location or ""
             if location and location != ":memory:" and not location.startswith("memory"):
                 base = Path(location)
                 self._artifact_root = (base if base.is_dir() else base.parent) / "artifacts"
@@ -438,9 +437,7 @@ class _Run:
         try:
             run.store.commit(first)
         except Exception as exc:
-            raise StoreUnavailable(
-                f"cannot start a run in store {getattr(run.store, 'location', '?')}: {exc}"
-            ) from exc
+            raise StoreUnavailable(f"cannot start a run in store {run.store.location}: {exc}") from exc
         stale = run.store.interrupt_running(run.run_id, run.clock.wall())
         cfg = run.config
         event = self.telemetry.event
@@ -496,7 +493,7 @@ class _Run:
             duration_ms=duration_ms,
             counters=dict(run.counters),
             stop_reason=run.stop_reason,
-            store=getattr(run.store, "location", None),
+            store=run.store.location,
             producer_error=run.producer_error,
             pools={name: pool_stats(pool) for name, pool in run.pools.items()},
         )

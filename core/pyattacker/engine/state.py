@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pyattacker.engine.settings import RunConfig
     from pyattacker.engine.telemetry import Telemetry
     from pyattacker.flow.chain import PipelineSpec
-    from pyattacker.store.base import Store
+    from pyattacker.plugins.store_base import StoreBase
     from pyattacker.store.recorder import Recorder
 
 __all__ = ["COUNTERS", "Group", "PipelineState", "RunState"]
@@ -115,7 +115,7 @@ class RunState:
         self,
         runner: Runner,
         config: RunConfig,
-        store: Store,
+        store: StoreBase,
         mono: Callable[[], float],
         wall: Callable[[], float],
         lease_routes: dict[Any, tuple[Any, Any]],

@@ -210,7 +210,6 @@ class TaskSpec:
         ):  # ``not > 0``: NaN fails too (inf is refused with the identity, where a config can clear it)
             raise ConfigError(f"task {name!r}: timeout_s must be a positive number, got {timeout_s!r}")
         if resource is not None and (not isinstance(resource, str) or not resource):
-
             raise ConfigError(
                 f"task {name!r}: resource must be a pool name (a string), got {type_name(resource)}"
             )

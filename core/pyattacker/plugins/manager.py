@@ -32,7 +32,14 @@ import pluggy
 
 from pyattacker.plugins import cache as plugin_cache
 from pyattacker.plugins import hookspecs
-from pyattacker.plugins.registry import Provided, RegistrationError, Registry, check_provided
+from pyattacker.plugins.api import API_VERSION
+from pyattacker.plugins.registry import (
+    Provided,
+    RegistrationError,
+    Registry,
+    check_provided,
+    contract_problem,
+)
 
 __all__ = [
     "BUILTIN_DIST",
@@ -98,6 +105,9 @@ class PluginRow(msgspec.Struct, kw_only=True):
     error: str | None = None
     hooks: list[str] = []
     provides: dict[str, list[str]] = {}
+    #: the plugin API version it was checked against (its ``PYATTACKER_PLUGIN_API``, else the
+    #: current one); None when it was never loaded
+    contract: int | None = None
 
 
 @dataclass
@@ -209,7 +219,8 @@ class _Registrar:
             return
         check_provided(self._kind, name, obj)
         assert isinstance(name, str)
-        self._pending.append(Provided(self._kind, name, obj, self._row.name, self._row.builtin))
+        contract = self._row.contract or API_VERSION
+        self._pending.append(Provided(self._kind, name, obj, self._row.name, self._row.builtin, contract))
 
     def entry_points(self, group: str) -> list[EntryPointInfo]:
         """The typed-group entry points discovery found (read by the bridge plugin)."""
@@ -319,6 +330,12 @@ class Plugins:
             builtin=builtin,
         )
         self.rows[name] = row
+        declared = getattr(obj, "PYATTACKER_PLUGIN_API", API_VERSION)
+        problem = contract_problem(declared)
+        if problem is not None:
+            row.status, row.error = "failed", problem
+            return row
+        row.contract = declared
         try:
             self._misnamed_hooks(obj)
             self.pm.register(obj, name=name)
@@ -404,6 +421,7 @@ class Plugins:
                 module=origin.value,
                 builtin=False,
                 hooks=[f"entry-point {origin.group}"],
+                contract=API_VERSION,
             )
             self.rows[name] = row
         if status != "active":

@@ -2,8 +2,8 @@
 
 Two plugins providing one name is an error that names both; the later third-party provider
 is the one marked failed. A third party never shadows a built-in. Each registered object is
-checked against its kind's protocol when it is registered, so a broken plugin fails at
-startup with its own name attached, not deep inside a run.
+checked against its kind's contract (``pyattacker.plugins.api``) when it is registered, so a
+broken plugin fails at startup with its own name attached, not deep inside a run.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["KINDS", "Provided", "Registry", "RegistrationError", "check_provided"]
+from pyattacker.plugins.api import API_VERSION, OLDEST_API_VERSION
+
+__all__ = ["KINDS", "Provided", "Registry", "RegistrationError", "check_provided", "contract_problem"]
 
 
 class RegistrationError(Exception):
@@ -26,9 +28,13 @@ class Provided:
     obj: Any
     plugin: str
     builtin: bool
+    #: the plugin API version the provider was written for and checked against
+    contract: int = API_VERSION
 
 
 def _needs(*attrs: str) -> Callable[[Any], str | None]:
+    """An object registered as it is: it must have ``attrs``."""
+
     def check(obj: Any) -> str | None:
         missing = [a for a in attrs if not hasattr(obj, a)]
         return f"lacks {', '.join(missing)}" if missing else None
@@ -36,8 +42,20 @@ def _needs(*attrs: str) -> Callable[[Any], str | None]:
     return check
 
 
-def _callable(obj: Any) -> str | None:
-    return None if callable(obj) else f"{type(obj).__name__} is not callable"
+def _factory_of(*methods: str) -> Callable[[Any], str | None]:
+    """A factory: callable; when it is a class, the class must define ``methods`` (what its
+    instances are called with), so a misspelled method fails at startup, not in a run."""
+
+    def check(obj: Any) -> str | None:
+        if not callable(obj):
+            return f"{type(obj).__name__} is not callable"
+        if isinstance(obj, type):
+            missing = [m for m in methods if not callable(getattr(obj, m, None))]
+            if missing:
+                return f"class {obj.__name__} lacks {', '.join(missing)} (see pyattacker.plugins.api)"
+        return None
+
+    return check
 
 
 def _task(obj: Any) -> str | None:
@@ -46,18 +64,35 @@ def _task(obj: Any) -> str | None:
     return f"{type(obj).__name__} is neither a TaskSpec nor a factory"
 
 
-#: kind -> protocol check (None: ok, str: what is wrong)
+#: kind -> contract check (None: ok, str: what is wrong); the contracts are pyattacker.plugins.api's
 KINDS: dict[str, Callable[[Any], str | None]] = {
     "tasks": _task,
-    "algorithms": _callable,
+    "algorithms": _factory_of("acquire", "fingerprint"),
     "codecs": _needs("name", "encode", "decode", "can_encode"),
     "stores": _needs("name", "schemes", "suffixes", "open"),
-    "artifact_backends": _callable,
-    "event_sinks": _callable,
+    "artifact_backends": _factory_of("put", "hydrate", "describe"),
+    "event_sinks": _factory_of("handle", "close"),
     "sources": _needs("open", "options"),
     "commands": _needs("name", "main"),
-    "shard_executors": _callable,
+    "shard_executors": _factory_of("submit"),
 }
+
+
+def contract_problem(declared: Any) -> str | None:
+    """Why a plugin declaring ``PYATTACKER_PLUGIN_API = declared`` cannot load here, or None."""
+    if isinstance(declared, bool) or not isinstance(declared, int):
+        return f"PYATTACKER_PLUGIN_API must be an integer, got {declared!r}"
+    if declared > API_VERSION:
+        return (
+            f"written for plugin API {declared}; this pyattacker offers plugin API {API_VERSION}"
+            " (upgrade pyattacker, or install a release of the plugin written for this one)"
+        )
+    if declared < OLDEST_API_VERSION:
+        return (
+            f"written for plugin API {declared}; this pyattacker supports plugin API"
+            f" {OLDEST_API_VERSION} to {API_VERSION} (upgrade the plugin)"
+        )
+    return None
 
 
 def check_provided(kind: str, name: Any, obj: Any) -> None:

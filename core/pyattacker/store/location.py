@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from pyattacker.errors import ConfigError
 from pyattacker.plugins.manager import get_plugins
-from pyattacker.store.base import Store
+from pyattacker.plugins.store_base import StoreBase, StoreOpener, adapt_store, split_scheme
 
 __all__ = [
     "StoreOpener",
@@ -25,18 +25,6 @@ __all__ = [
     "resolve_opener",
     "scheme_of",
 ]
-
-
-@runtime_checkable
-class StoreOpener(Protocol):
-    """Registered through ``pyattacker_stores``: opens stores for some URI schemes / suffixes."""
-
-    name: str
-    schemes: tuple[str, ...]
-    suffixes: tuple[str, ...]
-
-    def open(self, location: str, *, read_only: bool = False) -> Store:
-        """Open (creating if allowed) the store at ``location`` (scheme already stripped)."""
 
 
 #: schemes whose location is a path on this machine (a third-party scheme may be anything)
@@ -105,25 +93,17 @@ def _schemes(openers: Mapping[str, StoreOpener]) -> dict[str, StoreOpener]:
     return {s: o for o in openers.values() for s in o.schemes}
 
 
-def _scheme_of(uri: str) -> tuple[str | None, str]:
-    if uri == ":memory:":
-        return "memory", ""
-    head, sep, rest = uri.partition(":")
-    # one-letter schemes are Windows drive letters, not schemes
-    if sep and len(head) > 1 and head.replace("+", "").replace("-", "").isalnum():
-        if rest.startswith("//"):
-            rest = rest[2:]
-        return head.lower(), rest
-    return None, uri
+_scheme_of = split_scheme
 
 
-def resolve_opener(uri: str, openers: Mapping[str, StoreOpener]) -> tuple[StoreOpener, str]:
-    """Pick the opener for ``uri``: an explicit scheme, then a file suffix, then the default."""
+def resolve_opener(uri: str, openers: Mapping[str, StoreOpener]) -> StoreOpener:
+    """Pick the opener for ``uri``: an explicit scheme, then a file suffix, then a folder an
+    opener recognizes, then the default (SQLite)."""
     scheme, rest = _scheme_of(uri)
     if scheme is not None:
         opener = _schemes(openers).get(scheme)
         if opener is not None:
-            return opener, rest
+            return opener
         problem = _scheme_problem(scheme, uri, openers)
         if problem is not None:
             raise ConfigError(f"store {uri!r}: {problem}")
@@ -131,25 +111,35 @@ def resolve_opener(uri: str, openers: Mapping[str, StoreOpener]) -> tuple[StoreO
     lowered = path.lower()
     for opener in openers.values():
         if any(lowered.endswith(sfx) for sfx in opener.suffixes):
-            return opener, path
+            return opener
     if os.path.isdir(path):
         for opener in openers.values():
-            probe = getattr(opener, "recognizes", None)
+            probe = getattr(opener, "recognizes", None)  # optional on openers not built on StoreOpenerBase
             if probe is not None and probe(path):
-                return opener, path
+                return opener
     if "sqlite" in openers:
-        return openers["sqlite"], path
+        return openers["sqlite"]
     raise ConfigError(f"store {uri!r}: no store plugin recognises this location")
 
 
-def open_store(uri: str | os.PathLike[str] | Store, *, read_only: bool = False, plugins: Any = None) -> Store:
-    """Open a store by location through the registered store plugins (or pass a Store through)."""
+def open_store(
+    uri: str | os.PathLike[str] | Any, *, read_only: bool = False, plugins: Any = None
+) -> StoreBase:
+    """Open a store by location through the registered store plugins, or take a store object
+    as it is. The opener receives the location exactly as written (a plugin written for
+    version 1 of the plugin API gets it without its scheme, as version 1 did); what it returns
+    is a ``StoreBase`` from here on (``adapt_store``)."""
     if not isinstance(uri, str | os.PathLike):
-        return uri
-
+        return adapt_store(uri)
+    location = os.fspath(uri)
     registry = (plugins or get_plugins()).stores
-    opener, location = resolve_opener(os.fspath(uri), registry.objects())
-    return opener.open(location, read_only=read_only)
+    opener = resolve_opener(location, registry.objects())
+    provider = registry.provider(opener.name)
+    if provider is not None and provider.contract < 2:
+        location = _scheme_of(location)[1]
+    store = opener.open(location, read_only=read_only)
+    plugin = provider.plugin if provider is not None else opener.name
+    return adapt_store(store, f"store plugin {plugin!r} (opener {opener.name!r})")
 
 
 def default_store_path() -> Path:

@@ -29,7 +29,7 @@ from typing import Any
 
 from pyattacker.errors import StoreUnavailable
 from pyattacker.model import AttemptRecord, Batch, EventRecord
-from pyattacker.store.base import Store
+from pyattacker.plugins.store_base import StoreBase
 
 __all__ = ["Recorder"]
 
@@ -41,7 +41,7 @@ class Recorder:
 
     def __init__(
         self,
-        store: Store,
+        store: StoreBase,
         *,
         write_behind: bool = True,
         batch_size: int = 512,
@@ -64,11 +64,9 @@ class Recorder:
         self._failed: BaseException | None = None
         self.sink_errors = 0
         self.on_sink_error: Callable[[Any, BaseException], None] | None = None
-        #: resolved once (never per commit): the store's commit that may be durable later. Looked
-        #: up on the class: a wrapper that forwards attributes (``__getattr__``) around a store
-        #: that has one would otherwise send group commits past its own ``commit``
+        #: resolved once (never per commit): the store's commit that may be durable later
         self._commit_behind: Callable[[Batch], Future[None] | None] | None = (
-            store.commit_behind if getattr(type(store), "commit_behind", None) is not None else None  # type: ignore[attr-defined]
+            store.commit_behind if store.commits_behind else None
         )
         #: commits made by ``commit_behind`` and not yet durable, oldest first: (the store's
         #: future, the waiters' future, the events for the sinks)

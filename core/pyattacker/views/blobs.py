@@ -17,8 +17,8 @@ from typing import Any
 from pyattacker.errors import ConfigError
 from pyattacker.model import ArtifactRecord
 from pyattacker.plugins.manager import get_plugins
+from pyattacker.plugins.store_base import StoreBase
 from pyattacker.store.backends import parse_backend_spec, resolve_backend
-from pyattacker.store.base import Store
 
 __all__ = ["BlobReader", "ViewCodecs"]
 
@@ -42,7 +42,7 @@ class BlobReader:
 
     def __init__(
         self,
-        store: Store,
+        store: StoreBase,
         override: Any = None,
         *,
         registry: Any = None,

@@ -18,7 +18,7 @@ import msgspec
 
 from pyattacker.errors import ConfigError
 from pyattacker.model import ArtifactRecord, RunRecord
-from pyattacker.store.base import Store
+from pyattacker.plugins.store_base import StoreBase
 from pyattacker.store.location import local_file, open_store, rebase_local, scheme_of
 from pyattacker.views.blobs import ViewCodecs
 
@@ -105,7 +105,7 @@ def _constant(path: str) -> Callable[[str], str]:
     return lambda _old: path
 
 
-def open_view(location: str) -> Store:
+def open_view(location: str) -> StoreBase:
     """Open a store read-only; missing or foreign stores raise ``ConfigError`` (exit 2)."""
     if location in ("", ":memory:") or location.startswith("memory:"):
         raise ConfigError(f"store {location!r}: an in-memory store cannot be viewed from another process")
@@ -113,7 +113,7 @@ def open_view(location: str) -> Store:
 
 
 @contextmanager
-def read_only_store(location: str) -> Iterator[Store]:
+def read_only_store(location: str) -> Iterator[StoreBase]:
     """``open_view`` as a context manager that always closes the connection."""
     store = open_view(location)
     try:
@@ -149,7 +149,7 @@ class RunChoice(msgspec.Struct, kw_only=True):
         return f"run {self.run_id} ({why}{status}{label})"
 
 
-def choose_run(store: Store, requested: str | None) -> RunChoice:
+def choose_run(store: StoreBase, requested: str | None) -> RunChoice:
     """Resolve ``--run-id``: None = latest started run, ``all`` = aggregate, else that run."""
     if requested == ALL_RUNS:
         return RunChoice(run_id=None, how="all")

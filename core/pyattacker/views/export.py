@@ -21,7 +21,7 @@ import msgspec
 
 from pyattacker.errors import ConfigError
 from pyattacker.model import ArtifactRecord, PipelineRecord
-from pyattacker.store.base import Store, iter_rows
+from pyattacker.plugins.store_base import StoreBase, iter_rows
 from pyattacker.store.codecs import CodecRegistry
 from pyattacker.store.location import local_file
 from pyattacker.views.blobs import BlobReader, ViewCodecs
@@ -175,71 +175,44 @@ CHILD_BATCH = 256
 class _Children:
     """The tasks, artifacts and metrics of a batch of pipelines.
 
-    With the store's optional ``rows_by_pipeline`` and ``metrics_by_pipeline``, one statement per
-    kind (and run) reads them for the whole batch, where reading per pipeline costs three
-    statements per pipeline. Without them, each pipeline's rows are read when asked for. The
-    kind ``final`` (what ``results`` needs) reads only each pipeline's final artifact when the
-    store offers ``final_artifacts``, else all its artifacts.
+    ``rows_by_pipeline`` and ``metrics_by_pipeline`` read them for the whole batch (one
+    statement per kind and run on SQLite, where reading per pipeline costs three statements per
+    pipeline). The kind ``final`` (what ``results`` needs) reads only each pipeline's final
+    artifact (``final_artifacts``).
     """
 
-    def __init__(self, store: Store, batch: list[PipelineRecord], kinds: tuple[str, ...]) -> None:
+    def __init__(self, store: StoreBase, batch: list[PipelineRecord], kinds: tuple[str, ...]) -> None:
         self.store = store
         self.read: dict[str, dict[str, list[Any]]] = {}
-        self.finals: dict[str, Any] | None = None
-        children = getattr(store, "rows_by_pipeline", None)
-        metrics = getattr(store, "metrics_by_pipeline", None)
-        finals = getattr(store, "final_artifacts", None)
+        self.finals: dict[str, Any] = {}
         ids = [p.pipeline_id for p in batch]
         for kind in kinds:
             if kind == "final":
-                if finals is not None:
-                    self.finals = finals(ids)
-                    continue
-                kind = "artifacts"  # pick each pipeline's final artifact from all of them
-            if kind == "metrics" and metrics is not None:
+                self.finals = store.final_artifacts(ids)
+            elif kind == "metrics":
                 by_run: dict[str, list[str]] = {}
                 for p in batch:  # a pipeline shows the metrics of the run that owns its row
                     by_run.setdefault(p.run_id, []).append(p.pipeline_id)
                 self.read[kind] = {}
                 for run_id, run_ids in by_run.items():
-                    self.read[kind].update(metrics(run_id, run_ids))
-            elif kind == "handoffs" and not callable(getattr(store, "handoffs", None)):
-                self.read[kind] = {}  # a store without a control ledger: nothing ever jumped
-            elif kind != "metrics" and children is not None:
-                self.read[kind] = children(kind, ids)
+                    self.read[kind].update(store.metrics_by_pipeline(run_id, run_ids))
+            else:
+                self.read[kind] = store.rows_by_pipeline(kind, ids)
 
     def rows(self, kind: str, p: PipelineRecord) -> list[Any]:
-        read = self.read.get(kind)
-        if read is not None:
-            return read.get(p.pipeline_id, [])
-        if kind == "metrics":
-            return self.store.metrics(run_id=p.run_id, pipeline_id=p.pipeline_id)
-        if kind == "handoffs":
-            return list(self.store.handoffs(p.pipeline_id))  # type: ignore[attr-defined]
-        return list(iter_rows(self.store, kind, pipeline_id=p.pipeline_id))
+        return self.read[kind].get(p.pipeline_id, [])
 
     def final(self, p: PipelineRecord) -> Any:
         """The pipeline's final artifact (the first marked final, in seq order), or None."""
-        if self.finals is not None:
-            return self.finals.get(p.pipeline_id)
-        return next((a for a in self.rows("artifacts", p) if a.is_final), None)
+        return self.finals.get(p.pipeline_id)
 
 
-def _tasks_with_leases(store: Store, page: list[Any]) -> Iterator[dict[str, Any]]:
+def _tasks_with_leases(store: StoreBase, page: list[Any]) -> Iterator[dict[str, Any]]:
     """Task rows, each with ``leases``: which resources its last attempt leased (the attempt
-    that left the task in its state). Read for a page of tasks at once with the store's optional
-    ``task_leases``, else from each pipeline's attempts."""
+    that left the task in its state). Read for a page of tasks at once (``task_leases``)."""
     if not page:
         return
-    ids = list(dict.fromkeys(t.pipeline_id for t in page))
-    narrow = getattr(store, "task_leases", None)
-    last: dict[str, list[dict[str, Any]]] = {}
-    if narrow is not None:
-        last = narrow(ids)
-    else:
-        for pid in ids:
-            for attempt in iter_rows(store, "attempts", pipeline_id=pid):  # the last one wins
-                last[attempt.task_run_id] = attempt.leases
+    last = store.task_leases(list(dict.fromkeys(t.pipeline_id for t in page)))
     for task in page:
         row = to_plain(task)
         row["leases"] = last.get(task.task_run_id, [])
@@ -247,7 +220,7 @@ def _tasks_with_leases(store: Store, page: list[Any]) -> Iterator[dict[str, Any]
 
 
 def _pipelines_with_children(
-    store: Store, kind: str, run_id: str | None, codecs: Any, keep: Callable[[str], bool] | None
+    store: StoreBase, kind: str, run_id: str | None, codecs: Any, keep: Callable[[str], bool] | None
 ) -> Iterator[dict[str, Any]]:
     """``pipelines`` / ``results`` rows: pipelines in their order, their children read a batch at
     a time (memory stays bounded by the batch)."""
@@ -264,7 +237,7 @@ def _pipelines_with_children(
 
 
 def _build_batch(
-    store: Store,
+    store: StoreBase,
     batch: list[PipelineRecord],
     kinds: tuple[str, ...],
     build: Callable[[PipelineRecord, _Children, Any], dict[str, Any]],
@@ -277,15 +250,10 @@ def _build_batch(
         yield build(p, children, codecs)
 
 
-def _points(store: Store, run_id: str | None) -> Iterator[dict[str, Any]]:
+def _points(store: StoreBase, run_id: str | None) -> Iterator[dict[str, Any]]:
     runs = [r.run_id for r in store.runs()] if run_id is None else [run_id]
-    with_points = getattr(store, "point_pipelines", None)
     for rid in runs:
-        if with_points is not None:  # the pipelines that have points, not every one that ran
-            pids = list(with_points(rid))
-        else:
-            pids = sorted({""} | {a.pipeline_id for a in iter_rows(store, "attempts", run_id=rid)})
-        for pid in pids:
+        for pid in store.point_pipelines(rid):  # the pipelines that have points, not every one that ran
             keys = sorted(
                 {pt.key for pt in store.metric_points(rid, pid, None, -1, _POINT_KEYS_PROBE) if pt.step == 0}
             )
@@ -303,7 +271,7 @@ def _points(store: Store, run_id: str | None) -> Iterator[dict[str, Any]]:
 
 
 def iter_kind(
-    store: Store,
+    store: StoreBase,
     kind: str,
     *,
     run_id: str | None = None,
@@ -514,7 +482,7 @@ def _winners(locations: Sequence[str], run_id: str | None) -> dict[str, int]:
     return {pid: v[2] for pid, v in best.items()}
 
 
-def _run_filter(store: Store, run_id: str | None) -> str | None:
+def _run_filter(store: StoreBase, run_id: str | None) -> str | None:
     if run_id is None or run_id == ALL_RUNS:
         return None
     return choose_run(store, run_id).run_id

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from pyattacker.model import PipelineRecord
-from pyattacker.views.stats import duration_summary
+from pyattacker.plugins.store_stats import duration_summary
 
 __all__ = ["Folded", "MergedReport", "SourceInfo", "slim_row", "state_rank", "wins"]
 

@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyattacker.model import EventRecord, ResourceRecord
-from pyattacker.store.base import Store
+from pyattacker.plugins.store_base import StoreBase
+from pyattacker.plugins.store_stats import percentile
 from pyattacker.views.common import RunChoice, to_plain
-from pyattacker.views.stats import percentile, store_stats
 
 __all__ = ["HISTOGRAM_EDGES_MS", "LiveDigest", "pool_summary", "snapshot"]
 
@@ -101,43 +101,29 @@ class LiveDigest:
         self._metric_summary_at = 0.0
 
     # -- reading ---------------------------------------------------------------------------------
-    def update(self, store: Store) -> None:
+    def update(self, store: StoreBase) -> None:
         """Fold every attempt and event written since the last update."""
-        summaries = getattr(store, "attempt_summaries", None)
         with self.lock:
             while True:
                 after = self._attempt_after
-                if summaries is not None:  # four columns instead of whole rows (see the store)
-                    rows = summaries(self.run_id, None if after is None else after[0], _PAGE)
-                else:
-                    rows = [
-                        (a.attempt_id, a.duration_ms, a.ended_at, a.outcome)
-                        for a in store.page("attempts", run_id=self.run_id, after=after, limit=_PAGE)
-                    ]
+                # four columns instead of whole rows (SQLite decodes no JSON for them)
+                rows = store.attempt_summaries(self.run_id, None if after is None else after[0], _PAGE)
                 self._add_attempts(rows)
                 if rows:
                     self._attempt_after = (rows[-1][0],)
                 if len(rows) < _PAGE:
                     break
-            events = getattr(store, "event_summaries", None)
             while True:
                 after = self._event_after
-                if events is not None:  # four columns, no JSON decoded (see the store)
-                    erows = events(self.run_id, None if after is None else after[0], _PAGE)
-                else:
-                    evs = store.page("events", run_id=self.run_id, after=after, limit=_PAGE)
-                    erows = [(ev.event_id, ev.kind, ev.pipeline_id, ev.ts) for ev in evs]
+                erows = store.event_summaries(self.run_id, None if after is None else after[0], _PAGE)
                 self._add_events(erows)
-                if events is None:  # keep the whole rows the view shows, as they go by
-                    shown = {*self._recent_events, *self._recent_errors}
-                    self._records.update((ev.event_id, ev) for ev in evs if ev.event_id in shown)
                 if erows:
                     self._event_after = (erows[-1][0],)
                 if len(erows) < _PAGE:
                     break
             self._read_recent(store)
 
-    def _read_recent(self, store: Store) -> None:
+    def _read_recent(self, store: StoreBase) -> None:
         """Whole rows of the recent events and errors not read yet; forget the others."""
         shown = set(self._recent_events)
         shown.update(self._recent_errors)
@@ -220,7 +206,7 @@ class LiveDigest:
         """The last error events read (oldest first), as rows."""
         return self._rows(self._recent_errors)
 
-    def store_stats(self, store: Store, *, ended_at: float | None = None) -> tuple[dict[str, Any], float]:
+    def store_stats(self, store: StoreBase, *, ended_at: float | None = None) -> tuple[dict[str, Any], float]:
         """The run's store statistics and the wall time they were read at (see ``STATS_ALWAYS_S``).
 
         ``ended_at``: when the run ended (None while it runs). Statistics read before then are
@@ -234,7 +220,7 @@ class LiveDigest:
                 or (ended_at is not None and self._stats_read_at < ended_at)
             ):
                 read_at = time.time()
-                self._stats = store_stats(store, self.run_id)
+                self._stats = store.stats(self.run_id)
                 cost = self._clock() - start
                 self._stats_read_at = read_at
                 self._stats_next = start + cost * STATS_COST_RATIO if cost >= STATS_ALWAYS_S else start
@@ -299,7 +285,7 @@ class LiveDigest:
             n = sum(v[0] for s, v in self.seconds.items() if s >= start)
             return round(n / window_s, 3)
 
-    def metric_summary(self, store: Store, now: float) -> dict[str, Any]:
+    def metric_summary(self, store: StoreBase, now: float) -> dict[str, Any]:
         """Per-name count and latest value of pipeline-scope metrics (refreshed every few seconds)."""
         if self.run_id is None:
             return {}
@@ -380,7 +366,7 @@ def _eta(run: Any, counters: Mapping[str, Any], now: float) -> tuple[int | None,
 
 
 def snapshot(
-    store: Store, choice: RunChoice, digest: LiveDigest, *, now: float | None = None
+    store: StoreBase, choice: RunChoice, digest: LiveDigest, *, now: float | None = None
 ) -> dict[str, Any]:
     """Everything a live view shows, read now (the digest is updated first)."""
     now = time.time() if now is None else now

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyattacker.store.base import Store, iter_rows
+from pyattacker.plugins.store_base import StoreBase, iter_rows
 from pyattacker.views.common import RunChoice, choose_run, read_only_store
 from pyattacker.views.fold import MergedReport, SourceInfo, slim_row
 from pyattacker.views.shard_report import shard_part, shards_report
-from pyattacker.views.stats import count_handoffs, count_rows
 from pyattacker.views.store_report import read_extras, source_info, store_report
 
 __all__ = ["StoreMerger", "merge_stores", "report_stores"]
@@ -96,7 +95,7 @@ class StoreMerger:
         return report
 
 
-def _complete_failed(report: MergedReport, store: Store, index: int) -> None:
+def _complete_failed(report: MergedReport, store: StoreBase, index: int) -> None:
     """Whole rows for the failed pipelines this store won that were folded from summaries:
     the report lists their errors; every other row only ever feeds counts."""
     wanted = [pid for pid in report.failed_winners(index) if pid not in report.details]
@@ -106,25 +105,21 @@ def _complete_failed(report: MergedReport, store: Store, index: int) -> None:
         report.details[pid] = slim_row(row)
 
 
-def _read_rows(report: MergedReport, store: Store, index: int, choice: RunChoice, info: SourceInfo) -> None:
+def _read_rows(
+    report: MergedReport, store: StoreBase, index: int, choice: RunChoice, info: SourceInfo
+) -> None:
     if choice.how == "empty":
         return
-    summaries = getattr(store, "pipeline_summaries", None)
-    if summaries is not None:
-        # folding needs five columns; whole rows are read later for the failed winners only
-        info.rows += report.add_summaries(summaries(choice.run_id), index)
-    else:
-        for row in iter_rows(store, "pipelines", run_id=choice.run_id):
-            info.rows += 1
-            report.add(row, index)
-    info.events_total = count_rows(store, "events", choice.run_id)
+    # folding needs five columns; whole rows are read later for the failed winners only
+    info.rows += report.add_summaries(store.pipeline_summaries(choice.run_id), index)
+    info.events_total = store.count_rows("events", choice.run_id)
     report.source_events_total += info.events_total
-    report.handoffs_total += count_handoffs(store, choice.run_id)
+    report.handoffs_total += store.count_handoffs(choice.run_id)
 
 
 def _read_details(
     report: MergedReport,
-    store: Store,
+    store: StoreBase,
     index: int,
     choice: RunChoice,
 ) -> None:
@@ -132,13 +127,12 @@ def _read_details(
     if choice.how == "empty":
         return
     won = report.origin
-    counts = getattr(store, "task_counts", None)
     won_here = sum(1 for entry in report.rows.values() if entry.source == index)
-    if counts is not None and won_here == report.sources[index].rows:
+    if won_here == report.sources[index].rows:
         # every pipeline row read from this store won (always so for disjoint stores): "its
         # pipeline won" is "its pipeline row is in the same run selection", which the store can
         # count in SQL instead of handing over every task row
-        for name, states in counts(choice.run_id).items():
+        for name, states in store.task_counts(choice.run_id).items():
             into = report.task_counts.setdefault(name, {})
             for state, n in states.items():
                 into[state] = into.get(state, 0) + n

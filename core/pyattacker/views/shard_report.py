@@ -15,8 +15,8 @@ from typing import NamedTuple
 
 from pyattacker.errors import ConfigError
 from pyattacker.model import RunRecord
+from pyattacker.plugins.store_base import StoreBase
 from pyattacker.shard.plan import parse_shard, shard_index
-from pyattacker.store.base import Store, iter_rows
 from pyattacker.views.common import choose_run, read_only_store
 from pyattacker.views.store_report import StoreReport, TaskCounts, Totals, store_report_of
 
@@ -102,13 +102,12 @@ def shard_part(
         if claim is None:
             return None
         shard, shards = claim
-        sql_totals = getattr(store, "pipeline_totals", None)
         # one run, the one reported: it admitted every row, and only keys of its shard
-        sole = sql_totals if written_by is not None and [r.run_id for r in runs] == [written_by] else None
+        sole = written_by is not None and [r.run_id for r in runs] == [written_by]
 
         def totals(selected: str | None) -> Totals | None:
-            if sole is not None and selected == written_by:
-                return sole(selected)
+            if sole and selected == written_by:
+                return store.pipeline_totals(selected)
             return _shard_totals(store, selected, shard, shards)
 
         report = store_report_of(store, location, run_id, totals, task_counts=task_counts)
@@ -123,13 +122,10 @@ def shard_task_counts(location: str, run_id: str | None) -> tuple[str | None, Ta
     command's end waits for the longer of the two instead of both. The caller checks that the
     run is the one the other part shows."""
     with read_only_store(location) as store:
-        counts = getattr(store, "task_counts", None)
-        if counts is None:
-            return None
         choice = choose_run(store, run_id)
         if choice.how == "empty":
             return None
-        return choice.run_id, counts(choice.run_id)
+        return choice.run_id, store.task_counts(choice.run_id)
 
 
 def shards_report(parts: Sequence[ShardPart]) -> ShardsReport | None:
@@ -172,30 +168,19 @@ def shard_stores(locations: Sequence[str], run_id: str | None = None) -> bool:
             if claim is None:
                 return False
             shard, shards = claim
-            if any(shard_index(row[0], shards) != shard for row in _summaries(store, run_id)):
+            if any(shard_index(row[0], shards) != shard for row in store.pipeline_summaries(run_id)):
                 return False
             claims.append(claim)
     return _distinct_shards(claims)
 
 
-def _summaries(store: Store, run_id: str | None) -> Iterable[_Summary]:
-    """``pipeline_summaries`` of the store, or the same five values of its whole rows."""
-    summaries = getattr(store, "pipeline_summaries", None)
-    if summaries is not None:
-        return summaries(run_id)
-    return (
-        (r.pipeline_id, r.state, r.started_at, r.finished_at, r.attempts_total)
-        for r in iter_rows(store, "pipelines", run_id=run_id)
-    )
-
-
-def _shard_totals(store: Store, run_id: str | None, shard: int, shards: int) -> Totals | None:
+def _shard_totals(store: StoreBase, run_id: str | None, shard: int, shards: int) -> Totals | None:
     """``pipeline_totals`` of ``run_id`` read from its summaries in the same pass that checks
     every key is of shard ``shard`` of ``shards`` (None as soon as one is not)."""
     by_state: dict[str, int] = {}
     durations = array("d")
     attempts = 0
-    for pid, state, started, finished, tries in _summaries(store, run_id):
+    for pid, state, started, finished, tries in store.pipeline_summaries(run_id):
         if shard_index(pid, shards) != shard:
             return None
         by_state[state] = by_state.get(state, 0) + 1

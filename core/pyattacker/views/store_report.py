@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from pyattacker.store.base import Store, iter_rows
+from pyattacker.plugins.store_base import StoreBase, iter_rows
 from pyattacker.views.common import RunChoice, choose_run, read_only_store
 from pyattacker.views.fold import MergedReport, SourceInfo, slim_row
-from pyattacker.views.stats import count_handoffs, count_rows
 
 __all__ = [
     "REPAIR_FAILED",
@@ -84,20 +83,17 @@ def store_report(location: str, run_id: str | None) -> StoreReport | None:
 
 
 def store_report_of(
-    store: Store,
+    store: StoreBase,
     location: str,
     run_id: str | None,
     totals: Callable[[str | None], Totals | None] | None = None,
     *,
     task_counts: bool = True,
 ) -> StoreReport | None:
-    """One store's report from its aggregates (None: the store cannot aggregate, or ``totals``
+    """One store's report from its aggregates (None: the store holds no run, or ``totals``
     returned None). ``totals``: how the pipeline totals are read (default ``pipeline_totals``);
     ``task_counts=False``: leave the task counts empty (see ``shard_part``)."""
-    totals = totals or getattr(store, "pipeline_totals", None)
-    counts = getattr(store, "task_counts", None)
-    if totals is None or counts is None:
-        return None
+    totals = totals or store.pipeline_totals
     choice = choose_run(store, run_id)
     if choice.how == "empty":
         return None  # nothing to aggregate: the fold of nothing says the same
@@ -109,25 +105,22 @@ def store_report_of(
     info = source_info(location, choice)
     report.sources.append(info)
     info.rows = sum(by_state.values())
-    info.events_total = report.source_events_total = count_rows(store, "events", choice.run_id)
-    report.handoffs_total = count_handoffs(store, choice.run_id)
+    info.events_total = report.source_events_total = store.count_rows("events", choice.run_id)
+    report.handoffs_total = store.count_handoffs(choice.run_id)
     for row in iter_rows(store, "pipelines", run_id=choice.run_id, state="failed"):
         report.details[row.pipeline_id] = slim_row(row)
     if task_counts:
-        report.task_counts = counts(choice.run_id)
+        report.task_counts = store.task_counts(choice.run_id)
     read_extras(report, store, 0, choice, lambda ids: _in_selection(store, ids, choice.run_id))
     return report
 
 
-def _in_selection(store: Store, ids: set[str], run_id: str | None) -> set[str]:
+def _in_selection(store: StoreBase, ids: set[str], run_id: str | None) -> set[str]:
     """The ids whose pipeline row is of ``run_id`` (a resumed pipeline's row moves to the
     resuming run; the metrics it recorded in an earlier run are not shown with that run)."""
     if not ids:
         return set()
-    states = getattr(store, "lookup_states", None)
-    if states is not None:
-        return {pid for pid, (_s, _spec, _seed, rid) in states(sorted(ids)).items() if rid == run_id}
-    return {pid for pid, row in store.lookup_pipelines(sorted(ids)).items() if row.run_id == run_id}
+    return {pid for pid, (_s, _spec, _seed, rid) in store.lookup_states(sorted(ids)).items() if rid == run_id}
 
 
 def source_info(location: str, choice: RunChoice) -> SourceInfo:
@@ -148,7 +141,7 @@ def source_info(location: str, choice: RunChoice) -> SourceInfo:
 
 def read_extras(
     report: MergedReport,
-    store: Store,
+    store: StoreBase,
     index: int,
     choice: RunChoice,
     kept: Callable[[set[str]], set[str]],
@@ -179,7 +172,7 @@ def read_extras(
             report.pipeline_metrics.setdefault(m.pipeline_id, {})[m.name] = m.value
 
 
-def _repair_events(store: Store, failed: Sequence[str]) -> Iterable[Any]:
+def _repair_events(store: StoreBase, failed: Sequence[str]) -> Iterable[Any]:
     if not failed:
         return
     if len(failed) <= _PER_PIPELINE_LOOKUPS:

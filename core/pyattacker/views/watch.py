@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console, Group
 from rich.text import Text
 
-from pyattacker.store.base import Store
+from pyattacker.plugins.store_base import StoreBase
 from pyattacker.views.common import choose_run, open_view
 from pyattacker.views.live import LiveDigest, snapshot
 
@@ -194,7 +194,7 @@ def watch(
 ) -> int:
     """Poll ``location`` and render; follows the latest started run unless ``run_id`` is given."""
     console = console or Console(file=sys.stdout)
-    store: Store = open_view(location)
+    store: StoreBase = open_view(location)
     try:
         choice = choose_run(store, run_id)
         digest = LiveDigest(choice.run_id)

@@ -23,7 +23,7 @@ from typing import Any
 from pyattacker import ConfigError
 from pyattacker.errors import StoreUnavailable
 from pyattacker.model import PIPELINE_STATES
-from pyattacker.store.base import Store
+from pyattacker.plugins.store_base import StoreBase
 from pyattacker.views.common import ALL_RUNS, RunChoice, choose_run, open_view, to_plain
 from pyattacker.views.live import LiveDigest, snapshot
 
@@ -156,7 +156,7 @@ class Api:
         self.answers = SharedAnswers(location, answer_ttl_s)
         self._digests: OrderedDict[str | None, LiveDigest] = OrderedDict()
         self._lock = threading.Lock()
-        self.routes: dict[str, Callable[[Store, RunChoice, dict[str, str]], Any]] = {
+        self.routes: dict[str, Callable[[StoreBase, RunChoice, dict[str, str]], Any]] = {
             "/stats": self.stats,
             "/metrics": self.metrics,
             "/events": self.events,
@@ -191,7 +191,7 @@ class Api:
             pass
 
     @contextmanager
-    def _store(self) -> Iterator[Store]:
+    def _store(self) -> Iterator[StoreBase]:
         """This request's own read-only connection, closed after it.
 
         The file is the writer's: it may be deleted, replaced or damaged while the viewer
@@ -213,7 +213,7 @@ class Api:
     def _unavailable(self, exc: Exception) -> ApiError:
         return ApiError(503, f"store {self.location} cannot be read: {exc}", store=self.location)
 
-    def _route(self, path: str) -> Callable[[Store, RunChoice, dict[str, str]], Any]:
+    def _route(self, path: str) -> Callable[[StoreBase, RunChoice, dict[str, str]], Any]:
         route = self.routes.get(path)
         if route is None:
             raise ApiError(404, f"no such path {path!r}", paths=self.paths)
@@ -230,7 +230,7 @@ class Api:
         return self.answers.get((path, *sorted(params.items())), lambda: self._answer(route, params))
 
     def _answer(
-        self, route: Callable[[Store, RunChoice, dict[str, str]], Any], params: dict[str, str]
+        self, route: Callable[[StoreBase, RunChoice, dict[str, str]], Any], params: dict[str, str]
     ) -> Any:
         with self._store() as store:
             try:
@@ -257,7 +257,7 @@ class Api:
             return prometheus_text(snap, rows)
 
     # -- endpoints -------------------------------------------------------------------------------
-    def stats(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+    def stats(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         digest = self.digest(choice.run_id)
         snap = snapshot(store, choice, digest)
         snap["latency_histogram"] = digest.histogram_rows()
@@ -268,7 +268,7 @@ class Api:
         snap["generated_at"] = time.time()
         return snap
 
-    def metrics(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+    def metrics(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         if choice.run_id is None:
             return {
                 "run_id": None,
@@ -286,7 +286,7 @@ class Api:
         page, nxt = _page(rows[: limit + 1], limit, lambda m: [m.pipeline_id, m.name])
         return {"run_id": choice.run_id, "rows": [to_plain(m) for m in page], "limit": limit, "next": nxt}
 
-    def events(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+    def events(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         limit = _limit(params)
         after = _int_param(params, "after", 0)
         rows = store.page(
@@ -300,7 +300,7 @@ class Api:
         nxt = str(page[-1].event_id) if len(rows) > limit and page else None
         return {"run_id": choice.run_id, "rows": [to_plain(e) for e in page], "limit": limit, "next": nxt}
 
-    def pipelines(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+    def pipelines(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         limit = _limit(params)
         state = _state(params)
         after = _uncursor(params["after"], _NUMBER, _TEXT) if params.get("after") else None
@@ -320,7 +320,7 @@ class Api:
             out.append(row)
         return {"run_id": choice.run_id, "rows": out, "limit": limit, "next": nxt}
 
-    def resources(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+    def resources(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         limit = _limit(params)
         rows = store.resources(run_id=choice.run_id)
         if params.get("pool"):
@@ -340,7 +340,7 @@ class Api:
             body["note"] = "no resource rows yet (written at each heartbeat and at run end)"
         return body
 
-    def errors(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+    def errors(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         limit = _limit(params)
         after = _uncursor(params["after"], _NUMBER, _TEXT) if params.get("after") else None
         rows = store.page("pipelines", run_id=choice.run_id, state="failed", after=after, limit=limit + 1)
@@ -362,7 +362,7 @@ class Api:
         ]
         return {"run_id": choice.run_id, "rows": out, "limit": limit, "next": nxt}
 
-    def curves(self, store: Store, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+    def curves(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         if choice.run_id is None:
             raise ApiError(400, "curves belong to one run; pass run_id=<id> (not 'all')")
         pid = params.get("pipeline_id", "")
@@ -479,13 +479,6 @@ def prometheus_text(snap: dict[str, Any], run_metrics: list[Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _ledgers(store: Store, ids: list[str]) -> dict[str, list[Any]]:
-    """The control ledgers of a page of pipelines: one query when the store can batch them,
-    else one per pipeline; nothing for a store that keeps no ledger."""
-    if not ids or not callable(getattr(store, "handoffs", None)):
-        return {}
-    batched = getattr(store, "rows_by_pipeline", None)
-    if batched is not None:
-        found: dict[str, list[Any]] = batched("handoffs", ids)
-        return found
-    return {pid: store.handoffs(pid) for pid in ids}  # type: ignore[attr-defined]
+def _ledgers(store: StoreBase, ids: list[str]) -> dict[str, list[Any]]:
+    """The control ledgers of a page of pipelines (nothing for a store that keeps no ledger)."""
+    return store.rows_by_pipeline("handoffs", ids) if ids else {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pyattacker import hookimpl
+from pyattacker.plugins.api import StoreOpenerBase, location_path
 
 from .marker import MARKER, is_store_dir
 
@@ -29,7 +30,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class JsonlStoreOpener:
+class JsonlStoreOpener(StoreOpenerBase):
     """Opens ``JsonlStore`` directories."""
 
     name = "jsonl"
@@ -39,9 +40,10 @@ class JsonlStoreOpener:
     def open(self, location: str, *, read_only: bool = False) -> JsonlStore:
         from .store import JsonlStore  # start-up: as ``__getattr__`` above
 
+        path = location_path(location)
         if read_only:
-            return JsonlStore.open_reader(location)
-        return JsonlStore.open_writer(location)
+            return JsonlStore.open_reader(path)
+        return JsonlStore.open_writer(path)
 
     def recognizes(self, path: str) -> bool:
         """An existing directory holding the jsonl store marker."""

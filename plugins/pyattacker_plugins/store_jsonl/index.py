@@ -26,7 +26,7 @@ from pyattacker.model import (
     RunRecord,
     TaskRecord,
 )
-from pyattacker.store.base import PAGE_KINDS
+from pyattacker.plugins.api import PAGE_KINDS
 
 from .journal import Entry
 

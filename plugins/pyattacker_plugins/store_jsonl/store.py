@@ -33,7 +33,7 @@ from pyattacker.model import (
     ResourceRecord,
     RunRecord,
 )
-from pyattacker.store.base import PAGE_KINDS
+from pyattacker.plugins.api import PAGE_KINDS, StoreBase
 from pyattacker.store.writer_lock import WriterLock
 
 from ..sync_behind import SyncBehind, not_durable, wait_durable
@@ -125,11 +125,13 @@ def _write_marker(path: str) -> None:
     _fsync_dir(path)
 
 
-class JsonlStore:
+class JsonlStore(StoreBase):
     """A pyattacker store in a directory of JSON Lines. Build it with ``open_writer``/``open_reader``."""
 
-    #: applies ``Batch.resets`` (a ``reset`` line; pipelines with control flow may run here)
-    applies_resets = True
+    #: keeps a control ledger and applies ``Batch.resets`` (a ``reset`` line)
+    supports_handoffs = True
+    #: ``commit_behind`` may return before the journal is synced (see ``sync_behind``)
+    commits_behind = True
 
     def __init__(self, path: str, *, read_only: bool, lock: WriterLock | None) -> None:
         self.location = path

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from pyattacker import ConfigError, hookimpl
+from pyattacker.plugins.api import StoreOpenerBase, location_path
 
 from .opening import synchronous_mode
 from .schema import APPLICATION_ID, SCHEMA_VERSION
@@ -33,7 +34,7 @@ def split_location(location: str) -> tuple[str, dict[str, str]]:
     return path, options
 
 
-class SqliteStoreOpener:
+class SqliteStoreOpener(StoreOpenerBase):
     """Opens ``SqliteStore`` files; the fallback for locations nobody else recognises."""
 
     name = "sqlite"
@@ -41,7 +42,7 @@ class SqliteStoreOpener:
     suffixes = (".db", ".sqlite", ".sqlite3")
 
     def open(self, location: str, *, read_only: bool = False) -> SqliteStore:
-        path, options = split_location(location)
+        path, options = split_location(location_path(location))
         if read_only:
             return SqliteStore.open_reader(path)
         return SqliteStore.open_writer(path, synchronous_mode(options))

@@ -15,8 +15,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pyattacker.errors import CorruptRow
-from pyattacker.store.base import PAGE_KINDS
-from pyattacker.views.stats import duration_summary
+from pyattacker.plugins.api import PAGE_KINDS
+from pyattacker.plugins.store_stats import duration_summary
 
 from .connection import StoreConnection
 from .read_sql import PAGE_CODECS, PAGE_FILTERS, count_sql, page_sql, rows_where

@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from pyattacker.store.base import PAGE_KINDS
+from pyattacker.plugins.api import PAGE_KINDS
 
 from . import run_spans, schema
 from .rows import ARTIFACTS, ATTEMPTS, EVENTS, HANDOFFS, METRICS, PIPELINES, TASKS, RowCodec

@@ -27,7 +27,7 @@ from pyattacker.model import (
     ResourceRecord,
     RunRecord,
 )
-from pyattacker.store.base import PAGE_KINDS
+from pyattacker.plugins.api import PAGE_KINDS
 
 from .connection import LOOKUP_CHUNK, StoreConnection
 from .read_sql import (

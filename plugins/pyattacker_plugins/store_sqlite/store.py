@@ -18,6 +18,7 @@ import os
 import sqlite3
 
 from pyattacker.errors import StoreUnavailable
+from pyattacker.plugins.api import StoreBase
 from pyattacker.store.writer_lock import WriterLock
 
 from ..sync_behind import SyncBehind
@@ -36,11 +37,14 @@ __all__ = ["SqliteStore"]
 log = logging.getLogger("pyattacker")
 
 
-class SqliteStore(CommitPath, RunRepair, RowReads, StoreAggregates):
+class SqliteStore(CommitPath, RunRepair, RowReads, StoreAggregates, StoreBase):
     """A pyattacker store in one SQLite file. Build it with ``open_writer`` / ``open_reader``."""
 
-    #: applies ``Batch.resets`` (pipelines with control flow may run here)
-    applies_resets = True
+    #: keeps a control ledger (``has_ledger``: unless the file predates it) and applies
+    #: ``Batch.resets``
+    supports_handoffs = True
+    #: ``commit_behind`` may return before the log is synced (``synchronous=full``)
+    commits_behind = True
 
     def __init__(
         self,
