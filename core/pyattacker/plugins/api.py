@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # types of higher layers, named in signatures only
 
 __all__ = [
     "API_VERSION",
+    "KIND_CONTRACTS",
     "OLDEST_API_VERSION",
     "PAGE_KINDS",
     "Algorithm",
@@ -308,3 +309,18 @@ class ShardExecutorBase:
 
     def close(self) -> None:
         return None
+
+
+#: kind -> its contract and base classes, in the order docs/plugins.md lists them (a test keeps
+#: the two in step)
+KIND_CONTRACTS: dict[str, tuple[type, ...]] = {
+    "tasks": (TaskFactory,),
+    "algorithms": (Algorithm,),
+    "codecs": (Codec, CodecBase),
+    "stores": (StoreOpener, Store, StoreOpenerBase, StoreBase),
+    "artifact_backends": (ArtifactBackend, ArtifactBackendBase),
+    "event_sinks": (EventSink, EventSinkBase),
+    "sources": (Source, SourceBase),
+    "commands": (Command,),
+    "shard_executors": (ShardExecutor, ShardHandle, ShardExecutorBase),
+}
