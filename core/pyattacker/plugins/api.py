@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from pyattacker.errors import ConfigError, PluginError, StoreUnavailable
 from pyattacker.model import ArtifactRecord, EventRecord
 from pyattacker.plugins.store_base import (
     PAGE_KINDS,
@@ -57,12 +58,14 @@ __all__ = [
     "KIND_CONTRACTS",
     "OLDEST_API_VERSION",
     "PAGE_KINDS",
+    "PluginError",
     "Algorithm",
     "ArtifactBackend",
     "ArtifactBackendBase",
     "Codec",
     "CodecBase",
     "Command",
+    "ConfigError",
     "EventSink",
     "EventSinkBase",
     "Register",
@@ -77,6 +80,7 @@ __all__ = [
     "StoreBase",
     "StoreOpener",
     "StoreOpenerBase",
+    "StoreUnavailable",
     "TaskFactory",
     "Totals",
     "iter_rows",

@@ -5,24 +5,24 @@ plugin provides which name, so clashes name both providers and ``pyattacker plug
 can say what each plugin provides. Hooks run once per process at startup; the kernel then
 calls the registered plain objects directly, never a hook per item.
 
-Every hook is documented with its exact signature in docs/plugins.md (a test enforces it).
+Every hook is documented with its exact signature in docs/plugins.md (a test enforces it);
+what each registered object must be is on the plugin API page, ``pyattacker.plugins.api``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pluggy
+
+from pyattacker.plugins.api import Register, RegisterNamed, RegisterObject
 
 hookspec = pluggy.HookspecMarker("pyattacker")
 hookimpl = pluggy.HookimplMarker("pyattacker")
 
-#: ``register(name, obj)`` as handed to every registration hook.
-Register = Callable[..., None]
+__all__ = ["HOOK_KINDS", "Register", "hookimpl", "hookspec"]
 
 
 @hookspec
-def pyattacker_tasks(register: Register) -> None:
+def pyattacker_tasks(register: RegisterNamed) -> None:
     """Register task specs, or factories returning one, by name.
 
     Example::
@@ -35,7 +35,7 @@ def pyattacker_tasks(register: Register) -> None:
 
 
 @hookspec
-def pyattacker_algorithms(register: Register) -> None:
+def pyattacker_algorithms(register: RegisterNamed) -> None:
     """Register acquisition algorithm factories by name.
 
     ``register(name, factory)``; ``factory(**params)`` returns an object with ``name``,
@@ -50,7 +50,7 @@ def pyattacker_algorithms(register: Register) -> None:
 
 
 @hookspec
-def pyattacker_codecs(register: Register) -> None:
+def pyattacker_codecs(register: RegisterObject) -> None:
     """Register artifact codecs: ``register(codec)`` with ``name``, ``types``, ``priority``,
     ``can_encode(value)``, ``encode(value) -> bytes`` and ``decode(data, type_name, types)``.
 
@@ -63,7 +63,7 @@ def pyattacker_codecs(register: Register) -> None:
 
 
 @hookspec
-def pyattacker_stores(register: Register) -> None:
+def pyattacker_stores(register: RegisterObject) -> None:
     """Register store openers: ``register(opener)`` with ``name``, ``schemes``, ``suffixes``
     and ``open(location, *, read_only=False) -> Store``.
 
@@ -76,7 +76,7 @@ def pyattacker_stores(register: Register) -> None:
 
 
 @hookspec
-def pyattacker_artifact_backends(register: Register) -> None:
+def pyattacker_artifact_backends(register: RegisterNamed) -> None:
     """Register artifact byte backends by kind: ``register(kind, factory)``;
     ``factory(**params)`` returns an object with ``name``, ``put(artifact)`` and ``hydrate(artifact)``.
 
@@ -89,7 +89,7 @@ def pyattacker_artifact_backends(register: Register) -> None:
 
 
 @hookspec
-def pyattacker_event_sinks(register: Register) -> None:
+def pyattacker_event_sinks(register: RegisterNamed) -> None:
     """Register event sink factories: ``register(name, factory)``; ``factory(**options)`` returns
     an object with ``handle(events: list[EventRecord])`` (called per flushed batch) and ``close()``.
 
@@ -102,7 +102,7 @@ def pyattacker_event_sinks(register: Register) -> None:
 
 
 @hookspec
-def pyattacker_sources(register: Register) -> None:
+def pyattacker_sources(register: RegisterNamed) -> None:
     """Register seed sources by kind: ``register(kind, source)``; ``source.options`` is a msgspec
     Struct type validating the ``source:`` section and ``source.open(options, base_dir)``
     yields ``(key_or_None, seed)`` lazily.
@@ -116,7 +116,7 @@ def pyattacker_sources(register: Register) -> None:
 
 
 @hookspec
-def pyattacker_commands(register: Register) -> None:
+def pyattacker_commands(register: RegisterObject) -> None:
     """Register CLI subcommands: ``register(command)`` with a (rich-)click command.
 
     Example::
@@ -128,7 +128,7 @@ def pyattacker_commands(register: Register) -> None:
 
 
 @hookspec
-def pyattacker_shard_executors(register: Register) -> None:
+def pyattacker_shard_executors(register: RegisterNamed) -> None:
     """Register shard executors by name: ``register(name, factory)``; ``factory(**options)``
     returns an object with ``submit(job) -> handle`` whose handle has ``poll()``, ``wait()``,
     ``interrupt()`` (optional: one Ctrl-C) and ``cancel()`` (see docs/sharding.md).

@@ -79,7 +79,8 @@ class Store(Protocol):
     ) -> list[Any]:
         """Up to ``limit`` rows of ``kind`` in ``PAGE_KINDS[kind]`` order, strictly after ``after``.
         ``run_id`` filters by owning run (pipelines, tasks) or writing run (attempts, events);
-        ``state`` applies to pipelines; ``pipeline_id`` to every kind."""
+        ``state`` applies to pipelines and tasks; ``pipeline_id`` to every kind. An unknown
+        kind raises ``ValueError``. Rows are copies (a caller may change them)."""
 
     def runs(self) -> list[RunRecord]:
         """Every run, oldest first (by ``started_at``)."""

@@ -124,6 +124,8 @@ class StoreContract:
     persistent: ClassVar[bool] = True
     #: a second writer of one location is refused (``StoreUnavailable``)
     exclusive_writer: ClassVar[bool] = True
+    #: what the second writer's ``StoreUnavailable`` says (a regex; ``WriterLock``'s by default)
+    second_writer_message: ClassVar[str] = "is being written by pid"
     #: a failed commit raises ``StoreUnavailable`` with the cause chained
     wraps_commit_errors: ClassVar[bool] = True
 
@@ -526,7 +528,7 @@ class StoreContract:
         if not (self.persistent and self.exclusive_writer):
             pytest.skip("this store has no shared location, or no writer lock")
         first = store_factory.open()
-        with pytest.raises(StoreUnavailable, match="is being written by pid"):
+        with pytest.raises(StoreUnavailable, match=self.second_writer_message):
             store_factory.open()
         first.close()
         store_factory.open().close()
