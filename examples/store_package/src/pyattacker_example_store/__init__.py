@@ -1,0 +1,1 @@
+"""An example third-party store for pyattacker: ``snapshot:path/to/folder``."""
