@@ -321,8 +321,6 @@ class _Later(MemoryStore):
     """A memory store whose group commits are applied at once and made durable when the test
     resolves their futures (in any order); a synchronous ``commit`` returns durable."""
 
-    commits_behind = True
-
     def __init__(self) -> None:
         super().__init__()
         self.later: list[Future[None]] = []

@@ -126,13 +126,20 @@ class StoreBase(ABC):
       (handoffs) need it. ``has_ledger`` may still say an older file has no ledger.
     * ``commits_behind``: ``commit_behind(batch)`` may return before the batch is durable,
       with a ``concurrent.futures.Future`` resolved once it is (or None: durable already); the
-      recorder then overlaps group commits. ``commit`` itself must still return durable.
+      recorder then overlaps group commits. ``commit`` itself must still return durable. A
+      subclass that defines ``commit_behind`` gets ``commits_behind = True`` unless it says.
     """
 
     location: str = ""
     read_only: bool = False
     supports_handoffs: ClassVar[bool] = False
     commits_behind: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A class that defines ``commit_behind`` and says nothing of ``commits_behind`` means it."""
+        super().__init_subclass__(**kwargs)
+        if "commit_behind" in vars(cls) and "commits_behind" not in vars(cls):
+            cls.commits_behind = True
 
     # -- required ---------------------------------------------------------------------------------
     @abstractmethod

@@ -18,7 +18,9 @@ import pytest
 from pyattacker_example_store.plugin import SnapshotOpener
 
 from pyattacker import Runner, pipeline, task
+from pyattacker.errors import ConfigError
 from pyattacker.plugins.api import iter_rows
+from pyattacker.store.location import open_store
 from pyattacker.testing import StoreContract
 
 PLUGIN = "pyattacker-example-store"
@@ -99,3 +101,11 @@ def test_the_cli_runs_into_the_store(tmp_path: Path) -> None:
     plain = pyattacker("report", "runs/x", "--json")
     assert plain.returncode == 0, plain.stderr
     assert json.loads(plain.stdout)["pipelines"] == json.loads(report.stdout)["pipelines"]
+
+
+def test_bad_locations_are_config_errors_naming_the_location(tmp_path: Path) -> None:
+    """An option the store does not take, and a reader of a store that is not there."""
+    with pytest.raises(ConfigError, match=r"unknown option\(s\) 'sync=full'"):
+        open_store(f"snapshot:{tmp_path}/s?sync=full")
+    with pytest.raises(ConfigError, match=r"does not exist"):
+        open_store(f"snapshot:{tmp_path}/missing", read_only=True)

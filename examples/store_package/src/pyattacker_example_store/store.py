@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from pyattacker.errors import StoreUnavailable
+from pyattacker.errors import ConfigError, StoreUnavailable
 from pyattacker.model import (
     ArtifactRecord,
     AttemptRecord,
@@ -130,9 +130,11 @@ class SnapshotStore(StoreBase):
     def __init__(self, location: str, *, folder: str, read_only: bool = False) -> None:
         self.location = location
         self.read_only = read_only
-        self.folder = folder.partition("?")[0]  # no options to read; drop them from the path
+        self.folder, _, options = folder.partition("?")
+        if options:  # it takes none: an option the user believes set must not be dropped in silence
+            raise ConfigError(f"store {location!r}: unknown option(s) {options!r} (this store takes none)")
         if not self.folder:
-            raise StoreUnavailable(f"store {location}: no folder after the scheme")
+            raise ConfigError(f"store {location!r}: no folder after the scheme")
         self.path = os.path.join(self.folder, SNAPSHOT_FILE)
         self._lock: WriterLock | None = None
         self._seen: tuple[int, int, int] | None = None  # (inode, size, mtime_ns) of what we loaded
@@ -164,7 +166,7 @@ class SnapshotStore(StoreBase):
                 data = f.read()
             rows = _Rows(_decode(data))
         except FileNotFoundError as exc:
-            raise StoreUnavailable(f"store {self.location}: no snapshot at {self.path}") from exc
+            raise ConfigError(f"store {self.location} does not exist (no {self.path})") from exc
         except (OSError, msgspec.DecodeError) as exc:
             raise StoreUnavailable(f"store {self.location}: cannot read {self.path}: {exc}") from exc
         self._seen = (st.st_ino, st.st_size, st.st_mtime_ns)
