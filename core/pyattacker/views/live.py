@@ -20,7 +20,7 @@ from typing import Any
 from pyattacker.model import EventRecord, ResourceRecord
 from pyattacker.store.base import Store
 from pyattacker.views.common import RunChoice, to_plain
-from pyattacker.views.stats import percentile, store_stats
+from pyattacker.views.stats import dataset_standing, percentile, store_stats
 
 __all__ = ["HISTOGRAM_EDGES_MS", "LiveDigest", "pool_summary", "snapshot"]
 
@@ -234,7 +234,9 @@ class LiveDigest:
                 or (ended_at is not None and self._stats_read_at < ended_at)
             ):
                 read_at = time.time()
-                self._stats = store_stats(store, self.run_id)
+                self._stats = dict(store_stats(store, self.run_id))
+                # one run's rows are the dataset's share it owns: say where the whole stands
+                self._stats["dataset"] = None if self.run_id is None else dataset_standing(store)
                 cost = self._clock() - start
                 self._stats_read_at = read_at
                 self._stats_next = start + cost * STATS_COST_RATIO if cost >= STATS_ALWAYS_S else start
@@ -421,6 +423,7 @@ def snapshot(
         "elapsed_s": elapsed,
         "stats_age_s": round(max(0.0, now - stats_read_at), 3),
         "pipelines": stats["pipelines"],
+        "dataset": stats.get("dataset"),
         "tasks": stats.get("tasks", {}),
         "attempts_total": stats.get("attempts_total", 0),
         "events_total": stats.get("events_total", 0),

@@ -12,7 +12,14 @@ from typing import Any
 
 from pyattacker.store.base import Store, iter_rows
 
-__all__ = ["compute_stats", "count_rows", "duration_summary", "percentile", "store_stats"]
+__all__ = [
+    "compute_stats",
+    "count_rows",
+    "dataset_standing",
+    "duration_summary",
+    "percentile",
+    "store_stats",
+]
 
 
 def percentile(sorted_values: Sequence[float], p: float) -> float | None:
@@ -83,3 +90,17 @@ def store_stats(store: Store, run_id: str | None = None) -> dict[str, Any]:
         result: dict[str, Any] = fast(run_id)
         return result
     return compute_stats(store, run_id)
+
+
+def dataset_standing(store: Store) -> dict[str, Any]:
+    """``{"total", "by_state"}`` of every pipeline row of the store, whichever run wrote it: where
+    the dataset stands (a store holds each pipeline once, in its current state). From the
+    store's ``pipeline_totals`` when it has them, else by paging through the rows."""
+    totals = getattr(store, "pipeline_totals", None)
+    by_state: dict[str, int] = {}
+    if callable(totals):
+        by_state = dict(totals(None)[0])
+    else:
+        for p in iter_rows(store, "pipelines"):
+            by_state[p.state] = by_state.get(p.state, 0) + 1
+    return {"total": sum(by_state.values()), "by_state": dict(sorted(by_state.items()))}
