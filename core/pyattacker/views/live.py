@@ -81,6 +81,8 @@ class LiveDigest:
         self._stats: dict[str, Any] | None = None
         self._stats_read_at = 0.0
         self._stats_next = 0.0
+        self._dataset: dict[str, Any] | None = None
+        self._dataset_at = 0.0
         self._attempt_after: tuple[Any, ...] | None = None
         self._event_after: tuple[Any, ...] | None = None
         self._durations = array("d")
@@ -234,13 +236,23 @@ class LiveDigest:
                 or (ended_at is not None and self._stats_read_at < ended_at)
             ):
                 read_at = time.time()
-                self._stats = dict(store_stats(store, self.run_id))
-                # one run's rows are the dataset's share it owns: say where the whole stands
-                self._stats["dataset"] = None if self.run_id is None else dataset_standing(store)
+                self._stats = store_stats(store, self.run_id)
                 cost = self._clock() - start
                 self._stats_read_at = read_at
                 self._stats_next = start + cost * STATS_COST_RATIO if cost >= STATS_ALWAYS_S else start
             return self._stats, self._stats_read_at
+
+    def dataset(self, store: Store, stats_read_at: float) -> dict[str, Any] | None:
+        """Where the dataset stands (``dataset_standing``; None for the every-run view, whose
+        counts are that already). A run's rows are only the share it owns; this is read again
+        whenever the run's statistics were (``stats_read_at``), at their cadence."""
+        if self.run_id is None:
+            return None
+        with self._stats_lock:
+            if self._dataset is None or self._dataset_at != stats_read_at:
+                self._dataset = dataset_standing(store)
+                self._dataset_at = stats_read_at
+            return self._dataset
 
     # -- figures -----------------------------------------------------------------------------
     def latency(self) -> dict[str, Any]:
@@ -423,7 +435,7 @@ def snapshot(
         "elapsed_s": elapsed,
         "stats_age_s": round(max(0.0, now - stats_read_at), 3),
         "pipelines": stats["pipelines"],
-        "dataset": stats.get("dataset"),
+        "dataset": digest.dataset(store, stats_read_at),
         "tasks": stats.get("tasks", {}),
         "attempts_total": stats.get("attempts_total", 0),
         "events_total": stats.get("events_total", 0),
