@@ -92,6 +92,32 @@ async def _kill_and_reap(proc: asyncio.subprocess.Process) -> None:
     await _uncancellable(asyncio.ensure_future(proc.wait()))
 
 
+async def _feed_stdin(stdin: asyncio.StreamWriter, data: bytes) -> None:
+    """Write ``data`` to the child's stdin and close it; a child that does not read it is fine.
+
+    ``proc.communicate`` is not used: a command that never reads stdin (``true``, ``echo hi``)
+    may exit before the write, and uvloop then has already closed the pipe's transport, so its
+    ``write`` raises ``RuntimeError`` where asyncio's loop raises ``BrokenPipeError`` (which
+    ``communicate`` ignores). A closing transport here means the same thing: nobody reads.
+    """
+    try:
+        if data and not stdin.transport.is_closing():
+            stdin.write(data)
+            await stdin.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        stdin.close()
+
+
+async def _exchange(proc: asyncio.subprocess.Process, data: bytes) -> tuple[bytes, bytes]:
+    """Feed stdin while draining stdout and stderr (no pipe can fill up), then reap the child."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    _, out, err = await asyncio.gather(_feed_stdin(proc.stdin, data), proc.stdout.read(), proc.stderr.read())
+    await proc.wait()
+    return out, err
+
+
 async def run_command(command: str | list[str], data: bytes, timeout_s: float | None) -> tuple[int, str, str]:
     """Run ``command`` with ``data`` on stdin; ``(returncode, stdout, stderr)``; never leaks processes."""
     creation = asyncio.ensure_future(_spawn(command))
@@ -106,7 +132,7 @@ async def run_command(command: str | list[str], data: bytes, timeout_s: float | 
             await _kill_and_reap(late)
         raise
     try:
-        out, err = await asyncio.wait_for(proc.communicate(data), timeout_s)
+        out, err = await asyncio.wait_for(_exchange(proc, data), timeout_s)
     except TimeoutError:
         await _kill_and_reap(proc)
         raise TimeoutError(

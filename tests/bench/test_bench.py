@@ -558,13 +558,16 @@ def test_reports_render(report: BenchReport) -> None:
 # -- the command line (real subprocesses) -----------------------------------------------------------
 
 
-def _bench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def _bench(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pyattacker", "bench", *args],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=cwd,
+        env=env,
     )
 
 
@@ -649,7 +652,9 @@ def test_json_and_markdown_files_are_written_and_the_table_still_printed(tmp_pat
 
 
 def test_the_outage_scenario_from_the_command_line() -> None:
-    proc = _bench("--scenario", "outage_failover", "--jobs", "250", "--seeds", "1", "--quiet")
+    # a terminal wide enough for the table (at 80 columns it is stacked: tests/cli/test_narrow_output.py)
+    wide = {**os.environ, "COLUMNS": "200"}
+    proc = _bench("--scenario", "outage_failover", "--jobs", "250", "--seeds", "1", "--quiet", env=wide)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("scenario outage_failover: 250 jobs x 3 steps x 2 calls, 8 workers")
     head = proc.stdout.splitlines()[2].split()

@@ -71,8 +71,11 @@ def execute(
     return report, health
 
 
-def summary_table(report: RunReport, health: HealthLog, pools: list[Any]) -> Any:
-    """The text summary: counts, duration, each resource's state and health, the store."""
+def summary_table(
+    report: RunReport, health: HealthLog, pools: list[Any], *, store_below: bool = False
+) -> Any:
+    """The text summary: counts, duration, each resource's state and health, the store
+    (``store_below``: the path is printed under the table, whole, instead of in a cell)."""
     from rich.table import Table  # start-up: only a text summary loads rich
 
     c = report.counters
@@ -107,9 +110,16 @@ def summary_table(report: RunReport, health: HealthLog, pools: list[Any]) -> Any
         table.add_row("repair failures", str(c["repair_failures"]))
     if report.producer_error:
         table.add_row("source error", report.producer_error)
-    table.add_row("store", str(report.store))
+    table.add_row("store", "(on the line below)" if store_below else str(report.store))
     table.add_row("exit code", str(report.exit_code))
     return table
+
+
+def _store_fits(table: Any, store: str, width: int) -> bool:
+    """Whether the store path fits its cell whole: a path folded over two lines is broken
+    when copied, so one that does not fit is printed on its own line instead."""
+    labels = max((len(str(cell)) for cell in table.columns[0].cells), default=0)
+    return labels + len(store) + 7 <= width  # "│ " + label + " │ " + value + " │"
 
 
 def finish(
@@ -132,7 +142,16 @@ def finish(
         data["repair_failures"] = report.repair_failures
         out(json.dumps(data, default=str, sort_keys=True))
     else:
-        print_rich(summary_table(report, health, pools))
+        from rich.console import Console  # start-up: only a text summary loads rich
+
+        store_text = str(report.store)
+        table = summary_table(report, health, pools)
+        below = not _store_fits(table, store_text, Console(file=sys.stdout).width)
+        if below:
+            table = summary_table(report, health, pools, store_below=True)
+        print_rich(table)
+        if below:
+            out(f"store: {store_text}")
         if report.exit_code == ExitCode.INTERRUPTED:
             warn(
                 "interrupted: every unfinished pipeline is resumable"

@@ -7,6 +7,8 @@ import rich_click as click
 
 from pyattacker.plugins.manager import get_plugins
 
+_STATUS = {"active": "[green]active[/]", "failed": "[red]failed[/]", "blocked": "[yellow]blocked[/]"}
+
 
 @click.command("plugins")
 @click.option(
@@ -25,20 +27,31 @@ def plugins_command(as_json: bool) -> None:
         return
     # start-up: `--json` prints without rich
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title="pyattacker plugins", show_lines=False)
-    for col in ("name", "status", "dist", "provides"):
-        table.add_column(col)
+    cells = []
     for row in rows:
         provides = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in row.provides.items())
-        status = {"active": "[green]active[/]", "failed": "[red]failed[/]", "blocked": "[yellow]blocked[/]"}[
-            row.status
-        ]
         dist = f"{row.dist or '-'} {row.version or ''}".strip() + (" (built-in)" if row.builtin else "")
-        table.add_row(row.name, status, dist, provides or "-")
+        cells.append((row.name, row.status, dist, provides or "-"))
     console = Console()
-    console.print(table)
+    head = ("name", "status", "dist", "provides")
+    # the widest cell of each column, plus rich's borders and padding (3 per column, 1 more)
+    needed = sum(max(len(c[i]) for c in [head, *cells]) for i in range(4)) + 3 * 4 + 1
+    if needed > console.width:
+        # too narrow for the table: one block per plugin, so no name is cut or folded
+        for name, status, dist, provides in cells:
+            console.print(f"{escape(name)}  {_STATUS[status]}", highlight=False, soft_wrap=True)
+            console.print(f"  dist: {escape(dist)}", highlight=False, soft_wrap=True)
+            console.print(f"  provides: {escape(provides)}", highlight=False, soft_wrap=True)
+    else:
+        table = Table(title="pyattacker plugins", show_lines=False)
+        for col in head:
+            table.add_column(col, overflow="fold")
+        for name, status, dist, provides in cells:
+            table.add_row(escape(name), _STATUS[status], escape(dist), escape(provides))
+        console.print(table)
     failed = plugins.failures()
     if failed:
         err = Console(stderr=True)

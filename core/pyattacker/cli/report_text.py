@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pyattacker.views.failures import last_frame_text, with_tracebacks
+
 if TYPE_CHECKING:
     from pyattacker.views.fold import MergedReport
 
@@ -35,9 +37,36 @@ def _empty_run_note(source: Any) -> str | None:
     )
 
 
-def report_text(rep: MergedReport, errors: int) -> list[str]:
+def _where(traceback: str | None, whole: bool) -> list[str]:
+    """Where a listed failure was raised: the traceback's last frame, or all of it."""
+    if whole and traceback:
+        return ["      " + line for line in traceback.rstrip().splitlines()]
+    where = last_frame_text(traceback)
+    return [f"      at {where}"] if where else []
+
+
+def _share(rep: MergedReport) -> str:
+    """Whose share of the dataset the counts are: the latest run's, or the one asked for."""
+    if all(s.run_selected == "latest" for s in rep.sources):
+        return "latest run's share"
+    return "this run's share" if len(set(rep.run_ids)) <= 1 else "these runs' share"
+
+
+def _states(total: int, by_state: dict[str, int]) -> str:
+    return f"total={total} " + " ".join(f"{k}={v}" for k, v in by_state.items())
+
+
+def report_text(
+    rep: MergedReport,
+    errors: int,
+    *,
+    tracebacks: bool = False,
+    dataset: dict[str, Any] | None = None,
+) -> list[str]:
     """The lines of ``report`` (and of the merged report of ``run --shards``): the stores, the
-    counts, and the first ``errors`` failures."""
+    counts, and the first ``errors`` failures, each with where it was raised (the whole
+    traceback with ``tracebacks``). ``dataset``: every pipeline's state across all runs, shown
+    on its own line; counts of one run that differ from it are labelled as that run's share."""
     out: list[str] = []
     for s in rep.sources:
         out.append(f"store {s.store}: {s.description}; {s.rows} pipeline row(s)")
@@ -46,8 +75,12 @@ def report_text(rep: MergedReport, errors: int) -> list[str]:
             out.append(note)
     st = rep.stats()
     p = st["pipelines"]
-    states = " ".join(f"{k}={v}" for k, v in p["by_state"].items())
-    out.append(f"pipelines: total={p['total']} {states}".rstrip())
+    label = "pipelines"
+    if dataset is not None and (dataset["total"], dataset["by_state"]) != (p["total"], p["by_state"]):
+        label = f"pipelines ({_share(rep)})"
+    out.append(f"{label}: {_states(p['total'], p['by_state'])}".rstrip())
+    if dataset is not None:
+        out.append(f"dataset (all runs): {_states(dataset['total'], dataset['by_state'])}".rstrip())
     if len(rep.sources) > 1 or rep.duplicates:
         out.append(f"merged: {len(rep.sources)} store(s), folded {rep.duplicates} duplicate row(s)")
     d = p["duration_ms"]
@@ -63,7 +96,7 @@ def report_text(rep: MergedReport, errors: int) -> list[str]:
             out.append(f"  - {pid} phase={r['phase']}: {_line(r['error'])}")
     failed = rep.failed_rows()
     if errors and failed:
-        shown = rep.errors(errors)
+        shown = with_tracebacks(rep.errors(errors))
         out.append(f"Errors (newest first, {len(shown)} of {len(failed)}):")
         for e in shown:
             seed = f" seed_key={e['seed_key']}" if e["seed_key"] and e["seed_key"] != e["key"] else ""
@@ -71,6 +104,7 @@ def report_text(rep: MergedReport, errors: int) -> list[str]:
                 f"  - pipeline {e['key']}{seed} task={e['failed_task']} class={e['error_class']}"
                 f" {e['error_type']}: {_line(e['error_message'] or '')}"
             )
+            out.extend(_where(e["traceback"], tracebacks))
     elif failed:
         out.append(f"{len(failed)} failed pipeline(s); --errors N lists them")
     return out

@@ -15,8 +15,10 @@ from pyattacker.cli.common import backend_problems
 from pyattacker.cli.report_text import report_text
 from pyattacker.cli.suites import refuse_suite_flags
 from pyattacker.errors import ConfigError
-from pyattacker.views.common import encode_json, expand_locations
+from pyattacker.views.common import ALL_RUNS, encode_json, expand_locations
+from pyattacker.views.failures import with_tracebacks
 from pyattacker.views.merge import report_stores
+from pyattacker.views.shard_report import find_shard_stores
 
 __all__ = ["export_command", "report_command", "watch_command"]
 
@@ -36,6 +38,12 @@ def _check_backend_option(spec: str | None) -> None:
     "--run-id", default=None, help="A run id, or `all` (default: the latest started run of each store)."
 )
 @click.option("--errors", "errors", type=click.IntRange(min=0), default=0, help="List the first N failures.")
+@click.option(
+    "--traceback",
+    "tracebacks",
+    is_flag=True,
+    help="With each failure listed, its whole traceback (implies --errors 20 when not given).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON document on stdout.")
 @click.option(
     "--artifact-backend",
@@ -47,21 +55,36 @@ def _check_backend_option(spec: str | None) -> None:
 )
 @refuse_suite_flags("--experiment")
 def report_command(
-    stores: tuple[str, ...], run_id: str | None, errors: int, as_json: bool, artifact_backend: str | None
+    stores: tuple[str, ...],
+    run_id: str | None,
+    errors: int,
+    tracebacks: bool,
+    as_json: bool,
+    artifact_backend: str | None,
 ) -> None:
     """Counts, failures and errors of one or more stores (shards are merged).
+
+    Each failure listed by --errors N shows where it was raised (the traceback's last frame);
+    --traceback shows the whole traceback, and --json carries it in every error.
 
     Rows of the same pipeline in several stores are folded (the best state wins) and every
     count is recomputed from the surviving rows, so naming a store twice changes nothing.
     STORE may be a glob pattern (quote it). Exit 0 unless a store is missing or foreign (2).
     """
     _check_backend_option(artifact_backend)
-    rep = report_stores(expand_locations(stores), run_id)
+    locations = find_shard_stores(expand_locations(stores))
+    rep = report_stores(locations, run_id)
+    # the counts of one run are its share; the dataset's standing is every run's rows
+    dataset = None if run_id == ALL_RUNS else report_stores(locations, ALL_RUNS).stats()["pipelines"]
     if as_json:
         doc = rep.to_dict(errors if errors else 20)
+        doc["errors"] = with_tracebacks(doc["errors"])
+        doc["dataset"] = None if dataset is None else {k: dataset[k] for k in ("total", "by_state")}
         sys.stdout.write(encode_json(doc).decode() + "\n")
         return
-    for line in report_text(rep, errors):
+    if tracebacks and not errors:
+        errors = 20
+    for line in report_text(rep, errors, tracebacks=tracebacks, dataset=dataset):
         click.echo(line)
 
 
@@ -111,7 +134,7 @@ def export_command(
     _check_backend_option(artifact_backend)
     *stores, output = paths
     n = export_stores(
-        expand_locations(stores),
+        find_shard_stores(expand_locations(stores)),
         output,
         rows=rows,
         fmt=fmt,
@@ -127,7 +150,8 @@ def _watched_store(arg: str) -> str:
     one store watches it; one that matches several is refused, naming them and the command that
     merges them (``expand_locations`` reads only the path of a location with a scheme as a
     pattern, never its ``?options``)."""
-    matches = expand_locations([arg])  # a pattern matching nothing: "matches no file", exit 2
+    # a pattern matching nothing: "matches no file", exit 2; a sharded run's base name: its stores
+    matches = find_shard_stores(expand_locations([arg]))
     if len(matches) == 1:
         return matches[0]
     raise ConfigError(

@@ -34,6 +34,7 @@ from pyattacker.views.common import (
     render_payload,
     to_plain,
 )
+from pyattacker.views.failures import attach_tracebacks
 from pyattacker.views.fold import state_rank
 from pyattacker.views.shard_report import shard_stores
 
@@ -117,6 +118,7 @@ def _pipeline_head(p: PipelineRecord) -> dict[str, Any]:
         "error_class": p.error_class,
         "error_type": p.error_type,
         "error_message": p.error_message,
+        "traceback": p.traceback,
         "resume_of": p.resume_of,
     }
 
@@ -165,6 +167,7 @@ def _result(p: PipelineRecord, children: _Children, codecs: Any) -> dict[str, An
         "error_class": p.error_class,
         "error_type": p.error_type,
         "error_message": p.error_message,
+        "traceback": p.traceback,
     }
 
 
@@ -217,6 +220,16 @@ def _tasks_with_leases(store: StoreBase, page: list[Any]) -> Iterator[dict[str, 
         row = to_plain(task)
         row["leases"] = last.get(task.task_run_id, [])
         yield row
+
+
+def _tasks(store: StoreBase, run_id: str | None) -> Iterator[dict[str, Any]]:
+    page: list[Any] = []
+    for task in iter_rows(store, "tasks", run_id=run_id):
+        page.append(task)
+        if len(page) >= CHILD_BATCH:
+            yield from _tasks_with_leases(store, page)
+            page = []
+    yield from _tasks_with_leases(store, page)
 
 
 def _pipelines_with_children(
@@ -285,16 +298,11 @@ def iter_kind(
     if kind in ("pipelines", "results"):
         yield from _pipelines_with_children(store, kind, run_id, codecs, keep)
     elif kind == "tasks":
-        page: list[Any] = []
-        for task in iter_rows(store, "tasks", run_id=run_id):
-            page.append(task)
-            if len(page) >= CHILD_BATCH:
-                yield from _tasks_with_leases(store, page)
-                page = []
-        yield from _tasks_with_leases(store, page)
+        yield from attach_tracebacks(store, kind, _tasks(store, run_id))
     elif kind in ("attempts", "events"):
-        for row in iter_rows(store, kind, run_id=run_id):
-            yield to_plain(row)
+        yield from attach_tracebacks(
+            store, kind, (to_plain(row) for row in iter_rows(store, kind, run_id=run_id))
+        )
     elif kind == "artifacts":
         owned = (
             None if run_id is None else {p.pipeline_id for p in iter_rows(store, "pipelines", run_id=run_id)}

@@ -21,6 +21,7 @@ from pyattacker.model import EventRecord, ResourceRecord
 from pyattacker.plugins.store_base import StoreBase
 from pyattacker.plugins.store_stats import percentile
 from pyattacker.views.common import RunChoice, to_plain
+from pyattacker.views.standing import dataset_standing
 
 __all__ = ["HISTOGRAM_EDGES_MS", "LiveDigest", "pool_summary", "snapshot"]
 
@@ -81,6 +82,8 @@ class LiveDigest:
         self._stats: dict[str, Any] | None = None
         self._stats_read_at = 0.0
         self._stats_next = 0.0
+        self._dataset: dict[str, Any] | None = None
+        self._dataset_at = 0.0
         self._attempt_after: tuple[Any, ...] | None = None
         self._event_after: tuple[Any, ...] | None = None
         self._durations = array("d")
@@ -225,6 +228,18 @@ class LiveDigest:
                 self._stats_read_at = read_at
                 self._stats_next = start + cost * STATS_COST_RATIO if cost >= STATS_ALWAYS_S else start
             return self._stats, self._stats_read_at
+
+    def dataset(self, store: StoreBase, stats_read_at: float) -> dict[str, Any] | None:
+        """Where the dataset stands (``dataset_standing``; None for the every-run view, whose
+        counts are that already). A run's rows are only the share it owns; this is read again
+        whenever the run's statistics were (``stats_read_at``), at their cadence."""
+        if self.run_id is None:
+            return None
+        with self._stats_lock:
+            if self._dataset is None or self._dataset_at != stats_read_at:
+                self._dataset = dataset_standing(store)
+                self._dataset_at = stats_read_at
+            return self._dataset
 
     # -- figures -----------------------------------------------------------------------------
     def latency(self) -> dict[str, Any]:
@@ -407,6 +422,7 @@ def snapshot(
         "elapsed_s": elapsed,
         "stats_age_s": round(max(0.0, now - stats_read_at), 3),
         "pipelines": stats["pipelines"],
+        "dataset": digest.dataset(store, stats_read_at),
         "tasks": stats.get("tasks", {}),
         "attempts_total": stats.get("attempts_total", 0),
         "events_total": stats.get("events_total", 0),

@@ -16,11 +16,19 @@ from typing import NamedTuple
 from pyattacker.errors import ConfigError
 from pyattacker.model import RunRecord
 from pyattacker.plugins.store_base import StoreBase
-from pyattacker.shard.plan import parse_shard, shard_index
+from pyattacker.shard.plan import parse_shard, shard_index, shard_layouts, shard_store_pattern
 from pyattacker.views.common import choose_run, read_only_store
 from pyattacker.views.store_report import StoreReport, TaskCounts, Totals, store_report_of
 
-__all__ = ["ShardPart", "ShardsReport", "shard_part", "shard_stores", "shard_task_counts", "shards_report"]
+__all__ = [
+    "ShardPart",
+    "ShardsReport",
+    "find_shard_stores",
+    "shard_part",
+    "shard_stores",
+    "shard_task_counts",
+    "shards_report",
+]
 
 #: ``pipeline_summaries``: ``(pipeline_id, state, started_at, finished_at, attempts_total)``
 _Summary = tuple[str, str, float | None, float | None, int]
@@ -155,6 +163,28 @@ def _shard_claim(runs: Iterable[RunRecord]) -> tuple[int, int] | None:
         return parse_shard(claim)
     except ConfigError:
         return None
+
+
+def find_shard_stores(locations: Sequence[str]) -> list[str]:
+    """``locations`` with each store that does not exist replaced by the stores of its sharded
+    run (``run --shards N --store runs/x.db`` writes ``runs/x.shard{i}ofN.db``), found as
+    ``resume`` finds them (``shard_layouts``). Stores of several shard counts are ambiguous:
+    a ``ConfigError`` naming each pattern. Anything else is left for the store to report."""
+    out: list[str] = []
+    for location in locations:
+        layouts = shard_layouts(location)
+        sharded = {n: paths for n, paths in layouts.items() if n >= 2}
+        if 1 in layouts or not sharded:
+            out.append(location)
+        elif len(sharded) == 1:
+            out.extend(next(iter(sharded.values())))
+        else:
+            patterns = ", ".join(f"'{shard_store_pattern(location, n)}'" for n in sharded)
+            raise ConfigError(
+                f"store {location} does not exist, but the stores of runs with"
+                f" {' and '.join(f'--shards {n}' for n in sharded)} do: name one of {patterns}"
+            )
+    return out
 
 
 def shard_stores(locations: Sequence[str], run_id: str | None = None) -> bool:

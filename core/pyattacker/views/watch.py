@@ -86,6 +86,15 @@ def _wait_hints(hints: dict[str, int]) -> list[Text]:
     return lines
 
 
+def _standing(dataset: dict[str, Any]) -> Text:
+    """Every pipeline's current state across all runs of the store: where the dataset stands."""
+    line = Text(f"dataset (all runs) total={dataset['total']}")
+    for state, n in dataset["by_state"].items():
+        line.append(f" {state}=", style=_STATE_STYLE.get(state, ""))
+        line.append(str(n))
+    return line
+
+
 def render_snapshot(snap: dict[str, Any]) -> Group:
     """The panel as rich Text lines (literal text only: stored strings are not markup)."""
     lines: list[Text] = []
@@ -110,11 +119,15 @@ def render_snapshot(snap: dict[str, Any]) -> Group:
     total = p.get("total", 0)
     finished = total - by_state.get("running", 0) - by_state.get("pending", 0)
     expected = snap.get("expected_pipelines")
+    dataset = snap.get("dataset")
+    label = "pipelines"
+    if dataset is not None and (dataset["total"], dataset["by_state"]) != (total, by_state):
+        label = f"pipelines ({'latest run' if snap['run_selected'] == 'latest' else 'this run'}'s share)"
     if expected:  # the whole dataset, not the rows so far; a resume's skipped ones count as done
         skipped = int((snap.get("counters") or {}).get("skipped") or 0)
-        line = Text(f"pipelines {bar(finished + skipped, max(total + skipped, expected))} total={total}")
+        line = Text(f"{label} {bar(finished + skipped, max(total + skipped, expected))} total={total}")
     else:
-        line = Text(f"pipelines {bar(finished, total)} total={total}")
+        line = Text(f"{label} {bar(finished, total)} total={total}")
     for state, n in by_state.items():
         line.append(f" {state}=", style=_STATE_STYLE.get(state, ""))
         line.append(str(n))
@@ -125,6 +138,8 @@ def render_snapshot(snap: dict[str, Any]) -> Group:
     if age >= 2.0:  # a large run's counts are re-read less often (live.STATS_COST_RATIO)
         line.append(f"  (counts {age:.0f} s old)", style="dim")
     lines.append(line)
+    if dataset is not None:
+        lines.append(_standing(dataset))
 
     lat = snap["latency_ms"]
     tp = snap["throughput"]

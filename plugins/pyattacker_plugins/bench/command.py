@@ -8,6 +8,7 @@ is exit code 2 with a message naming it. The table goes to stdout and progress t
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import click as plain_click
@@ -185,4 +186,5 @@ def bench_command(
             if not quiet:
                 progress(f"wrote {markdown_file}")
     if json_path != "-" and markdown_path != "-":
-        click.echo(to_table(report), nl=False)
+        # the terminal's width (COLUMNS, else 80 in a pipe): a wider table is stacked
+        click.echo(to_table(report, shutil.get_terminal_size().columns), nl=False)

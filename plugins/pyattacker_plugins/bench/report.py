@@ -138,11 +138,42 @@ def _aligned(head: list[str], rows: list[list[str]]) -> list[str]:
     return [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]
 
 
-def to_table(report: BenchReport) -> str:
-    """The text table printed on stdout."""
+def _stacked(head: list[str], rows: list[list[str]]) -> list[str]:
+    """The table as one block per metric (its unit and direction, then one line per algorithm):
+    as narrow as its longest cell, for a terminal or pipe too narrow for the table."""
+    names = head[3:]
+    pad = max(len(n) for n in names) if names else 0
+    out: list[str] = []
+    for metric, unit, better, *cells in rows:
+        out.append(f"{metric} ({unit}, better: {better})")
+        out.extend(f"  {name.ljust(pad)}  {cell}".rstrip() for name, cell in zip(names, cells, strict=True))
+    return out
+
+
+def _wrapped(lines: list[str], width: int) -> list[str]:
+    """Prose lines wrapped at spaces only: a name or number is never split."""
+    import textwrap  # here: only a narrow table wraps its notes
+
+    out: list[str] = []
+    for line in lines:
+        out.extend(
+            textwrap.wrap(line, width, break_long_words=False, break_on_hyphens=False, subsequent_indent="  ")
+            or [""]
+        )
+    return out
+
+
+def to_table(report: BenchReport, width: int | None = None) -> str:
+    """The text table printed on stdout. With ``width`` (the terminal's, or 80 in a pipe), a
+    table wider than that is printed one metric at a time and the notes are wrapped, so nothing
+    is cut or folded mid-number (``--json`` has every figure, unrounded)."""
     head, rows = _rows(report)
-    lines = [_settings(report), "", *_aligned(head, rows), ""]
-    lines += _notes(report)
+    table = _aligned(head, rows)
+    if width is None or max(len(line) for line in table) <= width:
+        lines = [_settings(report), "", *table, "", *_notes(report)]
+        return "\n".join(lines) + "\n"
+    lines = [*_wrapped([_settings(report)], width), "", *_stacked(head, rows), ""]
+    lines += _wrapped(_notes(report), width)
     return "\n".join(lines) + "\n"
 
 

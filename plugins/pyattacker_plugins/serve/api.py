@@ -23,8 +23,9 @@ from typing import Any
 from pyattacker import ConfigError
 from pyattacker.errors import StoreUnavailable
 from pyattacker.model import PIPELINE_STATES
-from pyattacker.plugins.store_base import StoreBase
+from pyattacker.plugins.store_base import StoreBase, iter_rows
 from pyattacker.views.common import ALL_RUNS, RunChoice, choose_run, open_view, to_plain
+from pyattacker.views.failures import last_frame, last_frame_text
 from pyattacker.views.live import LiveDigest, snapshot
 
 from .shared_answers import ANSWER_TTL_S, SharedAnswers
@@ -161,6 +162,7 @@ class Api:
             "/metrics": self.metrics,
             "/events": self.events,
             "/pipelines": self.pipelines,
+            "/pipeline": self.pipeline,
             "/resources": self.resources,
             "/errors": self.errors,
             "/curves": self.curves,
@@ -310,7 +312,8 @@ class Api:
         out = []
         for p in page:
             row = to_plain(p)
-            row.pop("traceback", None)
+            row.pop("traceback", None)  # lists stay lean: /pipeline carries the whole traceback
+            row["last_frame"] = last_frame_text(p.traceback)
             row["n_tasks_done"] = p.cursor
             row["reported_metrics"] = {
                 m.name: m.value for m in store.metrics(run_id=p.run_id, pipeline_id=p.pipeline_id)
@@ -319,6 +322,22 @@ class Api:
             row["handoffs"] = [to_plain(h) for h in ledgers.get(p.pipeline_id, ())]
             out.append(row)
         return {"run_id": choice.run_id, "rows": out, "limit": limit, "next": nxt}
+
+    def pipeline(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+        """One pipeline in full (``pipeline_id`` required): its row with the whole traceback of
+        the error that failed it and that traceback's last frame, its tasks and its ledger."""
+        pid = params.get("pipeline_id")
+        if not pid:
+            raise ApiError(400, "parameter 'pipeline_id' is required")
+        p = store.lookup_pipelines([pid]).get(pid)
+        if p is None:
+            raise ApiError(404, f"no pipeline {pid!r} in this store")
+        row = to_plain(p)
+        row["last_frame"] = last_frame(p.traceback)
+        row["n_tasks_done"] = p.cursor
+        row["tasks"] = [to_plain(t) for t in iter_rows(store, "tasks", pipeline_id=pid)]
+        row["handoffs"] = [to_plain(h) for h in _ledgers(store, [pid]).get(pid, ())]
+        return row
 
     def resources(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         limit = _limit(params)
@@ -356,6 +375,7 @@ class Api:
                 "error_class": p.error_class,
                 "error_type": p.error_type,
                 "error_message": p.error_message,
+                "last_frame": last_frame_text(p.traceback),
                 "finished_at": p.finished_at,
             }
             for p in page

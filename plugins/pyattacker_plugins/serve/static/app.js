@@ -73,6 +73,21 @@
       node.appendChild(tr);
     });
   }
+  // a failure's whole traceback comes from the detail endpoint, only when asked for
+  function tracebackLink(pipelineId) {
+    const link = el("a", "show");
+    link.href = "#traceback";
+    link.addEventListener("click", async function () {
+      const out = document.getElementById("traceback");
+      try {
+        const p = await get("/pipeline", { pipeline_id: pipelineId });
+        out.textContent = p.traceback || "(no traceback stored)";
+      } catch (err) {
+        out.textContent = String(err);
+      }
+    });
+    return link;
+  }
   // task states per task name, as `watch` and `report` print them: handed_off=4 succeeded=6
   function stateCounts(states) {
     const box = el("span", null, "states");
@@ -215,8 +230,19 @@
         age >= STALE_S ? "(counts " + Math.round(age) + " s old)" : "";
       const cards = document.getElementById("cards");
       clear(cards);
-      card(cards, "pipelines", st.pipelines.total);
-      Object.keys(st.pipelines.by_state).forEach(function (k) { card(cards, k, st.pipelines.by_state[k]); });
+      // one run's counts are its share of the dataset: say so, and show where the whole stands
+      const ds = st.dataset;
+      const share = ds && (ds.total !== st.pipelines.total ||
+        JSON.stringify(ds.by_state) !== JSON.stringify(st.pipelines.by_state));
+      const whose = selected === "latest" ? " (latest run's share)" : " (this run's share)";
+      card(cards, "pipelines" + (share ? whose : ""), st.pipelines.total);
+      Object.keys(st.pipelines.by_state).forEach(function (k) {
+        card(cards, k + (share ? whose : ""), st.pipelines.by_state[k]);
+      });
+      if (ds) {
+        card(cards, "dataset (all runs)", ds.total);
+        Object.keys(ds.by_state).forEach(function (k) { card(cards, k + " (all runs)", ds.by_state[k]); });
+      }
       card(cards, "attempts", st.attempts_total);
       // like `watch` and `report`: the count appears once the run has committed a jump
       if (Number(st.handoffs_total) > 0) card(cards, "handoffs", st.handoffs_total);
@@ -252,7 +278,9 @@
       const errs = await get("/errors", { limit: 50 });
       table(document.getElementById("errors"), [["pipeline", function (e) { return e.key; }],
         ["task", function (e) { return e.failed_task; }], ["type", function (e) { return e.error_type; }],
-        ["message", function (e) { return short(e.error_message, 300); }]], errs.rows);
+        ["message", function (e) { return short(e.error_message, 300); }],
+        ["where", function (e) { return short(e.last_frame, 200); }],
+        ["traceback", function (e) { return tracebackLink(e.pipeline_id); }]], errs.rows);
       const byName = (st.tasks && st.tasks.by_name) || {};
       table(document.getElementById("tasks"), [["task", function (t) { return t.name; }],
         ["states", function (t) { return stateCounts(t.states); }]],
