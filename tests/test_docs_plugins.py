@@ -41,7 +41,7 @@ def test_example_third_party_package_is_listed_active() -> None:
         check=True,
         env=env,
     )
-    rows = {r["name"]: r for r in json.loads(out.stdout)}
+    rows = {r["name"]: r for r in json.loads(out.stdout)["plugins"]}
     assert rows["example"]["status"] == "active" and rows["example"]["builtin"] is False
     assert rows["example"]["dist"] == "pyattacker-example-plugin"
     assert rows["example"]["provides"] == {"algorithms": ["random_pick"], "tasks": ["reverse_text"]}

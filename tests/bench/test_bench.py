@@ -606,7 +606,7 @@ def test_list_prints_scenarios_algorithms_and_metrics() -> None:
         (["--algorithms", "wiat"], "--algorithms", "did you mean 'wait'"),
         (["--algorithms", "wait,wait"], "--algorithms", "twice"),
         (["--algorithms", ""], "--algorithms", "names"),
-        (["--json", "/nonexistent-dir-xyz/r.json"], "--json", "does not exist"),
+        (["--json", "/dev/null/sub/r.json"], "--json", "not a directory"),  # a missing one is made
         (["--json", "-", "--markdown", "-"], "--markdown", "stdout"),
     ],
 )

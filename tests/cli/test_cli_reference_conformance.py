@@ -164,7 +164,8 @@ def test_suite_flags_are_refused_by_name_with_one_line(
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert lines == [
-        f"Error: {flag}: experiment suites are not supported in this version;" + lines[0].split(";", 1)[1]
+        f"Config error: {flag}: experiment suites are not supported in this version;"
+        + lines[0].split(";", 1)[1]
     ]
     assert "Usage" not in result.stderr and result.stdout == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no store, folder or output

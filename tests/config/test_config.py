@@ -252,7 +252,12 @@ BAD = [
         "pipeline: {tasks: []}\nsource: {kind: range, n: 1}\n",
         ["pipeline.tasks: must be a non-empty list"],
     ),
-    ("no_source", "pipeline: {tasks: [{use: echo}]}\n", ["source: required section is missing"]),
+    # no source: section at all is the reference's default source (tests/cli/test_reference_forms.py)
+    (
+        "empty_source",
+        "pipeline: {tasks: [{use: echo}]}\nsource: {}\n",
+        ["source.kind: required field is missing"],
+    ),
     (
         "control",
         "pipeline: {control: {edges: {}}, tasks: [{use: echo}]}\nsource: {kind: range, n: 1}\n",

@@ -334,8 +334,11 @@ def test_plugins_json_cli() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "pyattacker", "plugins", "--json"], capture_output=True, text=True, check=True
     )
-    rows = json.loads(out.stdout)
+    document = json.loads(out.stdout)
+    assert set(document) == {"plugins", "errors"}  # the reference's shape
+    rows = document["plugins"]
     assert isinstance(rows, list) and rows == sorted(rows, key=lambda r: r["name"])
+    assert document["errors"] == {r["name"]: r["error"] for r in rows if r["status"] == "failed"}
     for row in rows:
         assert set(row) >= {
             "name",

@@ -1331,7 +1331,7 @@ def test_sigint_to_the_parent_then_resume_finishes_every_shard(env: dict[str, st
 def test_executor_plugin_is_listed_as_active(env: dict[str, str]) -> None:
     result = cli(["plugins", "--json"], env)
     assert result.returncode == 0, result.stderr
-    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    rows = {row["name"]: row for row in json.loads(result.stdout)["plugins"]}
     row = rows["executor-local"]
     assert row["status"] == "active" and row["builtin"]
     assert row["provides"] == {"shard_executors": ["local"]}

@@ -74,7 +74,7 @@ def _demo_template(fail_rate: float) -> Any:
     ask = factory(latency_ms=5, fail_rate=fail_rate, tokens=64).with_overrides(
         name="ask", resource="sim", retry=Retrying(max_attempts=4, base=0.05, cap=0.4)
     )
-    return pipeline("demo", demo_prepare, ask, demo_judge)
+    return pipeline("demo.qa", demo_prepare, ask, demo_judge)  # the reference's name
 
 
 def _export_results(store_location: str, run_id: str, path: str) -> int:
@@ -104,6 +104,7 @@ def _export_results(store_location: str, run_id: str, path: str) -> int:
                     json.dumps(
                         {
                             "pipeline_id": row.pipeline_id,
+                            "name": row.name,
                             "state": row.state,
                             "attempts": row.attempts_total,
                             "failed_task": row.failed_task,

@@ -115,8 +115,8 @@ def cli() -> None:
     """
 
 
-def _fail(message: str, code: ExitCode) -> None:
-    click.echo(f"Error: {message}", err=True)
+def _fail(message: str, code: ExitCode, prefix: str = "Error") -> None:
+    click.echo(f"{prefix}: {message}", err=True)
     sys.exit(code)
 
 
@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> None:
         # unlike a config error, the message alone does not say it was a framework failure
         _fail(f"WorkerCrashed: {exc}", ExitCode.INTERNAL_ERROR)
     except ConfigError as exc:
-        _fail(str(exc), ExitCode.USAGE_ERROR)
+        # the reference's prefix, which scripts written for it look for (same exit code)
+        _fail(str(exc), ExitCode.USAGE_ERROR, prefix="Config error")
     except StoreUnavailable as exc:
         _fail(str(exc), ExitCode.INTERNAL_ERROR)
     except PyAttackerError as exc:

@@ -12,7 +12,10 @@ _STATUS = {"active": "[green]active[/]", "failed": "[red]failed[/]", "blocked": 
 
 @click.command("plugins")
 @click.option(
-    "--json", "as_json", is_flag=True, help="Print a JSON array (one object per plugin) for scripts."
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"plugins": [one object per plugin], "errors": {plugin: message}} for scripts.',
 )
 def plugins_command(as_json: bool) -> None:
     """List installed plugins, their status and what they provide.
@@ -23,7 +26,10 @@ def plugins_command(as_json: bool) -> None:
     plugins = get_plugins(rescan=True)  # what is installed now, never a kept scan
     rows = plugins.listing()
     if as_json:
-        click.echo(msgspec.json.format(msgspec.json.encode(rows), indent=2).decode())
+        # the reference's shape: the rows, and each failed plugin's message by name
+        errors = {row.name: row.error or "failed" for row in rows if row.status == "failed"}
+        document = {"plugins": rows, "errors": errors}
+        click.echo(msgspec.json.format(msgspec.json.encode(document), indent=2).decode())
         return
     # start-up: `--json` prints without rich
     from rich.console import Console

@@ -186,10 +186,16 @@ def _run(flags: dict[str, Any], *, resume: bool) -> None:
         run_sharded(flags, resume=resume)
         return
     check_backend_flag(flags["artifact_backend"])
+    if flags["shard"] is not None:
+        # this shard's own I/N is what ``${PYATACKER_SHARD}`` in the config expands to
+        index, count = parse_shard(flags["shard"])
+        os.environ[SHARD_ENV] = f"{index}/{count}"
     loaded = load_config(flags["config_path"], strict_env=flags["strict_env"])
     for warning in loaded.warnings:
         warn(warning)
     checked = check_config(loaded)
+    for note in checked.notes:
+        warn(note)
     overrides = flag_overrides(flags, resume)
     share = None
     if flags["capacity_share"] is not None:
@@ -239,6 +245,11 @@ def _apply_shard(
         return None
     index, count = parse_shard(flags["shard"])
     explicit = flags["store"]
+    if explicit is None and not checked.run.get("store"):
+        raise ConfigError(
+            "--shard: no store is set, and each shard writes a store of its own; give one with"
+            " --store PATH (used as is) or run.store in the config (the shard's suffix is added)"
+        )
     base = resolve_store(checked, explicit)
     if is_memory_store(base):
         raise ConfigError(

@@ -47,7 +47,8 @@ def _readable(effective: dict[str, Any]) -> str:
         lines.append(f"  [{t['seq']}] {t['name']} <- {t['target']}  " + " ".join(e for e in extras if e))
     if "control" in pipe:
         lines.append("  control: " + json.dumps(pipe["control"]))
-    lines.append("source: " + json.dumps(effective["source"], default=str))
+    note = "  # the default: the file has no source: section" if effective.get("source_is_default") else ""
+    lines.append("source: " + json.dumps(effective["source"], default=str) + note)
     return "\n".join(lines)
 
 
@@ -76,7 +77,10 @@ def validate_command(config_path: str, strict_env: bool, fmt: str) -> None:
     loaded = load_config(config_path, strict_env=strict_env)
     for warning in loaded.warnings:
         warn(warning)
-    effective = effective_config(check_config(loaded))
+    checked = check_config(loaded)
+    for note in checked.notes:
+        warn(note)
+    effective = effective_config(checked)
     if fmt == "json":
         out(json.dumps(effective, default=str, indent=2))
     else:

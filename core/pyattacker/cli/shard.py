@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -457,6 +459,23 @@ def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
     raise SystemExit(code)
 
 
+@contextmanager
+def shard_env_preview(count: int) -> Iterator[None]:
+    """``PYATACKER_SHARD`` set while the parent reads the config, when the environment has none.
+
+    The parent only checks the config; each shard reads it again with its own ``I/N``, which is
+    what ``${PYATACKER_SHARD}`` means. Unset here, ``--strict-env`` would refuse a config that
+    every shard accepts (and without it, warn about a variable every shard has)."""
+    if SHARD_ENV in os.environ:
+        yield
+        return
+    os.environ[SHARD_ENV] = f"0/{count}"
+    try:
+        yield
+    finally:
+        os.environ.pop(SHARD_ENV, None)
+
+
 def _prepare(flags: dict[str, Any], resume: bool) -> tuple[_Sharding, ShardExecutor]:
     """Validate once in the parent (a bad config is one exit 2, not N), plan the stores and the
     capacity shares, and say so on stderr."""
@@ -468,11 +487,14 @@ def _prepare(flags: dict[str, Any], resume: bool) -> tuple[_Sharding, ShardExecu
     if jobs > count:
         raise ConfigError(f"--jobs: at most the number of shards ({count}), got {jobs}")
     check_backend_flag(flags["artifact_backend"])
-    loaded = load_config(flags["config_path"], strict_env=flags["strict_env"])
+    with shard_env_preview(count):
+        loaded = load_config(flags["config_path"], strict_env=flags["strict_env"])
     for warning in loaded.warnings:
         warn(warning)
     # validates every section and flag and checks the dataset exists: one exit 2, before any child
     built = build(loaded, flag_overrides(flags, resume), limit=flags["limit"])
+    for note in built.checked.notes:
+        warn(note)
     base = resolve_store(built.checked, flags["store"])
     if is_memory_store(base):
         raise ConfigError(

@@ -170,10 +170,10 @@ def _watched_store(arg: str) -> str:
 )
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.05),
+    type=click.FloatRange(min=0),
     default=1.0,
     show_default=True,
-    help="Seconds between refreshes.",
+    help="Seconds between refreshes (0: the next one as soon as one is drawn).",
 )
 @click.option("--iterations", type=click.IntRange(min=1), default=None, help="Exit 0 after N refreshes.")
 @click.option("--no-clear", is_flag=True, help="Print snapshots one after another instead of redrawing.")

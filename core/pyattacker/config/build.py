@@ -26,11 +26,10 @@ from typing import Any, Protocol
 import msgspec
 
 from pyattacker.config.load import expand_env, read_document
+from pyattacker.config.pools import PoolDef, check_pools, pool_reference_problems
 from pyattacker.config.schema import (
     SECTIONS,
     PipelineSection,
-    PoolSection,
-    ResourceSection,
     RunSection,
     SourceSection,
     check_mapping,
@@ -46,12 +45,7 @@ from pyattacker.flow.taskspec import TaskSpec
 from pyattacker.paths import make_parent
 from pyattacker.plugins.manager import get_plugins
 from pyattacker.plugins.registry import Registry
-from pyattacker.resources.algorithm import (
-    AlgorithmResolver,
-    FallbackRef,
-    resolve_algorithm,
-    validate_algorithm_spec,
-)
+from pyattacker.resources.algorithm import AlgorithmResolver
 from pyattacker.resources.pool import Pool
 from pyattacker.resources.redact import mask_secrets
 from pyattacker.shard.plan import capacity_share as share
@@ -87,14 +81,6 @@ class LoadedConfig:
 
 
 @dataclass
-class PoolDef:
-    name: str
-    kind: str | None
-    algorithm: Any
-    resources: list[dict[str, Any]]
-
-
-@dataclass
 class SourceDef:
     kind: str
     source: Any
@@ -111,6 +97,8 @@ class CheckedConfig:
     pools: dict[str, PoolDef]
     template: PipelineTemplate
     source: SourceDef
+    #: what the file left to a default worth saying (printed as warnings by the commands)
+    notes: list[str] = field(default_factory=list)
 
 
 class SpecsFactory(Protocol):
@@ -273,135 +261,6 @@ def _resolve_sink_paths(items: list[Any], base: Path) -> list[Any]:
     return out
 
 
-def _check_pools(data: Any, errors: list[str]) -> dict[str, PoolDef] | None:
-    """Every pool by name; None when the section itself is unusable, so pool references are not
-    checked against it (each would repeat the one problem as "no pool named ...")."""
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        errors.append(f"pools: must be a mapping of pool name -> pool, got {type_name(data)}")
-        return None
-    algorithms = get_plugins().algorithms
-    pools: dict[str, PoolDef] = {}
-    for name, body in data.items():
-        if isinstance(name, str) and not name.strip():
-            errors.append(f"pools.{name!r}: a pool name must be a non-empty string")
-            continue
-        pools[str(name)] = _check_pool(str(name), body, algorithms, errors)
-    return pools
-
-
-def pool_reference_problems(pools: Mapping[str, PoolDef], template: PipelineTemplate) -> list[str]:
-    """Pools an algorithm names (``failover``'s ``pools``) that the config does not declare.
-
-    Such a name is only looked up when a lease is asked for, so unchecked, every pipeline of the
-    run would fail with "unknown pool" after ``validate`` passed. An algorithm says which pools
-    it names with an optional ``referenced_pools()`` (docs/plugins.md); its fallbacks are asked
-    too.
-    """
-    declared = sorted(pools)
-    problems: list[str] = []
-    where = [(f"pools.{p.name}.algorithm", p.algorithm) for p in pools.values()]
-    where += [
-        (f"pipeline.tasks[{i}].algorithm (task {t.name!r})", t.algorithm)
-        for i, t in enumerate(template.tasks)
-    ]
-    for path, spec in where:
-        if spec is None:
-            continue
-        try:
-            algorithm: Any = resolve_algorithm(spec, get_plugins().algorithms)
-        except ConfigError:  # reported where the spec was checked
-            continue
-        for name in _referenced_pools(algorithm, get_plugins().algorithms):
-            if name not in pools:
-                listed = ", ".join(map(repr, declared)) or "none"
-                problems.append(f"{path}: names the pool {name!r}, which is not declared (pools: {listed})")
-    return problems
-
-
-def _referenced_pools(algorithm: Any, registry: Registry) -> list[str]:
-    """The pool names ``algorithm`` and the fallbacks it wraps (``FallbackRef``s, resolved
-    here as the pool would resolve them) refer to."""
-    names: list[str] = []
-    for _ in range(16):  # a fallback chain, never a cycle in practice; bounded all the same
-        referenced = getattr(algorithm, "referenced_pools", None)
-        if callable(referenced):
-            names.extend(str(n) for n in referenced())
-        fallback = getattr(algorithm, "fallback", None)
-        if isinstance(fallback, FallbackRef):
-            try:
-                fallback = None if fallback.spec is None else resolve_algorithm(fallback.spec, registry)
-            except ConfigError:  # a bad fallback is reported where the spec is checked
-                break
-        if fallback is None or not hasattr(fallback, "acquire"):
-            break
-        algorithm = fallback
-    return names
-
-
-def _check_pool(name: str, body: Any, algorithms: Registry, errors: list[str]) -> PoolDef:
-    """One pool. A broken one is still declared (with no resources; nothing is built once there
-    are errors): its name is known, so a reference to it is not another error."""
-    path = f"pools.{name}"
-    per_resource = {
-        f: f"did you mean {path}.resources[i].{f}? {f} is set per resource"
-        for f in ResourceSection.__struct_fields__
-    }
-    values = check_mapping(body, PoolSection, path, errors, hints=per_resource)
-    if values is None:
-        return PoolDef(name, None, None, [])
-    if values.get("algorithm") is not None:
-        errors.extend(validate_algorithm_spec(values["algorithm"], algorithms, f"{path}.algorithm"))
-    resources = _check_resources(values.get("resources", []), path, name, values.get("kind"), errors)
-    return PoolDef(name, values.get("kind"), values.get("algorithm"), resources)
-
-
-def _check_resources(
-    raw: Any, path: str, name: str, kind: str | None, errors: list[str]
-) -> list[dict[str, Any]]:
-    """A pool's resources, each checked, ids unique and missing ones filled in."""
-    if not isinstance(raw, list):
-        errors.append(f"{path}.resources: must be a list of resources, got {type_name(raw)}")
-        return []
-    if not raw:
-        errors.append(f"{path}.resources: a pool needs at least one resource (tasks would wait forever)")
-    resources: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for i, item in enumerate(raw):
-        res = check_mapping(item, ResourceSection, f"{path}.resources[{i}]", errors)
-        if res is None:
-            continue
-        rid = res.get("id")
-        if rid is not None:
-            if rid in seen:
-                errors.append(f"{path}.resources[{i}].id: duplicate resource id {rid!r} in pool {name!r}")
-            seen.add(rid)
-        resources.append(res)
-    _default_ids(resources, kind or name, seen)
-    return resources
-
-
-def _default_ids(resources: list[dict[str, Any]], pool_kind: str, taken: set[str]) -> None:
-    """``<kind>-<n>`` for each resource without an id, counted within its pool and never equal to
-    an id given explicitly (a process-wide counter could hand out ``llm-1`` next to an explicit
-    ``llm-1``, and the second resource would silently replace the first)."""
-    counters: dict[str, int] = {}
-    for res in resources:
-        if res.get("id") is not None:
-            continue
-        kind = res.get("kind") or pool_kind
-        n = counters.get(kind, 0)
-        while True:
-            n += 1
-            candidate = f"{kind}-{n}"
-            if candidate not in taken:
-                break
-        counters[kind] = n
-        taken.add(candidate)
-        res["id"] = candidate
-
-
 def _check_pipeline(
     data: Any, pools: Mapping[str, PoolDef] | None, errors: list[str]
 ) -> PipelineTemplate | None:
@@ -479,10 +338,15 @@ def _pool_hint(name: str, pools: Mapping[str, Any]) -> str:
     return did_you_mean(name, list(pools)) + known
 
 
+#: the source of a config without a ``source:`` section (the reference's default): one pipeline
+DEFAULT_SOURCE: dict[str, Any] = {"kind": "range", "n": 1}
+DEFAULT_SOURCE_NOTE = (
+    'no source: section: one pipeline runs, seeded {"i": 0} (the default source,'
+    " source: {kind: range, n: 1}; write a source: section to run more)"
+)
+
+
 def _check_source(data: Any, errors: list[str]) -> SourceDef | None:
-    if data is None:
-        errors.append("source: required section is missing (e.g. source: {kind: range, n: 10})")
-        return None
     registry = get_plugins().sources
     if not isinstance(data, dict):
         errors.append(f"source: must be a mapping, got {type_name(data)}")
@@ -536,14 +400,19 @@ def check_config(loaded: LoadedConfig) -> CheckedConfig:
             )
     run_data = data.get("run")
     run = _check_run(run_data, loaded.base_dir, errors) if run_data is not None else {}
-    pools = _check_pools(data.get("pools"), errors)
+    pools = check_pools(data.get("pools"), errors)
     template = _check_pipeline(data.get("pipeline"), pools, errors)
     if not errors and pools is not None and template is not None:
         errors.extend(pool_reference_problems(pools, template))
-    source = _check_source(data.get("source"), errors)
+    notes: list[str] = []
+    source_data = data.get("source")
+    if source_data is None:  # absent, or an empty `source:` in YAML
+        source_data = DEFAULT_SOURCE
+        notes.append(DEFAULT_SOURCE_NOTE)
+    source = _check_source(source_data, errors)
     if errors or pools is None or template is None or source is None:
         raise ConfigError(f"{loaded.path}: invalid config\n" + "\n".join(f"  {e}" for e in errors))
-    return CheckedConfig(loaded=loaded, run=run, pools=pools, template=template, source=source)
+    return CheckedConfig(loaded=loaded, run=run, pools=pools, template=template, source=source, notes=notes)
 
 
 # -- building --------------------------------------------------------------------------------
@@ -661,6 +530,7 @@ def effective_config(checked: CheckedConfig, overrides: Mapping[str, Any] | None
         "base_dir": str(checked.loaded.base_dir),
         "run": mask_secrets(run),
         "store_is_default": not checked.run.get("store") and overrides.get("store") is None,
+        "source_is_default": DEFAULT_SOURCE_NOTE in checked.notes,
         "pools": {
             name: {
                 "kind": p.kind,

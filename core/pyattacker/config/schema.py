@@ -92,11 +92,19 @@ class ResourceSection(msgspec.Struct, kw_only=True):
 
 
 class PoolSection(msgspec.Struct, kw_only=True):
-    """``pools.<name>``: resources plus the default acquisition algorithm."""
+    """``pools.<name>``: resources plus the default acquisition algorithm.
+
+    ``capacity`` and the health settings here are defaults for every resource that does not set
+    its own (the reference's pool-level form); with no ``resources`` a ``capacity`` declares one.
+    """
 
     kind: Name | None = None
     algorithm: Any = None
-    resources: Any = msgspec.field(default_factory=list)
+    resources: Any = None
+    capacity: PositiveInt | None = None
+    degrade_after: PositiveInt | None = None
+    dead_after: PositiveInt | None = None
+    cooldown_s: NonNegativeFloat | None = None
 
 
 class RetrySection(msgspec.Struct, kw_only=True):
@@ -117,7 +125,8 @@ class TaskEntry(msgspec.Struct, kw_only=True):
     """One entry of ``pipeline.tasks``: a ``use:`` target plus the fields it overrides.
 
     ``kwargs`` are checked against the factory (non-finite ones only for a marked factory, whose
-    arguments are its identity); ``config`` is identity data."""
+    arguments are its identity); ``args`` (the reference's name) are the same arguments, as a
+    list (positional) or a mapping; ``config`` is identity data."""
 
     DATA: ClassVar[frozenset[str]] = frozenset({"config"})
 
@@ -127,6 +136,7 @@ class TaskEntry(msgspec.Struct, kw_only=True):
     algorithm: Any = None
     timeout_s: PositiveFloat | None = None
     kwargs: dict[str, Any] = {}
+    args: list[Any] | dict[str, Any] | None = None
     retry: Any = None
     config: dict[str, Any] | None = None
     version: str | None = None

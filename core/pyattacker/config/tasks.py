@@ -64,7 +64,11 @@ def resolve_use(target: str, registry: Registry) -> Any:
     return obj
 
 
-def _kwargs_problems(factory: Any, kwargs: dict[str, Any], path: str, target: str) -> list[str]:
+def _kwargs_problems(
+    factory: Any, kwargs: dict[str, Any], path: str, target: str, origin: dict[str, str]
+) -> list[str]:
+    """What is wrong with ``kwargs`` for ``factory``; ``origin``: the field path of an argument
+    given under ``args:`` (the others are under ``kwargs:``)."""
     try:
         sig = inspect.signature(factory)
     except (TypeError, ValueError):
@@ -78,7 +82,8 @@ def _kwargs_problems(factory: Any, kwargs: dict[str, Any], path: str, target: st
                 accepted = (
                     f"; {target} accepts: {', '.join(named)}" if named else f"; {target} takes no arguments"
                 )
-                problems.append(f"{path}.kwargs.{key}: unknown argument{did_you_mean(key, named)}{accepted}")
+                where = origin.get(key, f"{path}.kwargs.{key}")
+                problems.append(f"{where}: unknown argument{did_you_mean(key, named)}{accepted}")
     for p in params:
         if (
             p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
@@ -89,8 +94,51 @@ def _kwargs_problems(factory: Any, kwargs: dict[str, Any], path: str, target: st
     return problems
 
 
+def _positional_names(factory: Any) -> list[str] | None:
+    """The names ``args: [...]`` fills, in order (None: the signature cannot be read)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    return [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+
+
+def _arguments(
+    obj: Any, values: dict[str, Any], path: str, target: str, errors: list[str]
+) -> tuple[dict[str, Any], dict[str, str]] | None:
+    """A factory's keyword arguments from ``kwargs:`` and the reference's ``args:`` (a list is
+    positional, a mapping keyword); with where each one given under ``args`` came from."""
+    kwargs = dict(values.get("kwargs", {}))
+    args = values.get("args")
+    if args is None:
+        return kwargs, {}
+    if isinstance(obj, TaskSpec):
+        errors.append(f"{path}.args: {target} is a task, not a factory; it takes no args")
+        return None
+    if isinstance(args, dict):
+        given = {str(k): (v, f"{path}.args.{k}") for k, v in args.items()}
+    else:
+        names = _positional_names(obj) if callable(obj) else []
+        if names is None:
+            errors.append(f"{path}.args: the arguments of {target} cannot be read; name them under kwargs")
+            return None
+        if len(args) > len(names):
+            takes = f"at most {len(names)} ({', '.join(names)})" if names else "none"
+            errors.append(f"{path}.args: {target} takes {takes} positional arguments, got {len(args)}")
+            return None
+        given = {name: (v, f"{path}.args[{i}]") for i, (name, v) in enumerate(zip(names, args, strict=False))}
+    before = len(errors)
+    for name, (_, where) in given.items():
+        if name in kwargs:
+            errors.append(f"{where}: {name!r} is given in kwargs too; give it once")
+    if len(errors) > before:
+        return None
+    kwargs.update({name: value for name, (value, _) in given.items()})
+    return kwargs, {name: where for name, (_, where) in given.items()}
+
+
 def _instantiate(
-    obj: Any, kwargs: dict[str, Any], path: str, target: str, errors: list[str]
+    obj: Any, kwargs: dict[str, Any], path: str, target: str, errors: list[str], origin: dict[str, str]
 ) -> TaskSpec | None:
     """The TaskSpec ``obj`` is, or that the factory ``obj`` returns for ``kwargs``."""
     if isinstance(obj, TaskSpec):
@@ -101,7 +149,7 @@ def _instantiate(
     if not callable(obj):
         errors.append(f"{path}.use: {target} is a {type(obj).__name__}, not a task or a task factory")
         return None
-    problems = _kwargs_problems(obj, kwargs, path, target)
+    problems = _kwargs_problems(obj, kwargs, path, target, origin)
     if getattr(obj, "__pyattacker_factory__", False):  # its arguments are part of the identity
         problems += non_finite(kwargs, f"{path}.kwargs")
     if problems:
@@ -187,7 +235,11 @@ def resolve_task_entry(
         return None, path
     if len(errors) > before:
         return None, path
-    spec = _instantiate(obj, values.get("kwargs", {}), path, target, errors)
+    arguments = _arguments(obj, values, path, target, errors)
+    if arguments is None:
+        return None, path
+    kwargs, given_as = arguments
+    spec = _instantiate(obj, kwargs, path, target, errors, given_as)
     if spec is None:
         return None, path
     changes: dict[str, Any] = {}

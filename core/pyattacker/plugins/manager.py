@@ -79,9 +79,15 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "store-jsonl",
     "store-memory",
     "store-sqlite",
+    "task-boom",
+    "task-delay",
     "task-echo",
+    "task-fanout",
+    "task-flaky",
+    "task-leaky",
     "task-shell-run",
     "task-simulate-llm",
+    "task-write-jsonl",
 )
 GROUP = "pyattacker.plugins"
 #: Simple typed groups read through the bridge plugin: group -> registry kind.

@@ -16,6 +16,7 @@ import rich_click as click
 from click.core import ParameterSource
 
 from pyattacker import ConfigError
+from pyattacker.paths import make_parent, unwritable
 
 __all__ = ["bench_command"]
 
@@ -30,7 +31,12 @@ def _output_path(flag: str, value: str | None) -> Path | None:
     if path.is_dir():
         raise ConfigError(f"{flag}: {value} is a folder; give a file path")
     if not path.parent.is_dir():
-        raise ConfigError(f"{flag}: folder {str(path.parent)!r} does not exist")
+        # a missing folder is created, as the reference does, but only once there is a report
+        # to write into it; a folder that cannot be made is refused now, before the run
+        problem = unwritable(path, directory=False)
+        if problem is not None:
+            raise ConfigError(f"{flag}: {problem}")
+        return path
     # opened (and removed again if it was new) now, not found unwritable after a long run
     existed = path.exists()
     try:
@@ -54,6 +60,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def _write(flag: str, path: Path, text: str) -> None:
+    make_parent(path, flag)
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
