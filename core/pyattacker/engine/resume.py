@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pyattacker.digest import payload_mismatch
 from pyattacker.engine.checkpoint import snapshot
 from pyattacker.engine.state import PipelineState, RunState
 from pyattacker.engine.telemetry import Telemetry
@@ -209,6 +210,17 @@ class Resumer:
                 "pipeline.checkpoint_missing",
                 {"seq": seq, "task": task, "reason": "summary_journal_or_null_backend"},
             )
+        damage = payload_mismatch(art.digest, art.payload)
+        if damage is not None:  # changed on disk: never fed to the next task as if it were its input
+            return None, (
+                "pipeline.checkpoint_unusable",
+                {
+                    "seq": seq,
+                    "task": task,
+                    "reason": "digest_mismatch",
+                    "error": f"artifact {art.artifact_id!r}: {damage}",
+                },
+            )
         try:
             types = self._returned_types(chain[writer]) if 0 <= writer < len(chain) else {}
             return self.codecs.decode(art.codec, art.type_name, art.payload, types), None
@@ -291,6 +303,20 @@ class Resumer:
             "previous_failed_task": record.failed_task,
             "previous_run_id": record.run_id,
         }
+        damage = None if art is None or art.payload is None else payload_mismatch(art.digest, art.payload)
+        if damage is not None:  # its bytes changed on disk: settling on them would export them
+            self.event(
+                "pipeline.checkpoint_unusable",
+                "pipeline",
+                pipeline_id=spec.key,
+                data={
+                    "seq": seq,
+                    "reason": "digest_mismatch",
+                    "error": damage,
+                    "action": "rerun_last_task" if jump is None else "restart_from_seed",
+                },
+            )
+            return False
         if art is None:
             self.event(
                 "pipeline.checkpoint_missing",
