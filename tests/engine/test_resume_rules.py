@@ -474,3 +474,62 @@ def test_a_final_output_whose_bytes_changed_is_not_settled_as_succeeded(tmp_path
     (unusable,) = _events(path, "pipeline.checkpoint_unusable")
     assert unusable.data["reason"] == "digest_mismatch" and unusable.data["action"] == "rerun_last_task"
     assert not _events(path, "pipeline.terminal_repaired")
+
+
+def _flip_hex(digest: str) -> str:
+    """``digest`` with one bit flipped in its first character, still a hex digit (``0`` <-> ``1``)."""
+    first = digest[0] if not digest.startswith("v2:") else digest[3]
+    other = format(int(first, 16) ^ 1, "x")
+    return digest.replace(first, other, 1)
+
+
+@pytest.mark.parametrize(
+    ("column", "keyed", "needle"),
+    [
+        ("seed_digest", False, "key is derived from this seed and chain"),
+        ("spec_digest", False, "key is derived from this seed and chain"),
+        ("seed_digest", True, "the seed stored with it has this very seed's digest"),
+        ("spec_digest", True, "is not a digest"),
+    ],
+)
+def test_a_damaged_identity_is_named_as_damage_not_as_a_changed_config(
+    tmp_path: Path, column: str, keyed: bool, needle: str
+) -> None:
+    """A bit flipped in a stored row's seed or chain digest: resume used to say "stored with a
+    different seed / task chain", sending the user after a change nobody made. Where the digests
+    show the bytes are damaged, the refusal says so (``CorruptRow``, exit 2), naming the row."""
+    from pyattacker.errors import CorruptRow
+
+    path = str(tmp_path / "s.db")
+    rows = [{"i": 0, "id": "k0"}]
+    specs = (
+        (lambda: TEMPLATE.map(rows, key_of=lambda s: s["id"])) if keyed else (lambda: TEMPLATE.map(seeds(1)))
+    )
+    with vrunner(store=path) as r:
+        r.run(specs())
+    key = "k0" if keyed else TEMPLATE.bind({"i": 0}).key
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    (value,) = conn.execute(f"SELECT {column} FROM pipelines WHERE pipeline_id = ?", (key,)).fetchone()
+    damaged = _flip_hex(value) if not (keyed and column == "spec_digest") else value.replace("v2:", "v2;", 1)
+    conn.execute(f"UPDATE pipelines SET {column} = ? WHERE pipeline_id = ?", (damaged, key))
+    conn.commit()
+    conn.close()
+    CALLS.clear()
+    with pytest.raises(CorruptRow, match="damaged") as info, vrunner(store=path) as r:
+        r.run(specs())
+    assert needle in str(info.value) and key in str(info.value) and "different" not in str(info.value)
+    assert CALLS == {}
+
+
+def test_a_changed_seed_under_an_explicit_key_is_still_a_changed_config(tmp_path: Path) -> None:
+    """The same check leaves a real change alone: another seed under the same key is refused as
+    a changed seed, as before."""
+    from pyattacker.errors import PipelineIdentityConflict
+
+    path = str(tmp_path / "s.db")
+    with vrunner(store=path) as r:
+        r.run(TEMPLATE.map([{"i": 0, "id": "k0"}], key_of=lambda s: s["id"]))
+    with pytest.raises(PipelineIdentityConflict, match="different seed"), vrunner(store=path) as r:
+        r.run(TEMPLATE.map([{"i": 5, "id": "k0"}], key_of=lambda s: s["id"]))

@@ -13,9 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 from pyattacker.digest import payload_mismatch
 from pyattacker.engine.checkpoint import snapshot
+from pyattacker.engine.identity_damage import damage_of
 from pyattacker.engine.state import PipelineState, RunState
 from pyattacker.engine.telemetry import Telemetry
-from pyattacker.errors import ArtifactCodecError, CorruptCheckpoint, CorruptRow, PipelineIdentityConflict
+from pyattacker.errors import (
+    ArtifactCodecError,
+    CorruptCheckpoint,
+    CorruptRow,
+    PipelineIdentityConflict,
+    PyAttackerError,
+)
 from pyattacker.model import ArtifactRecord, Batch, PipelineRecord
 from pyattacker.store.codecs import CodecRegistry, returned_record_types
 
@@ -52,6 +59,18 @@ class Resumer:
         if row is not None and (
             row.spec_digest != template.spec_digest or row.seed_digest != spec.seed_digest
         ):
+            damage = damage_of(spec, row, self.store)
+            if damage is not None:  # the bytes changed, not the configuration: say so
+                err: PyAttackerError = CorruptRow(
+                    f"table pipelines, row pipeline_id={spec.key!r} is damaged: {damage}. Its"
+                    " configuration did not change; restore the store from a copy, or use a new key"
+                    " or a new store for this pipeline",
+                    getattr(self.store, "location", None),
+                )
+                self.event(
+                    "pipeline.identity_damaged", "pipeline", pipeline_id=spec.key, data={"error": str(err)}
+                )
+                raise err
             what = "task chain" if row.spec_digest != template.spec_digest else "seed"
             err = PipelineIdentityConflict(
                 f"pipeline {spec.key!r} is stored with a different {what}; its old results are kept."
