@@ -93,6 +93,7 @@ def _digest(sc: H.Scenario, paths: H.Paths, out: H.Outcome) -> None:
         return
     pid, seq = rnd.choice(unfinished)
     where = _flip_artifact(sc.store, paths.store_path, f"{pid}:{seq}")
+    before = H.snapshot(sc.store, paths.store_path)  # the journal's committed bytes as damaged
     mark = len(H.read_ledger(paths.ledger))
     # the damaged slot is no longer durable: it must run again, everything else must not
     before.artifact_slots[pid].discard(seq)
