@@ -537,7 +537,6 @@ def _stop_scenario(sc: Scenario, workdir: Path, out: Outcome) -> None:
             )
         )
     elif sc.fault == "enospc":
-        out.stops += 1
         refused = r.get("refused_commits")
         out.verdicts.append(
             C.fault_fired(
@@ -546,7 +545,15 @@ def _stop_scenario(sc: Scenario, workdir: Path, out: Outcome) -> None:
                 f"ENOSPC raised from {refused} commit(s) after {r.get('commits')} good ones",
             )
         )
-        if sc.via == "cli":
+        if not refused:  # the run ended before the chosen commit: there is no failure to judge
+            out.verdicts.append(
+                C.undetermined(
+                    "enospc_reported",
+                    f"the run made {r.get('commits')} commits, fewer than the {sc.occurrence} after which"
+                    " ENOSPC was to be raised",
+                )
+            )
+        elif sc.via == "cli":
             out.verdicts.append(
                 C.equals("enospc_exit_code", run.returncode, 2, "`pyattacker resume` exit status")
             )
@@ -565,6 +572,7 @@ def _stop_scenario(sc: Scenario, workdir: Path, out: Outcome) -> None:
                     "enospc_raises", r.get("exception"), "StoreUnavailable", "exception raised by Runner.run"
                 )
             )
+        out.stops += 1 if refused else 0
     elif sc.fault in ("stop_failures", "stop_time"):
         out.stops += 1
         want = "stop_after_failures" if sc.fault == "stop_failures" else "stop_after_s"
