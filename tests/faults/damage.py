@@ -244,6 +244,7 @@ def _wal(sc: H.Scenario, paths: H.Paths, out: H.Outcome) -> None:
         what = f"bit {at % 8} of -wal byte {at} (of {len(data)}) flipped"
     held = _held(db)
     short = [k for k in recorded if k in held and held[k] < recorded[k]]
+    damaged = H.snapshot(sc.store, db)  # what the damaged store holds, before anything reopens it
     mark = len(H.read_ledger(paths.ledger))
     res = paths.root / "resumed.json"
     resumed = H.run_child(H._child_argv(paths, sc, res, ["--via", "sdk"]), res)
@@ -276,7 +277,6 @@ def _wal(sc: H.Scenario, paths: H.Paths, out: H.Outcome) -> None:
         return
     # nothing the record knows of is missing: the store must open, and what it still holds must
     # not run again (slots lost after the last record are the record's known lag, named here)
-    damaged = H.snapshot(sc.store, db)
     lost = crashed.durable - damaged.durable
     out.verdicts.append(
         C.undetermined(
