@@ -244,7 +244,7 @@ def _wal(sc: H.Scenario, paths: H.Paths, out: H.Outcome) -> None:
         what = f"bit {at % 8} of -wal byte {at} (of {len(data)}) flipped"
     held = _held(db)
     short = [k for k in recorded if k in held and held[k] < recorded[k]]
-    damaged = H.snapshot(sc.store, db)  # what the damaged store holds, before anything reopens it
+    damaged = _snapshot_or_empty(sc.store, db)  # what the damaged store holds, before anything reopens it
     mark = len(H.read_ledger(paths.ledger))
     res = paths.root / "resumed.json"
     resumed = H.run_child(H._child_argv(paths, sc, res, ["--via", "sdk"]), res)
@@ -286,6 +286,16 @@ def _wal(sc: H.Scenario, paths: H.Paths, out: H.Outcome) -> None:
         else C.passed("loss_named", f"{what}: the store still holds every durable slot; nothing to name")
     )
     H._common(sc, paths, out, damaged, H.snapshot(sc.store, db), mark, resumed)
+
+
+def _snapshot_or_empty(store: str, db: Path) -> H.Snapshot:
+    """``snapshot``; a file left without its tables (its whole log lost) holds nothing."""
+    try:
+        return H.snapshot(store, db)
+    except sqlite3.OperationalError as exc:
+        if "no such table" not in str(exc):
+            raise
+        return H.Snapshot()
 
 
 # -- a hot rollback journal --------------------------------------------------------------------------

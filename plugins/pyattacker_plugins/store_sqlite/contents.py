@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from typing import Any
 
 __all__ = ["SUFFIX", "KINDS", "keep_log_aside", "marker_path", "read_marker", "shortfall", "write_marker"]
@@ -85,6 +84,8 @@ def keep_log_aside(path: str) -> str:
     if not os.path.exists(log):
         return ""
     kept = f"{log}.lost"
+    import shutil  # start-up: only a store that lost data needs it
+
     try:
         shutil.copyfile(log, kept)
     except OSError as exc:
