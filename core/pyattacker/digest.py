@@ -41,3 +41,13 @@ def blake2b_hasher(prefix: bytes = b"") -> Any:
     the copy with ``data``, and its ``hexdigest()`` is ``digest_bytes(prefix + data)``. Copying
     skips the set-up (and the prefix), much of a small digest's cost."""
     return hashlib.blake2b(prefix, digest_size=DIGEST_SIZE)
+
+
+def payload_mismatch(digest: str, data: bytes) -> str | None:
+    """None when ``data`` hash to ``digest`` (an artifact's stored digest); else what was found,
+    for an event or a view. Every stored payload is checked this way when it is read back: bytes
+    changed on disk must never pass for a task's output."""
+    found = digest_bytes(data)
+    if found == digest:
+        return None
+    return f"its {len(data)} stored bytes hash to {found}, not to the stored digest {digest!r} (damaged)"

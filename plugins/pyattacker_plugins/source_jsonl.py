@@ -77,6 +77,11 @@ class JsonlSource:
                     raise ConfigError(
                         f"{path}:{lineno}: invalid JSON line: {exc}{_hint(line, lineno)}"
                     ) from None
+                except RecursionError:  # (the decoder's depth limit: say where, like any bad line)
+                    raise ConfigError(
+                        f"{path}:{lineno}: invalid JSON line: nested too deeply to be read"
+                        " (arrays or objects inside each other beyond the decoder's depth limit)"
+                    ) from None
                 yield self._key(row, options, path, lineno), row
                 emitted += 1
         finally:

@@ -392,3 +392,144 @@ def test_an_undecodable_checkpoint_resumes_from_the_output_before_it(tmp_path: P
     (unusable,) = _events(path, "pipeline.checkpoint_unusable")
     assert "'gone'" in unusable.data["error"]
     assert (unusable.data["seq"], unusable.data["task"], unusable.data["resume_from"]) == (1, "second", 1)
+
+
+def _flip_payload_byte(path: str, seq: int) -> None:
+    """Change one byte of the stored output of task ``seq`` (every pipeline), as disk damage would
+    (the row and its digest left as they were)."""
+    if path.startswith("jsonl:"):
+        import base64
+        import json
+
+        from pyattacker_plugins.store_jsonl import JOURNAL
+
+        journal = Path(path[len("jsonl:") :]) / JOURNAL
+        lines = journal.read_bytes().split(b"\n")
+        for i, line in enumerate(lines):
+            if line.startswith(b'["artifact"') and json.loads(line)[1]["seq"] == seq:
+                old = json.loads(line)[1]["payload"]
+                data = bytearray(base64.b64decode(old))
+                data[-2] ^= 0x01
+                new = base64.b64encode(bytes(data)).decode()
+                assert len(new) == len(old)  # the journal's line lengths stay as they were
+                lines[i] = line.replace(old.encode(), new.encode())
+        journal.write_bytes(b"\n".join(lines))
+    else:
+        import sqlite3
+
+        conn = sqlite3.connect(path, isolation_level=None)
+        for pk, payload in conn.execute("SELECT pk, payload FROM artifacts WHERE seq = ?", (seq,)).fetchall():
+            data = bytearray(payload)
+            data[-2] ^= 0x01
+            conn.execute("UPDATE artifacts SET payload = ? WHERE pk = ? AND seq = ?", (bytes(data), pk, seq))
+        conn.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_a_checkpoint_whose_bytes_changed_is_not_fed_to_the_next_task(tmp_path: Path, kind: str) -> None:
+    """One byte of a failed pipeline's checkpointed output changed on disk (digest kept): resume
+    must not hand the changed value to the next task. It runs the task that produced it again
+    from the output before it, with a ``checkpoint_unusable`` event saying the digest did not
+    match. Before, the next task got the changed value, with exit 0 and no event."""
+    path = str(tmp_path / "s.db") if kind == "sqlite" else f"jsonl:{tmp_path / 's'}"
+    fail = {"on": True}
+    seen: list[Any] = []
+
+    @task
+    def third(x: Any) -> Any:
+        seen.append(x)
+        if fail["on"]:
+            raise ValueError("later")
+        return x
+
+    tpl = pipeline("p", first, second, third)
+    with vrunner(store=path) as r:
+        r.run(tpl.map(seeds(1)))
+    _flip_payload_byte(path, 1)
+    fail["on"] = False
+    CALLS.clear()
+    seen.clear()
+    with vrunner(store=path) as r:
+        rep = r.run(tpl.map(seeds(1)))
+    assert rep.succeeded == 1 and CALLS == {"second": 1}
+    assert seen == [{"v": 1}]  # the value ``second`` returns for seed 0, recomputed
+    (unusable,) = _events(path, "pipeline.checkpoint_unusable")
+    assert unusable.data["reason"] == "digest_mismatch" and "damaged" in unusable.data["error"]
+    assert (unusable.data["seq"], unusable.data["task"], unusable.data["resume_from"]) == (1, "second", 1)
+
+
+def test_a_final_output_whose_bytes_changed_is_not_settled_as_succeeded(tmp_path: Path) -> None:
+    """A torn terminal state whose final output's bytes changed on disk: the pipeline is not
+    settled on those bytes (they would be exported as its result); its last task runs again."""
+    path = str(tmp_path / "s.db")
+    with vrunner(store=path) as r:
+        r.run(TEMPLATE.map(seeds(1)))
+    key = TEMPLATE.bind({"i": 0}).key
+    _tear(path, key)
+    _flip_payload_byte(path, 1)
+    CALLS.clear()
+    with vrunner(store=path) as r:
+        rep = r.run(TEMPLATE.map(seeds(1)))
+    assert CALLS == {"second": 1} and rep.succeeded == 1
+    (unusable,) = _events(path, "pipeline.checkpoint_unusable")
+    assert unusable.data["reason"] == "digest_mismatch" and unusable.data["action"] == "rerun_last_task"
+    assert not _events(path, "pipeline.terminal_repaired")
+
+
+def _flip_hex(digest: str) -> str:
+    """``digest`` with one bit flipped in its first character, still a hex digit (``0`` <-> ``1``)."""
+    first = digest[0] if not digest.startswith("v2:") else digest[3]
+    other = format(int(first, 16) ^ 1, "x")
+    return digest.replace(first, other, 1)
+
+
+@pytest.mark.parametrize(
+    ("column", "keyed", "needle"),
+    [
+        ("seed_digest", False, "key is derived from this seed and chain"),
+        ("spec_digest", False, "key is derived from this seed and chain"),
+        ("seed_digest", True, "the seed stored with it has this very seed's digest"),
+        ("spec_digest", True, "is not a digest"),
+    ],
+)
+def test_a_damaged_identity_is_named_as_damage_not_as_a_changed_config(
+    tmp_path: Path, column: str, keyed: bool, needle: str
+) -> None:
+    """A bit flipped in a stored row's seed or chain digest: resume used to say "stored with a
+    different seed / task chain", sending the user after a change nobody made. Where the digests
+    show the bytes are damaged, the refusal says so (``CorruptRow``, exit 2), naming the row."""
+    from pyattacker.errors import CorruptRow
+
+    path = str(tmp_path / "s.db")
+    rows = [{"i": 0, "id": "k0"}]
+    specs = (
+        (lambda: TEMPLATE.map(rows, key_of=lambda s: s["id"])) if keyed else (lambda: TEMPLATE.map(seeds(1)))
+    )
+    with vrunner(store=path) as r:
+        r.run(specs())
+    key = "k0" if keyed else TEMPLATE.bind({"i": 0}).key
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    (value,) = conn.execute(f"SELECT {column} FROM pipelines WHERE pipeline_id = ?", (key,)).fetchone()
+    damaged = _flip_hex(value) if not (keyed and column == "spec_digest") else value.replace("v2:", "v2;", 1)
+    conn.execute(f"UPDATE pipelines SET {column} = ? WHERE pipeline_id = ?", (damaged, key))
+    conn.commit()
+    conn.close()
+    CALLS.clear()
+    with pytest.raises(CorruptRow, match="damaged") as info, vrunner(store=path) as r:
+        r.run(specs())
+    assert needle in str(info.value) and key in str(info.value) and "different" not in str(info.value)
+    assert CALLS == {}
+
+
+def test_a_changed_seed_under_an_explicit_key_is_still_a_changed_config(tmp_path: Path) -> None:
+    """The same check leaves a real change alone: another seed under the same key is refused as
+    a changed seed, as before."""
+    from pyattacker.errors import PipelineIdentityConflict
+
+    path = str(tmp_path / "s.db")
+    with vrunner(store=path) as r:
+        r.run(TEMPLATE.map([{"i": 0, "id": "k0"}], key_of=lambda s: s["id"]))
+    with pytest.raises(PipelineIdentityConflict, match="different seed"), vrunner(store=path) as r:
+        r.run(TEMPLATE.map([{"i": 5, "id": "k0"}], key_of=lambda s: s["id"]))

@@ -287,6 +287,8 @@ def _run_options(args: argparse.Namespace) -> dict[str, Any]:
     backend = _backend(args.backend)
     if backend is not None:
         opts["artifact_backend"] = backend
+    if args.fresh_restart:
+        opts["fresh_restart"] = True
     if args.fault == "stop_failures":
         opts["stop_after_failures"] = args.n
     if args.fault == "stop_time":
@@ -430,6 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--doom-every", type=int, default=0, help="every N-th pipeline fails for good")
     p.add_argument("--variant", choices=("base", "chain", "seed"), default="base")
     p.add_argument("--via", choices=("sdk", "cli"), default="sdk")
+    p.add_argument("--fresh-restart", action="store_true", help="accept a store that lost data")
     p.add_argument("--workdir", help="CLI mode: where to write the config and data files")
     p.add_argument("--result", help="write a JSON result here (not written when the child crashes)")
     p.add_argument("--crash-note", help="write what the crashing batch held here, just before dying")

@@ -67,8 +67,11 @@ class Scenario:
 
     @property
     def name(self) -> str:
-        what = f"{self.fault}:{self.kind}@{self.occurrence}" if self.fault == "crash" else self.fault
-        if self.fault in ("sigkill", "sigint", "cancel", "enospc") and isinstance(self.occurrence, int):
+        crashing = self.fault in ("crash", "damage_digest", "damage_wal_lost", "damage_wal_bit")
+        what = f"{self.fault}:{self.kind}@{self.occurrence}" if crashing else self.fault
+        if self.fault in ("sigkill", "sigint", "cancel", "enospc", "shards_sigkill") and isinstance(
+            self.occurrence, int
+        ):
             what += f"@{self.occurrence}"
         return f"{what}/{self.store}/{self.backend}/{self.via}/seed{self.seed}"
 
@@ -410,6 +413,10 @@ def run_scenario(sc: Scenario, workdir: Path) -> Outcome:
             _drift_scenario(sc, workdir, out)
         elif sc.fault == "sink_error":
             _sink_scenario(sc, workdir, out)
+        elif sc.fault.startswith(("damage_", "shards_")):
+            from .damage import run_damage  # (damage builds on this module's parts)
+
+            run_damage(sc, workdir, out)
         else:
             _stop_scenario(sc, workdir, out)
     except Exception as exc:  # the harness itself broke: recorded, never shown as a pass
@@ -530,7 +537,6 @@ def _stop_scenario(sc: Scenario, workdir: Path, out: Outcome) -> None:
             )
         )
     elif sc.fault == "enospc":
-        out.stops += 1
         refused = r.get("refused_commits")
         out.verdicts.append(
             C.fault_fired(
@@ -539,7 +545,15 @@ def _stop_scenario(sc: Scenario, workdir: Path, out: Outcome) -> None:
                 f"ENOSPC raised from {refused} commit(s) after {r.get('commits')} good ones",
             )
         )
-        if sc.via == "cli":
+        if not refused:  # the run ended before the chosen commit: there is no failure to judge
+            out.verdicts.append(
+                C.undetermined(
+                    "enospc_reported",
+                    f"the run made {r.get('commits')} commits, fewer than the {sc.occurrence} after which"
+                    " ENOSPC was to be raised",
+                )
+            )
+        elif sc.via == "cli":
             out.verdicts.append(
                 C.equals("enospc_exit_code", run.returncode, 2, "`pyattacker resume` exit status")
             )
@@ -558,6 +572,7 @@ def _stop_scenario(sc: Scenario, workdir: Path, out: Outcome) -> None:
                     "enospc_raises", r.get("exception"), "StoreUnavailable", "exception raised by Runner.run"
                 )
             )
+        out.stops += 1 if refused else 0
     elif sc.fault in ("stop_failures", "stop_time"):
         out.stops += 1
         want = "stop_after_failures" if sc.fault == "stop_failures" else "stop_after_s"
@@ -596,8 +611,17 @@ def _judge_resume(sc: Scenario, paths: Paths, out: Outcome, *, crashed: ChildRun
 
 
 def _common(
-    sc: Scenario, paths: Paths, out: Outcome, before: Snapshot, after: Snapshot, mark: int, resumed: ChildRun
+    sc: Scenario,
+    paths: Paths,
+    out: Outcome,
+    before: Snapshot,
+    after: Snapshot,
+    mark: int,
+    resumed: ChildRun,
+    damaged: frozenset[tuple[str, int]] = frozenset(),
 ) -> None:
+    """The criteria every resume is judged by. ``damaged``: slots whose bytes were changed on
+    purpose after the crash; running them again is owed, not a task the crash cost."""
     ledger = read_ledger(paths.ledger)
     out.tasks_executed += len(ledger)
     out.pipelines_checked += len(after.pipelines)
@@ -632,7 +656,7 @@ def _common(
     out.verdicts.append(verdict)
     started_before = {(pid, seq) for pid, seq, _ in ledger[:mark]}
     lost: dict[str, int] = {}
-    for pid, _seq in {(p, s) for p, s, _ in post} & (started_before - durable):
+    for pid, _seq in {(p, s) for p, s, _ in post} & (started_before - durable - damaged):
         lost[pid] = lost.get(pid, 0) + 1
     out.verdicts.append(C.at_most_one_lost("crash_costs_at_most_one_task", lost))
     states = {pid: row["state"] for pid, row in after.pipelines.items()}
@@ -824,6 +848,11 @@ def ci_matrix() -> list[Scenario]:
         Scenario("crash", "sqlite-full", "file", kind="terminal", occurrence="last", seed=34),
         Scenario("sigkill", "sqlite-full", "inline", occurrence=150, seed=35),
         Scenario("sigint", "sqlite-full", "file", occurrence=110, seed=36, via="cli"),
+        Scenario("damage_digest", "jsonl", "inline", kind="checkpoint", occurrence="middle", seed=37),
+        Scenario("damage_wal_lost", "sqlite", "inline", kind="checkpoint", occurrence="middle", seed=38),
+        Scenario("damage_wal_bit", "sqlite", "file", kind="attempts", occurrence="middle", seed=39),
+        Scenario("damage_hot_journal", "sqlite", "inline", seed=40),
+        Scenario("shards_sigkill", "sqlite", "inline", occurrence=150, seed=41),
     ]
     return out
 
@@ -831,11 +860,13 @@ def ci_matrix() -> list[Scenario]:
 def random_scenario(rnd: random.Random, pipelines: int) -> Scenario:
     """A random fault (crashes weighted up), store, backend, occurrence and seed."""
     fault = rnd.choices(
-        ["crash", "sigkill", "sigint", "cancel", "enospc", "stop_failures", "stop_time"],
-        weights=[10, 3, 1, 1, 1, 0.5, 0.5],
+        ["crash", "sigkill", "sigint", "cancel", "enospc", "stop_failures", "stop_time", *DAMAGE_WEIGHTS],
+        weights=[10, 3, 1, 1, 1, 0.5, 0.5, *DAMAGE_WEIGHTS.values()],
     )[0]
     store, backend = rnd.choice(STORES), rnd.choice(BACKENDS)
     seed = rnd.randrange(1_000_000)
+    if fault in DAMAGE_WEIGHTS:
+        return _damage_scenario(rnd, fault, backend, seed, pipelines)
     if fault == "crash":
         kind = rnd.choice((*WRITE_KINDS, "torn"))
         if kind == "torn":
@@ -851,6 +882,31 @@ def random_scenario(rnd: random.Random, pipelines: int) -> Scenario:
         occurrence = rnd.randint(2, 60)
     via = "cli" if fault == "enospc" and rnd.random() < 0.5 else "sdk"
     return Scenario(fault, store, backend, occurrence=occurrence, seed=seed, pipelines=pipelines, via=via)
+
+
+#: the damage scenarios' share of a soak (``damage``), beside the weights of the faults above
+DAMAGE_WEIGHTS = {
+    "damage_digest": 2.0,
+    "damage_wal_lost": 1.0,
+    "damage_wal_bit": 1.0,
+    "damage_hot_journal": 0.5,
+    "shards_sigkill": 1.5,
+}
+
+
+def _damage_scenario(rnd: random.Random, fault: str, backend: str, seed: int, pipelines: int) -> Scenario:
+    """A damage scenario: the WAL and the rollback journal exist only in SQLite stores."""
+    if fault == "shards_sigkill":
+        store = rnd.choice(("sqlite", "jsonl"))
+        at = rnd.randint(1, pipelines * N_TASKS)
+        return Scenario(fault, store, backend, occurrence=at, seed=seed, pipelines=pipelines)
+    sqlite_only = fault != "damage_digest"
+    store = rnd.choice(("sqlite", "sqlite-full") if sqlite_only else STORES)
+    kind = rnd.choice(WRITE_KINDS)
+    occ: str | int = rnd.choice(["first", "middle", "last", "random"])
+    if occ == "random":
+        occ = rnd.randrange(0, 4 if kind == "run" else 40)
+    return Scenario(fault, store, backend, kind=kind, occurrence=occ, seed=seed, pipelines=pipelines)
 
 
 __all__ = [

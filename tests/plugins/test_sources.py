@@ -88,8 +88,13 @@ def test_jsonl_with_a_byte_order_mark_and_crlf_reads_every_row(tmp_path: Path) -
         (b"null\n", r"d\.jsonl:1: key_field 'id' needs a JSON object on each line, got null"),
         (b'{"id": 1}\n{"id": 2\n', r"d\.jsonl:2: invalid JSON line"),
         (b'{"id": 1, "v": "\xff"}\n', r"d\.jsonl:1: invalid JSON line: .*UTF-8"),
+        # 100,000 levels deep: a bare RecursionError without file and line before
+        (
+            b'{"id": 1}\n' + b"[" * 100_000 + b"]" * 100_000 + b"\n",
+            r"d\.jsonl:2: invalid JSON line: nested too deeply",
+        ),
     ],
-    ids=["empty", "blank", "list", "null", "truncated-line", "bad-utf8"],
+    ids=["empty", "blank", "list", "null", "truncated-line", "bad-utf8", "nested-too-deep"],
 )
 def test_jsonl_rows_that_are_not_usable_name_file_and_line(
     tmp_path: Path, content: bytes, message: str | None

@@ -559,3 +559,77 @@ def test_a_damaged_lease_column_is_named(tmp_path: Path) -> None:
     con.close()
     with pytest.raises(CorruptRow, match=r"table attempts, task_run_id=.*column leases_json"):
         list(iter_kind(open_store(path, read_only=True), "tasks"))
+
+
+def _flip_final_payload(db: str, pipeline_id: str, xor: int) -> None:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        (pk,) = conn.execute("SELECT pk FROM pipeline_keys WHERE pipeline_id = ?", (pipeline_id,)).fetchone()
+        (payload,) = conn.execute("SELECT payload FROM artifacts WHERE pk = ? AND is_final", (pk,)).fetchone()
+        data = bytearray(payload)
+        data[len(data) // 2] ^= xor
+        conn.execute("UPDATE artifacts SET payload = ? WHERE pk = ? AND is_final", (bytes(data), pk))
+
+
+@pytest.mark.parametrize("xor", [0x01, 0x80], ids=["still-decodes", "no-longer-decodes"])
+def test_a_result_whose_bytes_changed_is_marked_damaged_never_shown(tmp_path: Path, xor: int) -> None:
+    """One byte of a stored result changed on disk (its digest kept): export shows no value for
+    it, marks it ``damaged`` and warns once naming the store; the other results are unchanged.
+    Before, it printed the changed value (or, when the bytes no longer decoded, their base64)."""
+
+    @task
+    async def answer(row: int) -> dict[str, Any]:
+        return {"i": row, "text": "abcdefgh"}
+
+    db = str(tmp_path / "d.db")
+    with Runner(store=db, concurrency=2) as runner:
+        assert runner.run(pipeline("p", answer).map(range(3))).exit_code == 0
+    with open_store(db, read_only=True) as store:
+        victim = sorted(p.pipeline_id for p in store.page("pipelines", limit=10))[0]
+    _flip_final_payload(db, victim, xor)
+    for rows, value, encoding in (
+        ("results", "result", "result_encoding"),
+        ("artifacts", "payload", "payload_encoding"),
+    ):
+        out = tmp_path / f"{rows}.jsonl"
+        proc = _export_cli(db, str(out), "--rows", rows)
+        assert proc.returncode == 0, proc.stderr
+        exported = [r for r in _read(out, "jsonl") if r.get("seq", 0) >= 0]
+        damaged = [r for r in exported if r[encoding] == "damaged"]
+        assert [(r["pipeline_id"], r[value]) for r in damaged] == [(victim, None)]
+        assert all(r[encoding] == "decoded" for r in exported if r["pipeline_id"] != victim)
+        if rows == "results":
+            assert damaged[0]["artifact_available"] is False
+        warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+        assert len(warnings) == 1 and db in warnings[0] and "digest" in warnings[0], proc.stderr
+
+
+def test_a_blob_a_backend_hands_back_changed_is_damaged_in_views() -> None:
+    """A backend plugin that reads a blob back without checking it: the view checks the bytes
+    against the artifact's digest itself."""
+    from pyattacker.digest import digest_bytes
+    from pyattacker.model import ArtifactRecord
+    from pyattacker.store.codecs import CodecRegistry
+    from pyattacker.views.blobs import ViewCodecs
+    from pyattacker.views.common import render_payload
+
+    good = b'{"v":1}'
+    art = ArtifactRecord(
+        artifact_id="p:0", pipeline_id="p", task_name="t", seq=0, type_name="dict", codec="json",
+        digest=digest_bytes(good), size=len(good), created_at=0.0, blob_ref="x://1",
+    )  # fmt: skip
+
+    class Blobs:
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+        def hydrate(self, a: ArtifactRecord) -> ArtifactRecord:
+            import msgspec
+
+            return msgspec.structs.replace(a, payload=self.data)
+
+    codecs = CodecRegistry.from_plugins()
+    assert render_payload(art, ViewCodecs(codecs, Blobs(good))) == ({"v": 1}, "decoded")  # type: ignore[arg-type]
+    view = ViewCodecs(codecs, Blobs(b'{"v":2}'))  # type: ignore[arg-type]
+    assert render_payload(art, view) == (None, "damaged") and view.damaged == 1

@@ -768,3 +768,57 @@ def test_answers_older_than_the_ttl_are_dropped_not_kept_until_evicted(tmp_path:
     ticks.now += 5.0
     answers.get("/stats", lambda: "s")  # everything else is stale by now
     assert list(answers._entries) == ["/stats"]
+
+
+def _trickle_until_closed(port: int, lines: int, pause_s: float) -> int:
+    """Send a request's headers one line every ``pause_s`` (each read well within the idle
+    timeout) and return how many lines went out before the server closed the connection
+    (``lines`` if it never did)."""
+    import select
+
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())
+        for sent in range(lines):
+            try:
+                sock.sendall(f"X-Slow-{sent}: 1\r\n".encode())
+            except OSError:  # reset by the server
+                return sent
+            ready, _, _ = select.select([sock], [], [], pause_s)
+            if ready:
+                try:
+                    if sock.recv(65536) == b"":
+                        return sent
+                except OSError:
+                    return sent
+    return lines
+
+
+@pytest.mark.timeout(120)
+def test_a_slow_client_loses_its_slot_at_the_request_deadline(view_store: str) -> None:
+    """The 30 s was a timeout per read: a client sending one header line every few seconds
+    kept its slot for ever (70 such clients: every later request got 503). The whole request
+    now has a deadline (made short here); its slot is then free for a normal request."""
+    with _in_process(view_store, max_connections=2, request_deadline_s=0.5) as srv:
+        port = srv.bound_port
+        results: list[int] = []
+        slow = [threading.Thread(target=lambda: results.append(_trickle_until_closed(port, 200, 0.1)))
+                for _ in range(2)]  # fmt: skip
+        for thread in slow:
+            thread.start()
+        for thread in slow:
+            thread.join(60)
+        assert len(results) == 2 and all(sent < 200 for sent in results), results  # closed early
+        _until_idle(srv)
+        assert Server(port).request("/stats")[0] == 200
+
+
+def test_two_host_headers_are_a_400(server: Server) -> None:
+    """RFC 9112: a request with more than one Host header is answered 400 (it was 200)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        host = f"127.0.0.1:{server.port}"
+        sock.sendall(f"GET /healthz HTTP/1.1\r\nHost: {host}\r\nHost: {host}\r\n\r\n".encode())
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 400 "), reply[:80]
+    assert b"more than one Host header" in reply and b"nosniff" in reply

@@ -11,10 +11,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pyattacker.digest import payload_mismatch
 from pyattacker.engine.checkpoint import snapshot
+from pyattacker.engine.identity_damage import damage_of
 from pyattacker.engine.state import PipelineState, RunState
 from pyattacker.engine.telemetry import Telemetry
-from pyattacker.errors import ArtifactCodecError, CorruptCheckpoint, CorruptRow, PipelineIdentityConflict
+from pyattacker.errors import (
+    ArtifactCodecError,
+    CorruptCheckpoint,
+    CorruptRow,
+    PipelineIdentityConflict,
+    PyAttackerError,
+)
 from pyattacker.model import ArtifactRecord, Batch, PipelineRecord
 from pyattacker.store.codecs import CodecRegistry, returned_record_types
 
@@ -51,6 +59,18 @@ class Resumer:
         if row is not None and (
             row.spec_digest != template.spec_digest or row.seed_digest != spec.seed_digest
         ):
+            damage = damage_of(spec, row, self.store)
+            if damage is not None:  # the bytes changed, not the configuration: say so
+                err: PyAttackerError = CorruptRow(
+                    f"table pipelines, row pipeline_id={spec.key!r} is damaged: {damage}. Its"
+                    " configuration did not change; restore the store from a copy, or use a new key"
+                    " or a new store for this pipeline",
+                    getattr(self.store, "location", None),
+                )
+                self.event(
+                    "pipeline.identity_damaged", "pipeline", pipeline_id=spec.key, data={"error": str(err)}
+                )
+                raise err
             what = "task chain" if row.spec_digest != template.spec_digest else "seed"
             err = PipelineIdentityConflict(
                 f"pipeline {spec.key!r} is stored with a different {what}; its old results are kept."
@@ -209,6 +229,17 @@ class Resumer:
                 "pipeline.checkpoint_missing",
                 {"seq": seq, "task": task, "reason": "summary_journal_or_null_backend"},
             )
+        damage = payload_mismatch(art.digest, art.payload)
+        if damage is not None:  # changed on disk: never fed to the next task as if it were its input
+            return None, (
+                "pipeline.checkpoint_unusable",
+                {
+                    "seq": seq,
+                    "task": task,
+                    "reason": "digest_mismatch",
+                    "error": f"artifact {art.artifact_id!r}: {damage}",
+                },
+            )
         try:
             types = self._returned_types(chain[writer]) if 0 <= writer < len(chain) else {}
             return self.codecs.decode(art.codec, art.type_name, art.payload, types), None
@@ -291,6 +322,20 @@ class Resumer:
             "previous_failed_task": record.failed_task,
             "previous_run_id": record.run_id,
         }
+        damage = None if art is None or art.payload is None else payload_mismatch(art.digest, art.payload)
+        if damage is not None:  # its bytes changed on disk: settling on them would export them
+            self.event(
+                "pipeline.checkpoint_unusable",
+                "pipeline",
+                pipeline_id=spec.key,
+                data={
+                    "seq": seq,
+                    "reason": "digest_mismatch",
+                    "error": damage,
+                    "action": "rerun_last_task" if jump is None else "restart_from_seed",
+                },
+            )
+            return False
         if art is None:
             self.event(
                 "pipeline.checkpoint_missing",

@@ -432,6 +432,9 @@ class _Run:
         """Write the run row (the store must take it, or nothing starts) and claim what an
         earlier run left ``running``."""
         run = self.state
+        lost = run.store.lost_contents  # what the store knows it lost since it last recorded
+        if lost and not run.config.fresh_restart:
+            raise StoreUnavailable(lost)  # resuming would run durable tasks again in silence
         first = Batch()
         first.runs.append(run_row)
         try:

@@ -132,6 +132,10 @@ class StoreBase(ABC):
 
     location: str = ""
     read_only: bool = False
+    #: what the store found missing when it was opened (committed data it knows it held and no
+    #: longer holds: a lost log), as a sentence naming the file; None when nothing is known
+    #: lost. A writing run refuses to start on it unless ``--fresh-restart``.
+    lost_contents: str | None = None
     supports_handoffs: ClassVar[bool] = False
     commits_behind: ClassVar[bool] = False
 
@@ -347,6 +351,7 @@ class _AdaptedStore(StoreBase):
         self.inner = inner
         self.location = str(getattr(inner, "location", ""))
         self.read_only = bool(getattr(inner, "read_only", False))
+        self.lost_contents = getattr(inner, "lost_contents", None)
         for name in (*REQUIRED_METHODS, *OPTIONAL_READS):
             method = getattr(inner, name, None)
             if callable(method):

@@ -103,6 +103,9 @@ class ViewCodecs:
     def __init__(self, codecs: Any, blobs: BlobReader) -> None:
         self.codecs = codecs
         self.blobs = blobs
+        #: payloads whose bytes did not match their stored digest (shown ``damaged``, counted
+        #: so that a view can say so once)
+        self.damaged = 0
 
     def decode(self, codec_name: str, type_name: str, data: bytes) -> Any:
         return self.codecs.decode(codec_name, type_name, data)

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from pyattacker.digest import payload_mismatch
 from pyattacker.errors import ConfigError
 from pyattacker.model import ArtifactRecord, RunRecord
 from pyattacker.plugins.store_base import StoreBase
@@ -24,6 +25,7 @@ from pyattacker.views.blobs import ViewCodecs
 
 __all__ = [
     "ALL_RUNS",
+    "DAMAGED",
     "RunChoice",
     "choose_run",
     "encode_json",
@@ -35,6 +37,8 @@ __all__ = [
     "to_plain",
 ]
 
+#: the ``payload_encoding`` of an artifact whose bytes do not match its stored digest
+DAMAGED = "damaged"
 #: ``--run-id all``: every run of the store, aggregated.
 ALL_RUNS = "all"
 _GLOB_CHARS = frozenset("*?[")
@@ -170,12 +174,17 @@ def render_payload(artifact: ArtifactRecord, codecs: Any) -> tuple[Any, str]:
     """``(value, encoding)`` of an artifact for a view: decoded JSON-ready data when a codec can
     decode it (``"decoded"``), else base64 of the raw bytes (``"base64"``); ``(None, "absent")``
     when the bytes were never kept, or live in a blob no backend could read back (``codecs`` a
-    ``ViewCodecs``, whose blob reader is asked first).
+    ``ViewCodecs``, whose blob reader is asked first); ``(None, "damaged")`` when the bytes do
+    not match the artifact's stored digest (changed on disk: never shown as a value).
     """
     if artifact.payload is None and artifact.blob_ref and isinstance(codecs, ViewCodecs):
         artifact = codecs.blobs.hydrate(artifact)
     if artifact.payload is None:
         return None, "absent"
+    if payload_mismatch(artifact.digest, artifact.payload) is not None:
+        if isinstance(codecs, ViewCodecs):
+            codecs.damaged += 1
+        return None, DAMAGED
     try:
         value = codecs.decode(artifact.codec, artifact.type_name, artifact.payload)
         plain = to_plain(value)

@@ -27,6 +27,7 @@ from pyattacker.store.location import local_file
 from pyattacker.views.blobs import BlobReader, ViewCodecs
 from pyattacker.views.common import (
     ALL_RUNS,
+    DAMAGED,
     choose_run,
     encode_json,
     encode_plain,
@@ -162,7 +163,7 @@ def _result(p: PipelineRecord, children: _Children, codecs: Any) -> dict[str, An
         "state": p.state,
         "result": value,
         "result_encoding": encoding,
-        "artifact_available": encoding != "absent",
+        "artifact_available": encoding not in ("absent", DAMAGED),
         "failed_task": p.failed_task,
         "error_class": p.error_class,
         "error_type": p.error_type,
@@ -583,6 +584,13 @@ def export_stores(
                     except OSError as exc:
                         raise _write_failed(output, exc) from exc
                     count += 1
+                if readers.damaged:
+                    print(
+                        f"warning: store {location}: {readers.damaged} payload(s) do not match their"
+                        f' stored digest (changed on disk); exported with payload_encoding "{DAMAGED}"'
+                        " and no value",
+                        file=sys.stderr,
+                    )
         try:
             writer.close()
         except BrokenPipeError:

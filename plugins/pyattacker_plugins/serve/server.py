@@ -11,12 +11,14 @@ response, errors included, carries the security headers. HEAD runs exactly the G
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import secrets
 import signal
 import socket
 import sys
 import threading
+import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import IO, Any
@@ -30,9 +32,19 @@ from .assets import STATIC, read_asset
 from .security import MAX_QUERY_BYTES, SECURITY_HEADERS, Guard
 from .shared_answers import ANSWER_TTL_S
 
-__all__ = ["IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "ViewerServer", "run_server", "url_host"]
+__all__ = [
+    "IDLE_TIMEOUT_S",
+    "MAX_CONNECTIONS",
+    "REQUEST_DEADLINE_S",
+    "DeadlineReader",
+    "ViewerServer",
+    "run_server",
+    "url_host",
+]
 
 IDLE_TIMEOUT_S = 30.0
+#: seconds a whole request (request line and headers) may take to arrive, however it trickles in
+REQUEST_DEADLINE_S = 30.0
 #: handler threads (open connections) at most; one more connection is answered 503 and closed
 MAX_CONNECTIONS = 64
 
@@ -64,10 +76,12 @@ class ViewerServer(ThreadingHTTPServer):
         *,
         max_connections: int = MAX_CONNECTIONS,
         answer_ttl_s: float = ANSWER_TTL_S,
+        request_deadline_s: float = REQUEST_DEADLINE_S,
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {max_connections}")
         self.max_connections = max_connections
+        self.request_deadline_s = request_deadline_s
         self._busy = _busy_answer(max_connections)
         self._active = 0
         self._slots_lock = threading.Lock()
@@ -168,6 +182,27 @@ def url_host(host: str) -> str:
     return f"[{bare}]" if ":" in bare else bare
 
 
+class DeadlineReader(io.RawIOBase):
+    """The socket's input, each read bounded by the idle timeout and by what is left until
+    ``deadline`` (``time.monotonic``); past it, a read raises ``TimeoutError``, which ends the
+    connection as an idle timeout does."""
+
+    def __init__(self, sock: socket.socket, idle_s: float | None) -> None:
+        self.sock = sock
+        self.idle_s = idle_s
+        self.deadline = float("inf")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request deadline passed")
+        self.sock.settimeout(left if self.idle_s is None else min(self.idle_s, left))
+        return self.sock.recv_into(buffer)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: ViewerServer
     server_version = "pyattacker-serve"
@@ -180,6 +215,28 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = IDLE_TIMEOUT_S
 
     # -- plumbing ---------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Read the request through a deadline: a client that sends a byte now and then (each
+        read within the idle timeout) still loses its connection, and its slot, once the
+        request has taken ``request_deadline_s``."""
+        super().setup()
+        self.rfile.close()  # (the socket's own reader: an open one would keep the socket open)
+        self.reader = DeadlineReader(self.connection, self.timeout)
+        self.rfile = io.BufferedReader(self.reader)
+
+    def handle_one_request(self) -> None:
+        self.reader.deadline = time.monotonic() + self.server.request_deadline_s
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if len(self.headers.get_all("Host") or []) > 1:  # RFC 9112 3.2: which one would be meant?
+            self.close_connection = True
+            self._json(400, {"error": "more than one Host header"})
+            return False
+        return True
+
     def log_message(self, format: str, *args: Any) -> None:  # quiet: URLs may carry the token
         return
 

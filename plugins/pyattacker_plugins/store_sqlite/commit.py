@@ -22,6 +22,7 @@ from ..sync_behind import SyncBehind, wait_durable
 from . import run_spans, schema
 from .checkpointer import Checkpointer
 from .connection import LOOKUP_CHUNK, StoreConnection
+from .contents import write_marker
 from .read_sql import IDS_INDEXED
 from .rows import (
     ARTIFACTS,
@@ -242,6 +243,8 @@ class CommitPath(StoreConnection):
                 self._indexed = merged
             elif fresh:
                 self._tail.update((pid, pk) for pk, pid in fresh)
+            if batch.runs:  # a run's start, heartbeat or end: what the file holds now
+                self._record_contents()
             if self.wal_bound is not None:
                 self.wal_bound.after_commit(conn)
             if self.checkpointer is not None:
@@ -253,6 +256,24 @@ class CommitPath(StoreConnection):
                 self._absent.difference_update(pks)
             if len(self._absent) > _ABSENT_MAX:  # (admitted pipelines that never committed)
                 self._absent.clear()
+
+    def _record_contents(self) -> None:
+        """Write ``<file>.contents`` (see ``contents``); a failure there never fails the commit."""
+        try:
+            write_marker(self.path, self.held())
+        except (OSError, sqlite3.Error) as exc:
+            log.warning("pyattacker: %s: cannot record what the store holds: %s", self.path, exc)
+
+    def held(self) -> dict[str, int]:
+        """How many runs, pipelines, attempts and events the file holds (``contents``): the
+        runs counted, the rest from the ids this connection keeps anyway."""
+        (runs,) = self._db().execute("SELECT count(*) FROM runs").fetchone()
+        return {
+            "runs": int(runs),
+            "pipelines": self._next_pk - 1,
+            "attempts": self._next_attempt_id - 1,
+            "events": self._next_event_id - 1,
+        }
 
     @staticmethod
     def _reset(conn: sqlite3.Connection, batch: Batch, pks: dict[str, int]) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "WAL_SIZE_LIMIT",
     "reader_connection",
     "require_sqlite",
+    "roll_back_hot_journal",
     "synchronous_mode",
     "writer_connection",
 ]
@@ -80,10 +81,14 @@ def writer_connection(path: str, synchronous: str) -> Iterator[tuple[sqlite3.Con
     ``StoreUnavailable``); otherwise both are the block's to keep."""
     require_sqlite(path)
     _ensure_writable_dir(path)
-    schema.probe(path)  # refuse foreign/corrupt/newer files before leaving any trace
+    hot = os.path.exists(path + "-journal")
+    if not hot:  # (a hot journal can only be read once rolled back, under the lock below)
+        schema.probe(path)  # refuse foreign/corrupt/newer files before leaving any trace
     lock = WriterLock.acquire(path + ".lock", path)
     conn: sqlite3.Connection | None = None
     try:
+        if hot:
+            roll_back_hot_journal(path)
         version = schema.probe(path)
         conn = _connect(path)
         conn.execute("PRAGMA journal_mode = WAL")
@@ -122,6 +127,27 @@ def reader_connection(path: str) -> Iterator[sqlite3.Connection]:
         if conn is not None:
             conn.close()
         raise StoreUnavailable(f"store {path} cannot be opened for reading: {exc}") from exc
+
+
+def roll_back_hot_journal(path: str) -> None:
+    """Roll back the rollback journal a writer killed inside its first transaction left beside
+    ``path`` (before the file was switched to WAL). A read-only connection cannot, so every
+    reader refused the file; a read-write one does it as it reads the schema. SQLite leaves a
+    journal that a live transaction still holds alone."""
+    try:
+        conn = sqlite3.connect(path, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(f"store {path} cannot be opened: {exc}") from exc
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(
+            f"store {path} is not a readable SQLite database (corrupt or another format), and its"
+            f" journal {path}-journal could not be rolled back: {exc}"
+        ) from exc
+    finally:
+        conn.close()
 
 
 def _connect(path: str) -> sqlite3.Connection:

@@ -261,6 +261,13 @@ def probe(path: str) -> int:
     try:
         return _probe_connection(conn, path)
     except sqlite3.DatabaseError as exc:
+        if os.path.exists(path + "-journal"):
+            raise ConfigError(
+                f"store {path} cannot be read until its journal {path}-journal is rolled back: a"
+                " writer was killed inside its first transaction, and a read-only view cannot"
+                " roll it back. Resume (or run) on the store once; the writer rolls it back"
+                " (nothing in it was ever committed)"
+            ) from exc
         raise ConfigError(
             f"store {path} is not a readable SQLite database (corrupt or another format): {exc}"
         ) from exc

@@ -26,9 +26,11 @@ from .aggregates import StoreAggregates
 from .checkpointer import Checkpointer
 from .commit import CommitPath
 from .connection import LOOKUP_CHUNK
+from .contents import KINDS, keep_log_aside, read_marker, shortfall
 from .opening import BUSY_TIMEOUT_MS, reader_connection, writer_connection
 from .reads import RowReads
 from .repair import RunRepair
+from .schema import probe
 from .state_lookup import StateLookup
 from .wal_bound import WalBound, truncate_wal
 
@@ -55,10 +57,20 @@ class SqliteStore(CommitPath, RunRepair, RowReads, StoreAggregates, StoreBase):
         lock: WriterLock | None,
         synchronous: str,
     ) -> None:
+        recorded = read_marker(path)  # before counting: a live writer only ever adds to both
         super().__init__(path, conn, read_only=read_only, lock=lock, synchronous=synchronous)
         self._next_attempt_id = self._next_id("attempts", "attempt_id")
         self._next_event_id = self._next_id("events", "event_id")
         self._next_handoff_id = self._next_id("handoffs", "handoff_id") if self.has_ledger else 1
+        #: what is missing from the file compared with ``<file>.contents`` (None: nothing). A
+        #: reader refuses the file; a writer keeps the log as it was aside, and a run refuses to
+        #: start on it unless told to accept the loss (``fresh_restart``)
+        self.lost_contents = shortfall(path, recorded, self.held())
+        if self.lost_contents is not None:
+            if read_only:
+                conn.close()
+                raise StoreUnavailable(self.lost_contents)
+            self.lost_contents += keep_log_aside(path)
         if not read_only:
             self._indexed = self._merge_keys()
         self._states = StateLookup(
@@ -83,6 +95,12 @@ class SqliteStore(CommitPath, RunRepair, RowReads, StoreAggregates, StoreBase):
     def open_reader(cls, path: str) -> SqliteStore:
         """Open an existing store read-only (works beside a live writer; never writes)."""
         path = os.path.abspath(os.path.expanduser(path))
+        recorded = read_marker(path)
+        if recorded is not None and os.path.isfile(path) and probe(path) == 0:
+            # an empty database that once held a run: name the loss, not "not a store"
+            lost = shortfall(path, recorded, dict.fromkeys(KINDS, 0))
+            if lost is not None:
+                raise StoreUnavailable(lost)
         with reader_connection(path) as conn:
             return cls(path, conn, read_only=True, lock=None, synchronous="normal")
 
