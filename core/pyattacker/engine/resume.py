@@ -65,7 +65,7 @@ class Resumer:
                     f"table pipelines, row pipeline_id={spec.key!r} is damaged: {damage}. Its"
                     " configuration did not change; restore the store from a copy, or use a new key"
                     " or a new store for this pipeline",
-                    getattr(self.store, "location", None),
+                    self.store.location,
                 )
                 self.event(
                     "pipeline.identity_damaged", "pipeline", pipeline_id=spec.key, data={"error": str(err)}
