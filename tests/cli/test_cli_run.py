@@ -89,7 +89,17 @@ def test_demo_with_no_arguments(env: dict[str, str], _isolated_home: Path) -> No
     assert result.returncode == 0, result.stderr
     assert "succeeded 50" in result.stdout
     assert str(_isolated_home) in result.stdout.replace("\n", "")  # the summary says where
-    assert list((_isolated_home / "runs").glob("demo-*.db"))
+    assert (_isolated_home / "runs" / "demo.db").is_file()
+
+
+def test_every_demo_reuses_one_database(env: dict[str, str], _isolated_home: Path) -> None:
+    """A demo replaces the previous demo's database instead of leaving a new file each time."""
+    for _ in range(2):
+        result = cli(["demo", "--pipelines", "5", "--summary-format", "json"], env)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["counters"]["pipelines_succeeded"] == 5
+    stores = [p.name for p in (_isolated_home / "runs").iterdir() if p.suffix == ".db"]
+    assert stores == ["demo.db"]
 
 
 def test_demo_large_with_failures_shows_retries(env: dict[str, str], tmp_path: Path) -> None:
