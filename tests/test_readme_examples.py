@@ -58,7 +58,9 @@ def test_readme_yaml_example_validates_runs_and_never_polls_a_busy_slot(tmp_path
     once than slots, a task that finds every slot busy queues for the next one instead of
     sleeping and polling (no ``acquire.backoff`` event)."""
     (tmp_path / "qa.yaml").write_text(_readme_yaml())
-    (tmp_path / "data.jsonl").write_text("".join(json.dumps({"id": f"r{i}", "q": i}) + "\n" for i in range(60)))
+    (tmp_path / "data.jsonl").write_text(
+        "".join(json.dumps({"id": f"r{i}", "q": i}) + "\n" for i in range(60))
+    )
     env = cli_env(tmp_path / "home", tmp_path)
     checked = cli(["validate", "-c", "qa.yaml"], env, cwd=tmp_path)
     assert checked.returncode == 0, checked.stderr

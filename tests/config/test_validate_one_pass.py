@@ -41,7 +41,9 @@ def test_every_problem_of_one_task_entry_is_reported_in_one_pass(tmp_path: Path)
 
 
 def test_validate_warns_of_a_missing_source_file_and_strict_refuses_it(tmp_path: Path) -> None:
-    (tmp_path / "c.yaml").write_text("pipeline: {tasks: [{use: echo}]}\nsource: {kind: jsonl, path: nope.jsonl}\n")
+    (tmp_path / "c.yaml").write_text(
+        "pipeline: {tasks: [{use: echo}]}\nsource: {kind: jsonl, path: nope.jsonl}\n"
+    )
     env = cli_env(tmp_path / "home", tmp_path)
     plain = cli(["validate", "-c", "c.yaml"], env, cwd=tmp_path)
     assert plain.returncode == 0, plain.stderr
