@@ -354,8 +354,16 @@ def test_a_folder_that_cannot_be_created_is_a_config_error_naming_the_setting(
     blocker = tmp_path / "afile"
     blocker.write_text("not a folder")
     config = _config(tmp_path, "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 1}\n")
+    in_file = _config(
+        tmp_path,
+        f"run: {{store: '{blocker / 'x.db'}'}}\n"
+        "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 1}\n",
+        "in_file.yaml",
+    )
+    # the setting the user wrote is named: the flag when the flag gave the store
     cases = [
-        (["run", "-c", str(config), "--store", str(blocker / "x.db")], "run.store"),
+        (["run", "-c", str(config), "--store", str(blocker / "x.db")], "--store"),
+        (["run", "-c", str(in_file)], "run.store"),
         (["demo", "--pipelines", "5", "--store", str(blocker / "x.db")], "--store"),
         (
             [
