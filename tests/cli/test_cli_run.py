@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,6 +47,7 @@ def boom(value):
 
 @task(name="spin")
 async def spin(value):
+    _note(value, "spin")
     while True:
         await asyncio.sleep(0.05)
 
@@ -54,10 +56,23 @@ async def spin(value):
 def busy(value):
     import os
     if os.environ.get("BUSY_FOREVER"):
+        _note(value, "busy")
         while True:
             pass
     return value
 """
+
+
+def _wait_until_a_task_started(tmp_path: Path, proc: subprocess.Popen[Any]) -> None:
+    """Until the audit log has a line (a task body is running), not a fixed sleep: on a loaded
+    machine the interpreter alone may take longer than any sleep to start."""
+    log = tmp_path / "audit.log"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if log.exists() and log.read_text().strip():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no task started (exit code {proc.poll()})")
 
 
 @pytest.fixture
@@ -222,7 +237,7 @@ def test_a_looping_task_is_stoppable(env: dict[str, str], tmp_path: Path) -> Non
         stderr=subprocess.PIPE,
     )
     try:
-        time.sleep(2.0)
+        _wait_until_a_task_started(tmp_path, proc)
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
     finally:
@@ -253,7 +268,7 @@ def test_a_blocking_sync_task_cannot_make_the_run_ignore_sigint(
         stderr=subprocess.PIPE,
     )
     try:
-        time.sleep(2.0)
+        _wait_until_a_task_started(tmp_path, proc)
         proc.send_signal(signal.SIGINT)
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
