@@ -21,10 +21,11 @@ def _isolated_home(
     home = tmp_path_factory.mktemp("pyattacker-home")
     monkeypatch.setenv("PYATTACKER_HOME", str(home))
     monkeypatch.setenv("PYATTACKER_ONLY_PLUGINS", os.environ.get("PYATTACKER_TEST_PLUGINS", "pyattacker"))
-    # a config's folder goes on sys.path for its `use:` targets: each test starts from the same path
-    monkeypatch.setattr(sys, "path", list(sys.path))
+    # a config's folder goes on sys.path for its `use:` targets: each test ends with the path it had
+    path = list(sys.path)
     reset_plugins()
     yield home
+    sys.path[:] = path
     reset_plugins()
 
 
