@@ -1,10 +1,11 @@
-"""Shared test setup: every test gets its own PYATTACKER_HOME, and no third-party plugin a
-developer happens to have installed can change the results (only built-ins load unless a test
-says otherwise)."""
+"""Shared test setup: every test gets its own PYATTACKER_HOME and its own copy of ``sys.path``,
+and no third-party plugin a developer happens to have installed can change the results (only
+built-ins load unless a test says otherwise)."""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,8 +21,11 @@ def _isolated_home(
     home = tmp_path_factory.mktemp("pyattacker-home")
     monkeypatch.setenv("PYATTACKER_HOME", str(home))
     monkeypatch.setenv("PYATTACKER_ONLY_PLUGINS", os.environ.get("PYATTACKER_TEST_PLUGINS", "pyattacker"))
+    # a config's folder goes on sys.path for its `use:` targets: each test ends with the path it had
+    path = list(sys.path)
     reset_plugins()
     yield home
+    sys.path[:] = path
     reset_plugins()
 
 

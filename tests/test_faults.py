@@ -9,6 +9,7 @@ The long randomized soak is ``python -m tests.faults --soak N`` (see docs/reliab
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 
@@ -24,8 +25,12 @@ class UndeterminedCriterion(UserWarning):
 
 @pytest.mark.parametrize("scenario", ci_matrix(), ids=lambda sc: sc.name)
 def test_fault_scenario(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> None:
-    # a shared parent directory lets calibration runs be reused across scenarios
-    root = tmp_path_factory.getbasetemp() / "faults"
+    # a shared parent directory lets calibration runs be reused across scenarios, and across the
+    # parallel workers of this session (each has its own basetemp in the session's, which a
+    # --basetemp given again keeps: the folder is named after this session's run id)
+    base = tmp_path_factory.getbasetemp()
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    root = base.parent / f"faults-{run_id}" if run_id else base / "faults"
     outcome = run_scenario(
         scenario, root / scenario.name.replace("/", "_").replace(":", "_").replace("@", "_")
     )

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,6 +47,7 @@ def boom(value):
 
 @task(name="spin")
 async def spin(value):
+    _note(value, "spin")
     while True:
         await asyncio.sleep(0.05)
 
@@ -54,10 +56,23 @@ async def spin(value):
 def busy(value):
     import os
     if os.environ.get("BUSY_FOREVER"):
+        _note(value, "busy")
         while True:
             pass
     return value
 """
+
+
+def _wait_until_a_task_started(tmp_path: Path, proc: subprocess.Popen[Any]) -> None:
+    """Until the audit log has a line (a task body is running), not a fixed sleep: on a loaded
+    machine the interpreter alone may take longer than any sleep to start."""
+    log = tmp_path / "audit.log"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if log.exists() and log.read_text().strip():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no task started (exit code {proc.poll()})")
 
 
 @pytest.fixture
@@ -89,7 +104,17 @@ def test_demo_with_no_arguments(env: dict[str, str], _isolated_home: Path) -> No
     assert result.returncode == 0, result.stderr
     assert "succeeded 50" in result.stdout
     assert str(_isolated_home) in result.stdout.replace("\n", "")  # the summary says where
-    assert list((_isolated_home / "runs").glob("demo-*.db"))
+    assert (_isolated_home / "runs" / "demo.db").is_file()
+
+
+def test_every_demo_reuses_one_database(env: dict[str, str], _isolated_home: Path) -> None:
+    """A demo replaces the previous demo's database instead of leaving a new file each time."""
+    for _ in range(2):
+        result = cli(["demo", "--pipelines", "5", "--summary-format", "json"], env)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["counters"]["pipelines_succeeded"] == 5
+    stores = [p.name for p in (_isolated_home / "runs").iterdir() if p.suffix == ".db"]
+    assert stores == ["demo.db"]
 
 
 def test_demo_large_with_failures_shows_retries(env: dict[str, str], tmp_path: Path) -> None:
@@ -212,7 +237,7 @@ def test_a_looping_task_is_stoppable(env: dict[str, str], tmp_path: Path) -> Non
         stderr=subprocess.PIPE,
     )
     try:
-        time.sleep(2.0)
+        _wait_until_a_task_started(tmp_path, proc)
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
     finally:
@@ -243,7 +268,7 @@ def test_a_blocking_sync_task_cannot_make_the_run_ignore_sigint(
         stderr=subprocess.PIPE,
     )
     try:
-        time.sleep(2.0)
+        _wait_until_a_task_started(tmp_path, proc)
         proc.send_signal(signal.SIGINT)
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
@@ -344,8 +369,16 @@ def test_a_folder_that_cannot_be_created_is_a_config_error_naming_the_setting(
     blocker = tmp_path / "afile"
     blocker.write_text("not a folder")
     config = _config(tmp_path, "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 1}\n")
+    in_file = _config(
+        tmp_path,
+        f"run: {{store: '{blocker / 'x.db'}'}}\n"
+        "pipeline: {tasks: [{use: echo}]}\nsource: {kind: range, n: 1}\n",
+        "in_file.yaml",
+    )
+    # the setting the user wrote is named: the flag when the flag gave the store
     cases = [
-        (["run", "-c", str(config), "--store", str(blocker / "x.db")], "run.store"),
+        (["run", "-c", str(config), "--store", str(blocker / "x.db")], "--store"),
+        (["run", "-c", str(in_file)], "run.store"),
         (["demo", "--pipelines", "5", "--store", str(blocker / "x.db")], "--store"),
         (
             [

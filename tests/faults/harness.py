@@ -10,6 +10,7 @@ the library describing itself.
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import json
 import os
@@ -366,10 +367,26 @@ _calibration_lock = threading.Lock()  # soak threads must not calibrate one comb
 
 
 def calibrate(sc: Scenario, scratch: Path) -> dict[str, int]:
-    """How many commits of each kind a clean run makes (to place first / middle / last)."""
+    """How many commits of each kind a clean run makes (to place first / middle / last).
+
+    Kept per process and in ``scratch/calibration.json``, so the processes that share
+    ``scratch`` (the test suite's parallel workers) calibrate each combination once."""
     key = (sc.store, sc.backend, sc.via, sc.pipelines)
     with _calibration_lock:
-        return _calibrate_locked(key, sc, scratch)
+        if key in _calibration:
+            return _calibration[key]
+        scratch.mkdir(parents=True, exist_ok=True)
+        with open(scratch / "calibration.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be calibrating this combination
+            kept_file = scratch / "calibration.json"
+            kept = json.loads(kept_file.read_text()) if kept_file.exists() else {}
+            name = "/".join(map(str, key))
+            if name in kept:
+                _calibration[key] = kept[name]
+                return _calibration[key]
+            counts = _calibrate_locked(key, sc, scratch)
+            kept_file.write_text(json.dumps({**kept, name: counts}))
+            return counts
 
 
 def _calibrate_locked(key: tuple[str, str, str, int], sc: Scenario, scratch: Path) -> dict[str, int]:

@@ -69,6 +69,18 @@ def _cli(tmp: Path, route: str, *args: str) -> subprocess.CompletedProcess[str]:
     return done
 
 
+def _view(*args: str) -> str:
+    """A read-only command (report, watch, export) in this process: the same command line
+    without a new interpreter for each of the many reads (the runs above are real processes)."""
+    from click.testing import CliRunner
+
+    from pyattacker.cli.main import cli as command
+
+    done = CliRunner().invoke(command, list(args))
+    assert done.exit_code == 0, (args, done.output, done.exception)
+    return done.stdout
+
+
 def _lines(out: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.splitlines()]
 
@@ -83,38 +95,38 @@ def test_a_second_run_that_ends_early_shows_no_task_the_first_one_ran(
     location = str(tmp_path / "qa.db") if store == "sqlite" else f"jsonl:{tmp_path / 'qa'}"
     config = str(tmp_path / "config.yaml")
     _cli(tmp_path, "report", "run", "-c", config, "--store", location)
-    first = _cli(tmp_path, "report", "report", location).stdout
+    first = _view("report", location)
     assert "task report: succeeded=3" in first and "task judge: handed_off=3" in first
     _cli(tmp_path, "end", "run", "-c", config, "--store", location, "--resume", *again)
 
     for run_id in ([], ["--run-id", "all"]):
-        shown = _cli(tmp_path, "end", "report", location, *run_id).stdout
+        shown = _view("report", location, *run_id)
         assert "task judge: handed_off=3" in shown and "task fetch: succeeded=3" in shown
         assert "task report:" not in shown and "task polish:" not in shown, shown
-    watched = _cli(tmp_path, "end", "watch", location, "--iterations", "1").stdout
+    watched = _view("watch", location, "--iterations", "1")
     assert "task judge: handed_off=3" in watched and "task report:" not in watched, watched
 
     tasks = _lines(
-        _cli(tmp_path, "end", "export", location, "-", "--rows", "tasks", "--format", "jsonl").stdout
+        _view("export", location, "-", "--rows", "tasks", "--format", "jsonl")
     )
     assert sorted({str(t["name"]) for t in tasks}) == ["ask", "fetch", "judge"]
-    results = _cli(tmp_path, "end", "export", location, "-", "--rows", "results", "--format", "jsonl").stdout
+    results = _view("export", location, "-", "--rows", "results", "--format", "jsonl")
     assert sorted((r["result"] or {}).get("i") for r in _lines(results)) == [0, 1, 2]
     assert all(r["result"]["short"] and "report" not in r["result"] for r in _lines(results))
     pipelines = _lines(
-        _cli(tmp_path, "end", "export", location, "-", "--rows", "pipelines", "--format", "jsonl").stdout
+        _view("export", location, "-", "--rows", "pipelines", "--format", "jsonl")
     )
     for row in pipelines:
         assert [h["operation"] for h in row["handoffs"]] == ["forward", "restart", "forward"]
         assert sorted(str(t["name"]) for t in row["tasks"]) == ["ask", "fetch", "judge"]
     # run 1's attempts and events are history: still there
     attempts = _lines(
-        _cli(tmp_path, "end", "export", location, "-", "--rows", "attempts", "--format", "jsonl").stdout
+        _view("export", location, "-", "--rows", "attempts", "--format", "jsonl")
     )
     assert sorted(str(a["task_name"]) for a in attempts).count("report") == 3
     assert len({a["run_id"] for a in attempts}) == 2
     events = _lines(
-        _cli(tmp_path, "end", "export", location, "-", "--rows", "events", "--format", "jsonl").stdout
+        _view("export", location, "-", "--rows", "events", "--format", "jsonl")
     )
     jumps = [e["data"]["to_task"] for e in events if e["kind"] == "pipeline.handoff"]
     assert sorted(map(str, jumps)) == ["None"] * 3 + ["report"] * 3

@@ -124,7 +124,7 @@ def _export_results(store_location: str, run_id: str, path: str) -> int:
 
 def _demo_location(store: str | None) -> str:
     """Where the demo writes: ``--store`` (checked like ``run``'s; a path relative to the cwd, its
-    folder created) or a new ``demo-*.db`` beside the default store."""
+    folder created) or ``demo.db`` beside the default store, replaced by each demo."""
     # start-up: `--help` imports this module
     from pyattacker.config.build import store_location
     from pyattacker.store.location import local_file
@@ -140,16 +140,35 @@ def _demo_location(store: str | None) -> str:
 
 
 def _demo_store() -> str:
-    from pyattacker.store.location import default_store_path  # start-up: `--help` imports this module
+    """``demo.db`` beside the default store, emptied first: every demo reuses the one file. A
+    demo already writing it (its writer lock held) is left alone, and this one gets a file of
+    its own."""
+    # start-up: `--help` imports this module
+    from pyattacker.errors import StoreUnavailable
+    from pyattacker.store.location import default_store_path
+    from pyattacker.store.writer_lock import WriterLock
 
     folder = default_store_path().parent
     folder.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return str(folder / f"demo-{stamp}-{uuid.uuid4().hex[:6]}.db")
+    path = folder / "demo.db"
+    try:
+        # the lock beside a SQLite store (the default store's kind) is PATH.lock
+        lock = WriterLock.acquire(f"{path}.lock", str(path))
+    except StoreUnavailable:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        return str(folder / f"demo-{stamp}-{uuid.uuid4().hex[:6]}.db")
+    try:
+        for leftover in (path, folder / "demo.db-wal", folder / "demo.db-shm"):
+            leftover.unlink(missing_ok=True)
+    finally:
+        lock.release()
+    return str(path)
 
 
 @click.command("demo")
-@click.option("--store", help="Where to write (default: a new demo-*.db under the default store folder).")
+@click.option(
+    "--store", help="Where to write (default: demo.db in the default store folder, replaced by each demo)."
+)
 @click.option(
     "--pipelines", type=click.IntRange(min=1), default=50, show_default=True, help="How many pipelines."
 )

@@ -47,7 +47,7 @@ _RUN_FLAGS = (
         "config_path",
         required=True,
         metavar="PATH",
-        help="Config file: .toml, .json, .yaml/.yml (YAML needs PyYAML, the `yaml` extra).",
+        help="Config file: .toml, .json, .yaml/.yml (YAML through PyYAML, installed with pyattacker).",
     ),
     click.option("--limit", type=click.IntRange(min=1), help="Only run the first N pipelines (smoke test)."),
     click.option("--store", help="Store location; overrides `run.store` (relative to the current folder)."),

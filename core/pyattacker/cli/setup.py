@@ -58,6 +58,12 @@ def _readable(effective: dict[str, Any]) -> str:
 )
 @click.option("--strict-env", is_flag=True, default=False, help="An unset ${VAR} is an error, not a warning.")
 @click.option(
+    "--strict",
+    is_flag=True,
+    default=False,
+    help="Every warning is an error: an unset ${VAR}, a missing source file.",
+)
+@click.option(
     "--format",
     "fmt",
     type=click.Choice(["text", "json"]),
@@ -65,21 +71,27 @@ def _readable(effective: dict[str, Any]) -> str:
     show_default=True,
     help="How to print the effective config.",
 )
-def validate_command(config_path: str, strict_env: bool, fmt: str) -> None:
+def validate_command(config_path: str, strict_env: bool, strict: bool, fmt: str) -> None:
     """Check a config file without running anything; print the effective config.
 
     Reports every problem (one per line, each with its field path) and exits 2, or prints the
-    config as it would run and exits 0. Never opens the dataset, creates folders or calls tasks.
+    config as it would run and exits 0. Never reads the dataset, creates folders or calls tasks;
+    a missing source file is a warning (an error with --strict).
     """
     # start-up: the config layer is heavy, and `--help` imports this module
-    from pyattacker.config.build import check_config, effective_config, load_config
+    from pyattacker.config.build import check_config, effective_config, load_config, source_problem
 
-    loaded = load_config(config_path, strict_env=strict_env)
+    loaded = load_config(config_path, strict_env=strict_env or strict)
     for warning in loaded.warnings:
         warn(warning)
     checked = check_config(loaded)
     for note in checked.notes:
         warn(note)
+    missing = source_problem(checked)
+    if missing is not None and strict:
+        raise ConfigError(f"{loaded.path}: invalid config\n  {missing} (--strict)")
+    if missing is not None:
+        warn(f"{loaded.path}: {missing} (run refuses to start without it; --strict makes this an error)")
     effective = effective_config(checked)
     if fmt == "json":
         out(json.dumps(effective, default=str, indent=2))

@@ -61,6 +61,7 @@ __all__ = [
     "effective_config",
     "load_config",
     "resolve_store",
+    "source_problem",
     "store_location",
     "store_problem",
 ]
@@ -262,7 +263,7 @@ def _resolve_sink_paths(items: list[Any], base: Path) -> list[Any]:
 
 
 def _check_pipeline(
-    data: Any, pools: Mapping[str, PoolDef] | None, errors: list[str]
+    data: Any, pools: Mapping[str, PoolDef] | None, errors: list[str], folder: Path
 ) -> PipelineTemplate | None:
     """The template of ``pipeline:``; ``pools`` None means pool references cannot be checked."""
     if data is None:
@@ -279,7 +280,7 @@ def _check_pipeline(
     if not _pool_exists(default_resource, "pipeline.resource", pools, errors):
         default_resource = None
     specs = [
-        _check_task(entry, f"pipeline.tasks[{i}]", pools, default_resource, errors)
+        _check_task(entry, f"pipeline.tasks[{i}]", pools, default_resource, errors, folder)
         for i, entry in enumerate(raw)
     ]
     if any(spec is None for spec in specs):
@@ -303,6 +304,7 @@ def _check_task(
     pools: Mapping[str, PoolDef] | None,
     default_resource: str | None,
     errors: list[str],
+    folder: Path,
 ) -> TaskSpec | None:
     """One task entry resolved, with every pool it refers to checked at the field that names it."""
     plugins = get_plugins()
@@ -310,7 +312,13 @@ def _check_task(
     if isinstance(own_resource, str) and own_resource:
         _pool_exists(own_resource, f"{path}.resource", pools, errors)
     spec, origin = resolve_task_entry(
-        entry, path, plugins.tasks, errors, default_resource=default_resource, algorithms=plugins.algorithms
+        entry,
+        path,
+        plugins.tasks,
+        errors,
+        default_resource=default_resource,
+        algorithms=plugins.algorithms,
+        folder=folder,
     )
     if spec is None:
         return None
@@ -401,7 +409,7 @@ def check_config(loaded: LoadedConfig) -> CheckedConfig:
     run_data = data.get("run")
     run = _check_run(run_data, loaded.base_dir, errors) if run_data is not None else {}
     pools = check_pools(data.get("pools"), errors)
-    template = _check_pipeline(data.get("pipeline"), pools, errors)
+    template = _check_pipeline(data.get("pipeline"), pools, errors, loaded.base_dir)
     if not errors and pools is not None and template is not None:
         errors.extend(pool_reference_problems(pools, template))
     notes: list[str] = []
@@ -413,6 +421,21 @@ def check_config(loaded: LoadedConfig) -> CheckedConfig:
     if errors or pools is None or template is None or source is None:
         raise ConfigError(f"{loaded.path}: invalid config\n" + "\n".join(f"  {e}" for e in errors))
     return CheckedConfig(loaded=loaded, run=run, pools=pools, template=template, source=source, notes=notes)
+
+
+def source_problem(checked: CheckedConfig) -> str | None:
+    """What the source's own ``check`` says about its data (a missing ``source.path``), or None.
+
+    ``validate`` shows it as a warning (an error with ``--strict``): the file may be written
+    before the run; ``run`` refuses to start without it."""
+    check = getattr(checked.source.source, "check", None)
+    if not callable(check):
+        return None
+    try:
+        check(checked.source.options, checked.loaded.base_dir)
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 # -- building --------------------------------------------------------------------------------
@@ -503,7 +526,8 @@ def build(
         check(checked.source.options, checked.loaded.base_dir)
     local = local_file(config.store) if config.store else None
     if local is not None:
-        make_parent(local, "run.store")
+        # the error names the setting the user wrote: the flag wins over the file
+        make_parent(local, "--store" if overrides.get("store") is not None else "run.store")
     return Built(
         config=config,
         pools=_make_pools(checked, capacity_share),
@@ -533,7 +557,7 @@ def effective_config(checked: CheckedConfig, overrides: Mapping[str, Any] | None
         "source_is_default": DEFAULT_SOURCE_NOTE in checked.notes,
         "pools": {
             name: {
-                "kind": p.kind,
+                "kind": p.kind or name,  # a pool without `kind:` is of its name's kind
                 "algorithm": p.algorithm,
                 "resources": [mask_secrets(r) for r in p.resources],
             }

@@ -112,11 +112,11 @@ def _unique_key_loader(yaml: Any) -> Any:
 
 def _parse_yaml(path: Path, text: str) -> Any:
     try:
-        import yaml  # the optional ``yaml`` extra, only for .yaml configs
+        import yaml  # a dependency of the default install, loaded only for .yaml configs
     except ImportError:
         raise ConfigError(
-            f"{path}: YAML configs need PyYAML (the `yaml` extra): pip install pyyaml"
-            ' (in a checkout: pip install -e ".[yaml]"), or write the config as .toml or .json'
+            f"{path}: YAML configs need PyYAML, which is missing from this environment:"
+            " pip install pyyaml, or write the config as .toml or .json"
         ) from None
     try:
         return yaml.load(text, Loader=_unique_key_loader(yaml))  # a SafeLoader subclass

@@ -60,6 +60,7 @@ class RunSection(msgspec.Struct, kw_only=True):
     strict_leases: bool = False
     stop_after_failures: PositiveInt | None = None
     stop_after_s: PositiveFloat | None = None
+    stall_after_s: PositiveFloat | None = 60.0
     max_handoffs: PositiveInt = 1000
     retry_succeeded: bool = False
     fresh_restart: bool = False

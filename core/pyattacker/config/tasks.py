@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
+from pathlib import Path
 from typing import Any
 
 from pyattacker.config.schema import RetrySection, TaskEntry, check_mapping, did_you_mean, non_finite
@@ -21,7 +23,7 @@ from pyattacker.flow.taskspec import CLEARABLE, UNSET, TaskSpec
 from pyattacker.plugins.registry import Registry
 from pyattacker.resources.algorithm import validate_algorithm_spec
 
-__all__ = ["BUILTIN_PREFIX", "build_retry", "resolve_task_entry", "resolve_use"]
+__all__ = ["BUILTIN_PREFIX", "build_retry", "import_from", "resolve_task_entry", "resolve_use"]
 
 #: ``pyattacker.tasks:NAME`` names a built-in task through the registry (never an import).
 BUILTIN_PREFIX = "pyattacker.tasks:"
@@ -41,8 +43,19 @@ def _registered(name: str, registry: Registry) -> Any:
     return obj
 
 
-def resolve_use(target: str, registry: Registry) -> Any:
-    """The TaskSpec or factory that ``target`` names; raises ``UseError`` with a suggestion."""
+def import_from(folder: Path) -> None:
+    """Put ``folder`` (a config's folder) first on ``sys.path``, once, so a task module beside
+    the config imports as ``python script.py`` imports the script's neighbours."""
+    entry = str(folder)
+    if entry not in sys.path:
+        sys.path.insert(0, entry)
+        importlib.invalidate_caches()
+
+
+def resolve_use(target: str, registry: Registry, folder: Path | None = None) -> Any:
+    """The TaskSpec or factory that ``target`` names; raises ``UseError`` with a suggestion.
+
+    ``folder``: the config's folder, put on the import path before a ``module:attr`` is imported."""
     if target.startswith(BUILTIN_PREFIX):
         return _registered(target[len(BUILTIN_PREFIX) :], registry)
     if ":" not in target:
@@ -50,10 +63,15 @@ def resolve_use(target: str, registry: Registry) -> Any:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise UseError(f"{target!r} is not of the form module:attr")
+    if folder is not None:
+        import_from(folder)
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UseError(f"cannot import module {module_name!r}: {exc} (is it on PYTHONPATH?)") from None
+        where = f"the config's folder {folder} and " if folder is not None else ""
+        raise UseError(
+            f"cannot import module {module_name!r}: {exc} (looked in {where}PYTHONPATH)"
+        ) from None
     except (Exception, SystemExit) as exc:  # sys.exit() in a module is its failure, not ours to obey
         raise UseError(f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from None
     for part in attr.split("."):
@@ -149,9 +167,18 @@ def _instantiate(
     if not callable(obj):
         errors.append(f"{path}.use: {target} is a {type(obj).__name__}, not a task or a task factory")
         return None
+    marked = getattr(obj, "__pyattacker_factory__", False)
     problems = _kwargs_problems(obj, kwargs, path, target, origin)
-    if getattr(obj, "__pyattacker_factory__", False):  # its arguments are part of the identity
+    if marked:  # its arguments are part of the identity
         problems += non_finite(kwargs, f"{path}.kwargs")
+    elif not kwargs and problems:
+        # an unmarked callable needing arguments, given none: a plain function meant as a task
+        errors.append(
+            f"{path}.use: {target} is a plain function, not a task; decorate it with @task"
+            " (from pyattacker import task) to run it as one. If it is a factory that returns a"
+            " task, mark it with @factory_task and give its arguments in kwargs"
+        )
+        return None
     if problems:
         errors.extend(problems)
         return None
@@ -211,13 +238,18 @@ def resolve_task_entry(
     *,
     default_resource: str | None = None,
     algorithms: Registry | None = None,
+    folder: Path | None = None,
 ) -> tuple[TaskSpec | None, str]:
     """The effective TaskSpec of one ``pipeline.tasks`` entry, and where its resource came from.
+
+    Every field of the entry is checked, each problem reported at its path, before giving up:
+    a bad ``kwargs``, ``retry`` and ``use`` in one entry are all reported in one pass.
 
     The second value is the field path to blame for a bad pool reference (the entry's own
     ``resource``, ``pipeline.resource``, or the ``use:`` target that declares it). With
     ``algorithms``, the entry's algorithm (or the one its target declares) is built once, so a
     bad one is reported at its field rather than by the pipeline that would build it.
+    ``folder``: the config's folder, where a ``module:attr`` target is looked for first.
     """
     before = len(errors)
     values = check_mapping(entry, TaskEntry, path, errors)
@@ -225,23 +257,49 @@ def resolve_task_entry(
         return None, path
     if algorithms is not None and values.get("algorithm") is not None:
         errors.extend(validate_algorithm_spec(values["algorithm"], algorithms, f"{path}.algorithm"))
-    if "use" not in values:
+    target = values.get("use")
+    spec = None if target is None else _resolve_target(target, values, path, registry, errors, folder)
+    changes = _entry_changes(values, path, errors)
+    if spec is None or target is None or len(errors) > before:
         return None, path
-    target = values["use"]
+    origin = f"{path}.resource" if "resource" in values else f"{path}.use ({target} declares it)"
+    if "resource" not in values and _resource_of(spec) is None and default_resource is not None:
+        changes["resource"] = default_resource
+        origin = "pipeline.resource"
     try:
-        obj = resolve_use(target, registry)
+        effective = spec.with_overrides(**{k: changes.get(k, UNSET) for k in changes})
+    except ConfigError as exc:
+        errors.append(f"{path}: {exc}")
+        return None, path
+    problems = _declared_problems(effective, values, f"{path}.use ({target} declares it)", algorithms)
+    errors.extend(problems)
+    return (None, path) if problems else (effective, origin)
+
+
+def _resolve_target(
+    target: str,
+    values: dict[str, Any],
+    path: str,
+    registry: Registry,
+    errors: list[str],
+    folder: Path | None,
+) -> TaskSpec | None:
+    """The TaskSpec ``use:`` names, built with the entry's ``kwargs``; problems go to ``errors``."""
+    try:
+        obj = resolve_use(target, registry, folder)
     except UseError as exc:
         errors.append(f"{path}.use: {exc}")
-        return None, path
-    if len(errors) > before:
-        return None, path
+        return None
     arguments = _arguments(obj, values, path, target, errors)
     if arguments is None:
-        return None, path
+        return None
     kwargs, given_as = arguments
-    spec = _instantiate(obj, kwargs, path, target, errors, given_as)
-    if spec is None:
-        return None, path
+    return _instantiate(obj, kwargs, path, target, errors, given_as)
+
+
+def _entry_changes(values: dict[str, Any], path: str, errors: list[str]) -> dict[str, Any]:
+    """The overrides an entry's own fields make (its ``retry`` built), every problem reported;
+    checked whatever ``use`` names, so one pass shows them all."""
     changes: dict[str, Any] = {}
     for key in ("name", "resource", "algorithm", "timeout_s", "config", "version"):
         if key in values:
@@ -258,20 +316,7 @@ def resolve_task_entry(
             retry = build_retry(values["retry"], f"{path}.retry", errors)
             if retry is not None:
                 changes["retry"] = retry
-    origin = f"{path}.resource" if "resource" in values else f"{path}.use ({target} declares it)"
-    if "resource" not in values and _resource_of(spec) is None and default_resource is not None:
-        changes["resource"] = default_resource
-        origin = "pipeline.resource"
-    if len(errors) > before:
-        return None, path
-    try:
-        effective = spec.with_overrides(**{k: changes.get(k, UNSET) for k in changes})
-    except ConfigError as exc:
-        errors.append(f"{path}: {exc}")
-        return None, path
-    problems = _declared_problems(effective, values, f"{path}.use ({target} declares it)", algorithms)
-    errors.extend(problems)
-    return (None, path) if problems else (effective, origin)
+    return changes
 
 
 def _declared_problems(

@@ -32,6 +32,7 @@ from pyattacker.engine.resume import Resumer
 from pyattacker.engine.scheduler import Scheduler
 from pyattacker.engine.settings import RunConfig
 from pyattacker.engine.signals import SignalGuard
+from pyattacker.engine.stall import StallWatch
 from pyattacker.engine.state import PipelineState, RunState
 from pyattacker.engine.telemetry import Telemetry, pool_stats
 from pyattacker.engine.workqueue import WorkQueue
@@ -396,6 +397,8 @@ class _Run:
         pump = loop.create_task(scheduler.pump(queue), name="pyattacker-pump")
         pump.add_done_callback(scheduler.supervise)
         heartbeat = loop.create_task(telemetry.heartbeat(run_row), name="pyattacker-heartbeat")
+        stall = StallWatch(run, cfg.stall_after_s).watch() if cfg.stall_after_s else None
+        stalls = loop.create_task(stall, name="pyattacker-stall-watch") if stall is not None else None
         timer = loop.call_later(cfg.stop_after_s, run.stop, "stop_after_s") if cfg.stop_after_s else None
         outer_cancel = False
         assert run.complete is not None
@@ -411,7 +414,9 @@ class _Run:
                 producer.cancel()
             await scheduler.shutdown(queue, producer, pump)
             heartbeat.cancel()
-            await asyncio.gather(heartbeat, return_exceptions=True)
+            if stalls is not None:
+                stalls.cancel()
+            await asyncio.gather(heartbeat, *([stalls] if stalls else []), return_exceptions=True)
         finally:
             if timer is not None:
                 timer.cancel()

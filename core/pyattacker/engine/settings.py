@@ -66,6 +66,8 @@ class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     strict_metrics: bool = False
     stop_after_failures: int | None = None
     stop_after_s: float | None = None
+    #: no pipeline finished for this long: say why (pyattacker.engine.stall); None: never
+    stall_after_s: float | None = 60.0
     handle_signals: bool = True
     seed: int = 0
     notes: str = ""
@@ -97,6 +99,7 @@ class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         _positive_number("grace_s", self.grace_s, allow_zero=True)
         _positive_number("stale_after_s", self.stale_after_s)
         _positive_number("stop_after_s", self.stop_after_s, allow_none=True)
+        _positive_number("stall_after_s", self.stall_after_s, allow_none=True)
         _positive_number("flush_interval", self.flush_interval, allow_zero=True)
 
     @property
