@@ -106,28 +106,20 @@ def test_a_second_run_that_ends_early_shows_no_task_the_first_one_ran(
     watched = _view("watch", location, "--iterations", "1")
     assert "task judge: handed_off=3" in watched and "task report:" not in watched, watched
 
-    tasks = _lines(
-        _view("export", location, "-", "--rows", "tasks", "--format", "jsonl")
-    )
+    tasks = _lines(_view("export", location, "-", "--rows", "tasks", "--format", "jsonl"))
     assert sorted({str(t["name"]) for t in tasks}) == ["ask", "fetch", "judge"]
     results = _view("export", location, "-", "--rows", "results", "--format", "jsonl")
     assert sorted((r["result"] or {}).get("i") for r in _lines(results)) == [0, 1, 2]
     assert all(r["result"]["short"] and "report" not in r["result"] for r in _lines(results))
-    pipelines = _lines(
-        _view("export", location, "-", "--rows", "pipelines", "--format", "jsonl")
-    )
+    pipelines = _lines(_view("export", location, "-", "--rows", "pipelines", "--format", "jsonl"))
     for row in pipelines:
         assert [h["operation"] for h in row["handoffs"]] == ["forward", "restart", "forward"]
         assert sorted(str(t["name"]) for t in row["tasks"]) == ["ask", "fetch", "judge"]
     # run 1's attempts and events are history: still there
-    attempts = _lines(
-        _view("export", location, "-", "--rows", "attempts", "--format", "jsonl")
-    )
+    attempts = _lines(_view("export", location, "-", "--rows", "attempts", "--format", "jsonl"))
     assert sorted(str(a["task_name"]) for a in attempts).count("report") == 3
     assert len({a["run_id"] for a in attempts}) == 2
-    events = _lines(
-        _view("export", location, "-", "--rows", "events", "--format", "jsonl")
-    )
+    events = _lines(_view("export", location, "-", "--rows", "events", "--format", "jsonl"))
     jumps = [e["data"]["to_task"] for e in events if e["kind"] == "pipeline.handoff"]
     assert sorted(map(str, jumps)) == ["None"] * 3 + ["report"] * 3
     # and in the ledger, whatever the events setting: both traversals' jumps, the restart between

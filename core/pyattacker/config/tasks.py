@@ -69,9 +69,7 @@ def resolve_use(target: str, registry: Registry, folder: Path | None = None) -> 
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
         where = f"the config's folder {folder} and " if folder is not None else ""
-        raise UseError(
-            f"cannot import module {module_name!r}: {exc} (looked in {where}PYTHONPATH)"
-        ) from None
+        raise UseError(f"cannot import module {module_name!r}: {exc} (looked in {where}PYTHONPATH)") from None
     except (Exception, SystemExit) as exc:  # sys.exit() in a module is its failure, not ours to obey
         raise UseError(f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from None
     for part in attr.split("."):
