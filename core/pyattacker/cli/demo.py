@@ -158,8 +158,10 @@ def _demo_store() -> str:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         return str(folder / f"demo-{stamp}-{uuid.uuid4().hex[:6]}.db")
     try:
-        for leftover in (path, folder / "demo.db-wal", folder / "demo.db-shm"):
-            leftover.unlink(missing_ok=True)
+        # the file and everything SQLite and the store keep beside it: its logs, and the
+        # record of what it held (a record without its file would read as a lost log)
+        for suffix in ("", "-wal", "-shm", "-journal", ".contents", "-wal.lost"):
+            (folder / f"demo.db{suffix}").unlink(missing_ok=True)
     finally:
         lock.release()
     return str(path)
