@@ -7,6 +7,7 @@ subprocesses the CLI tests start find it too). No in-process mocks: every reques
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ def _free_port() -> int:
 def moto_server() -> Iterator[Any]:
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
     server.start()
     host, port = server.get_host_and_port()
