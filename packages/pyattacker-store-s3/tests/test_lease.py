@@ -36,7 +36,9 @@ def test_second_writer_is_refused_naming_the_holder(tmp_path: Path) -> None:
     location = f"s3://{BUCKET}/lease-{tmp_path.name}/run"
     first = open_store(location)
     try:
-        with pytest.raises(StoreUnavailable, match=rf"is being written by pid {os.getpid()} on {socket.gethostname()}"):
+        with pytest.raises(
+            StoreUnavailable, match=rf"is being written by pid {os.getpid()} on {socket.gethostname()}"
+        ):
             open_store(location)
     finally:
         first.close()

@@ -10,8 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from pyattacker.plugins.api import iter_rows
 from pyattacker_store_s3.store import S3Store
+
+from pyattacker.plugins.api import iter_rows
 
 from .audit_tasks import LEDGER_ENV
 from .conftest import BUCKET, PLUGIN
@@ -30,10 +31,13 @@ def _cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[
 
 
 def _config(tmp_path: Path, rows: int, tasks: str) -> None:
-    data = "".join(json.dumps({"id": f"r{i:03d}", "text": f"row {i} " + "x" * 64}) + "\n" for i in range(rows))
+    data = "".join(
+        json.dumps({"id": f"r{i:03d}", "text": f"row {i} " + "x" * 64}) + "\n" for i in range(rows)
+    )
     (tmp_path / "data.jsonl").write_text(data)
     (tmp_path / "cfg.yaml").write_text(
-        f"pipeline:\n  name: s3_cli\n  tasks:\n{tasks}source: {{ kind: jsonl, path: data.jsonl, key_field: id }}\n"
+        f"pipeline:\n  name: s3_cli\n  tasks:\n{tasks}"
+        "source: { kind: jsonl, path: data.jsonl, key_field: id }\n"
     )
 
 
@@ -57,7 +61,9 @@ def test_run_report_export_through_the_cli(tmp_path: Path) -> None:
     assert all(r.get("result_encoding") != "absent" for r in rows), rows[0]
     reader = S3Store(store, read_only=True)
     arts = list(iter_rows(reader, "artifacts"))
-    assert arts and all(a.payload is None and (a.blob_ref or "").startswith("s3://") for a in arts if a.seq >= 0)
+    assert arts and all(
+        a.payload is None and (a.blob_ref or "").startswith("s3://") for a in arts if a.seq >= 0
+    )
     [run] = reader.runs()
     text = json.dumps(run.config)
     assert "testing-secret" not in text and "AWS_SECRET" not in text  # no credential in the run record
@@ -67,9 +73,24 @@ def test_sigkill_mid_run_then_resume_replays_no_durable_task(tmp_path: Path) -> 
     _config(tmp_path, 40, "    - { use: audit_tasks:step }\n    - { use: audit_tasks:step }\n")
     ledger = tmp_path / "ledger.tsv"
     store = f"s3://{BUCKET}/crash-{tmp_path.name}/run"
-    cmd = [sys.executable, "-m", "pyattacker", "run", "-c", "cfg.yaml", "--store", store, "--concurrency", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pyattacker",
+        "run",
+        "-c",
+        "cfg.yaml",
+        "--store",
+        store,
+        "--concurrency",
+        "2",
+    ]
     proc = subprocess.Popen(
-        cmd, cwd=tmp_path, env=_env(**{LEDGER_ENV: str(ledger)}), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        cmd,
+        cwd=tmp_path,
+        env=_env(**{LEDGER_ENV: str(ledger)}),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         deadline = time.monotonic() + 120

@@ -64,9 +64,15 @@ class S3Backend:
     @staticmethod
     def validate(params: Mapping[str, Any]) -> list[str]:
         """Parameter problems as ``"field: message"``; sends no request."""
-        problems = [f"{k}: unknown parameter for kind 's3' (allowed: {', '.join(_PARAMS)})" for k in params if k not in _PARAMS]
+        problems = [
+            f"{k}: unknown parameter for kind 's3' (allowed: {', '.join(_PARAMS)})"
+            for k in params
+            if k not in _PARAMS
+        ]
         url, bucket = params.get("url"), params.get("bucket")
-        if url is not None and (not isinstance(url, str) or not url.startswith("s3://") or not url[5:].split("/")[0]):
+        if url is not None and (
+            not isinstance(url, str) or not url.startswith("s3://") or not url[5:].split("/")[0]
+        ):
             problems.append(f"url: expected s3://bucket/prefix, got {url!r}")
         if not url and (not isinstance(bucket, str) or not bucket):
             problems.append("bucket: required for kind 's3' (or write the spec as s3://bucket/prefix)")
@@ -80,7 +86,9 @@ class S3Backend:
     @property
     def client(self) -> Any:
         if self._client is None:  # boto3 is imported when the first blob moves, not at config time
-            self._client = make_client(endpoint_url=self.endpoint_url, region=self.region, profile=self.profile)
+            self._client = make_client(
+                endpoint_url=self.endpoint_url, region=self.region, profile=self.profile
+            )
         return self._client
 
     def key_for(self, digest: str) -> str:

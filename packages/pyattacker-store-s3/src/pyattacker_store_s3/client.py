@@ -26,7 +26,9 @@ def split_url(url: str) -> tuple[str, str, dict[str, str]]:
     return bucket, prefix.strip("/"), dict(parse_qsl(query, keep_blank_values=True))
 
 
-def make_client(*, endpoint_url: str | None = None, region: str | None = None, profile: str | None = None) -> Any:
+def make_client(
+    *, endpoint_url: str | None = None, region: str | None = None, profile: str | None = None
+) -> Any:
     """A boto3 S3 client: bounded retries and timeouts, so a store that is gone fails a commit
     in seconds with a clear error instead of hanging the run."""
     import boto3

@@ -95,7 +95,9 @@ class Rows:
             self.runs[run.run_id] = run
         for p in seg.pipelines:
             old = self.pipelines.get(p.pipeline_id)
-            self.pipelines[p.pipeline_id] = p if old is None else msgspec.structs.replace(p, created_at=old.created_at)
+            self.pipelines[p.pipeline_id] = (
+                p if old is None else msgspec.structs.replace(p, created_at=old.created_at)
+            )
         for prog in seg.progress:
             old = self.pipelines.get(prog.pipeline_id)
             if old is not None:  # an unknown id is ignored

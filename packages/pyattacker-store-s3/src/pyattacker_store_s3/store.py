@@ -36,7 +36,7 @@ from pyattacker.model import (
 from pyattacker.plugins.api import StoreBase
 from pyattacker_store_s3.client import is_missing, is_precondition_failed, make_client, split_url
 from pyattacker_store_s3.lease import DEFAULT_TTL, S3Lease
-from pyattacker_store_s3.rows import FORMAT, Rows, Segment, decode_segment, encode_segment, segment_of
+from pyattacker_store_s3.rows import FORMAT, Rows, decode_segment, encode_segment, segment_of
 
 __all__ = ["S3Store"]
 
@@ -81,7 +81,9 @@ class S3Store(StoreBase):
         except ValueError:
             raise ConfigError(f"store {location!r}: lease_ttl must be a number of seconds") from None
         self.client = client or make_client(
-            endpoint_url=options.get("endpoint_url"), region=options.get("region"), profile=options.get("profile")
+            endpoint_url=options.get("endpoint_url"),
+            region=options.get("region"),
+            profile=options.get("profile"),
         )
         self.rows = Rows()
         self._last_key = ""  # the last segment applied
@@ -117,7 +119,9 @@ class S3Store(StoreBase):
     def _create_marker(self) -> None:
         body = msgspec.json.encode({"format": FORMAT, "layout": "pyattacker-store-s3 segments"})
         try:
-            self.client.put_object(Bucket=self.bucket, Key=self._key("store.json"), Body=body, IfNoneMatch="*")
+            self.client.put_object(
+                Bucket=self.bucket, Key=self._key("store.json"), Body=body, IfNoneMatch="*"
+            )
         except Exception as exc:
             if not is_precondition_failed(exc):  # already there: a store we continue
                 raise
@@ -136,7 +140,9 @@ class S3Store(StoreBase):
         """Apply the segments written since the last one applied, in order."""
         try:
             pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self._key(SEGMENTS), StartAfter=self._last_key or self._key(SEGMENTS)
+                Bucket=self.bucket,
+                Prefix=self._key(SEGMENTS),
+                StartAfter=self._last_key or self._key(SEGMENTS),
             )
             for page in pages:
                 for item in page.get("Contents", ()):
@@ -262,7 +268,8 @@ class S3Store(StoreBase):
         found = [
             m
             for m in self._current().metrics.values()
-            if (run_id is None or m.run_id == run_id) and (pipeline_id is None or m.pipeline_id == pipeline_id)
+            if (run_id is None or m.run_id == run_id)
+            and (pipeline_id is None or m.pipeline_id == pipeline_id)
         ]
         return _copies(sorted(found, key=lambda m: (m.run_id, m.pipeline_id, m.name)))
 
@@ -272,7 +279,10 @@ class S3Store(StoreBase):
         found = [
             p
             for p in self._current().metric_points
-            if p.run_id == run_id and p.pipeline_id == pipeline_id and (key is None or p.key == key) and p.step > after_step
+            if p.run_id == run_id
+            and p.pipeline_id == pipeline_id
+            and (key is None or p.key == key)
+            and p.step > after_step
         ]
         found.sort(key=lambda p: (p.step, p.key))
         return _copies(found[:limit])
