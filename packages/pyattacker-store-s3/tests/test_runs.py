@@ -124,3 +124,25 @@ def test_sigkill_mid_run_then_resume_replays_no_durable_task(tmp_path: Path) -> 
     final = S3Store(store, read_only=True)
     assert {p.state for p in iter_rows(final, "pipelines")} == {"succeeded"}
     assert final.count_rows("pipelines") == 40
+
+
+def test_listed_under_its_distribution(tmp_path: Path) -> None:
+    listed = _cli(tmp_path, "plugins", "--json")
+    assert listed.returncode == 0, listed.stderr
+    [ours] = [p for p in json.loads(listed.stdout)["plugins"] if p["dist"] == PLUGIN]
+    assert ours["status"] == "active" and ours["contract"] == 2
+    assert ours["provides"] == {"artifact_backends": ["s3"], "stores": ["s3"]}
+
+
+def test_the_artifact_backend_as_a_url(tmp_path: Path) -> None:
+    """``--artifact-backend s3://bucket/prefix``: the spec names the kind by its scheme."""
+    from pyattacker.plugins.manager import get_plugins
+    from pyattacker.store.backends import resolve_backend
+
+    backend = resolve_backend(f"s3://{BUCKET}/url-{tmp_path.name}", get_plugins().artifact_backends)
+    assert backend.describe() == {
+        "kind": "s3",
+        "bucket": BUCKET,
+        "prefix": f"url-{tmp_path.name}",
+        "min_bytes": 4096,
+    }
