@@ -99,9 +99,10 @@ class S3Store(StoreBase):
             self._create_marker()
             self._lease = S3Lease.acquire(self.client, self.bucket, self._key("writer.lease"), location, ttl)
             self._refresh()
-        except StoreUnavailable:
-            raise
-        except Exception as exc:
+        except BaseException as exc:
+            self.close()  # a lease already taken is handed back
+            if isinstance(exc, StoreUnavailable) or not isinstance(exc, Exception):
+                raise
             raise self._unavailable("cannot open for writing", exc) from exc
 
     # -- objects ----------------------------------------------------------------------------------------
