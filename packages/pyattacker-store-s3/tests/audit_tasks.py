@@ -27,5 +27,5 @@ def _audit(pipeline_id: str, seq: int) -> None:
 @task
 async def step(value: Any, ctx: Any) -> Any:
     _audit(ctx.pipeline_id, ctx.seq)
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.1)
     return value

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pyattacker_store_s3.store import S3Store
 
+from pyattacker.errors import ConfigError
 from pyattacker.plugins.api import iter_rows
 
 from .audit_tasks import LEDGER_ENV
@@ -94,17 +95,18 @@ def test_sigkill_mid_run_then_resume_replays_no_durable_task(tmp_path: Path) -> 
     )
     try:
         deadline = time.monotonic() + 120
+        reader = None
         while time.monotonic() < deadline:  # a reader beside the running writer
             if proc.poll() is not None:
                 raise AssertionError(f"the run ended before the kill: {proc.stderr.read().decode()}")  # type: ignore[union-attr]
             try:
-                reader = S3Store(store, read_only=True)
-            except Exception:
-                time.sleep(0.1)
+                reader = reader or S3Store(store, read_only=True)
+            except ConfigError:  # the writer has not created the store yet
+                time.sleep(0.05)
                 continue
             if sum(1 for a in iter_rows(reader, "artifacts") if a.seq >= 0) >= 10:
                 break
-            time.sleep(0.1)
+            time.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=30)

@@ -26,7 +26,7 @@ from pyattacker.model import (
     TaskRecord,
 )
 
-__all__ = ["FORMAT", "Rows", "Segment", "decode_segment", "encode_segment", "segment_of"]
+__all__ = ["FORMAT", "Rows", "Segment", "decode_segments", "encode_segment", "segment_of"]
 
 FORMAT = 1
 
@@ -50,7 +50,8 @@ class Segment(msgspec.Struct, kw_only=True):
 
 
 encode_segment = msgspec.msgpack.Encoder().encode
-decode_segment = msgspec.msgpack.Decoder(Segment).decode
+#: a segment object: the parts one PUT carried, applied in order
+decode_segments = msgspec.msgpack.Decoder(list[Segment]).decode
 
 
 def segment_of(batch: Batch, writer: str) -> Segment:
