@@ -1,4 +1,4 @@
-"""``S3Store``: a run store under ``s3://bucket/prefix``, one immutable segment object per commit.
+"""``S3Store``: a run store under ``s3://bucket/prefix``, one immutable segment object per PUT.
 
 The object layout (the package README draws it):
 
