@@ -53,6 +53,10 @@ def test_run_report_export_through_the_cli(tmp_path: Path) -> None:
     assert report.returncode == 0, report.stderr
     assert json.loads(report.stdout)["pipelines"]["by_state"] == {"succeeded": 6}
 
+    watched = _cli(tmp_path, "watch", store, "--iterations", "1", "--no-clear")
+    assert watched.returncode == 0, watched.stderr
+    assert "6" in watched.stdout
+
     exported = _cli(tmp_path, "export", store, "out.jsonl", "--rows", "results")
     assert exported.returncode == 0, exported.stderr
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
