@@ -170,6 +170,9 @@ def test_file_backend_relative_ref_and_unsafe_digest(tmp_path: Path) -> None:
         ('{"root": "/x"}', ("file", {"root": "/x"})),
         ({"kind": "null"}, ("null", {})),
         ({"root": "/y"}, ("file", {"root": "/y"})),
+        # a URL names a (plugin's) kind by its scheme and hands the factory the whole URL
+        ("s3://bucket/some/prefix", ("s3", {"url": "s3://bucket/some/prefix"})),
+        ("S3://b", ("s3", {"url": "S3://b"})),
     ],
 )
 def test_spec_parsing(spec: Any, expected: tuple[str, dict[str, Any]]) -> None:
@@ -195,6 +198,7 @@ def test_spec_parsing(spec: Any, expected: tuple[str, dict[str, Any]]) -> None:
         ({"kind": 3}, "run.artifact_backend.kind: must be a non-empty string"),
         (42, "run.artifact_backend: expected a string or a mapping, got int"),
         ({"root": ""}, "run.artifact_backend.root: required for kind 'file'"),
+        ("nosuch://b/p", "run.artifact_backend.kind: unknown artifact backend 'nosuch'"),
     ],
 )
 def test_validation_errors(registry: Registry, spec: Any, message: str) -> None:

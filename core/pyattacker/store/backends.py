@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -34,6 +35,8 @@ __all__ = [
 
 DEFAULT_BACKEND = "inline"
 _INLINE_ALIASES = frozenset({"", "inline", "none"})
+#: ``<kind>://...`` names a backend kind by its URL scheme (``s3://bucket/prefix``)
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+")
 
 
 @runtime_checkable
@@ -71,7 +74,8 @@ class _SpecError(Exception):
 def parse_backend_spec(spec: Any) -> tuple[str, dict[str, Any]]:
     """``(kind, params)`` for a spec; raises ``ConfigError`` when it cannot be parsed.
 
-    None/""/"inline"/"none" → inline; "null" (any case) → null; "file://path" → file; a string
+    None/""/"inline"/"none" → inline; "null" (any case) → null; "file://path" → file;
+    "<kind>://..." → that kind with ``{"url": the string}`` (``s3://bucket/prefix``); a string
     starting with ``{`` is JSON; a bare word close to one of those names is a typo (an error);
     any other string is a file root; a mapping has ``kind`` (default file).
     """
@@ -99,6 +103,9 @@ def _parse_string(spec: str) -> tuple[str, dict[str, Any]]:
         return "null", {}
     if text.startswith("file://"):
         return "file", {"root": text[len("file://") :]}
+    scheme, sep, _ = text.partition("://")
+    if sep and _SCHEME.fullmatch(scheme):  # s3://bucket/prefix: a plugin's kind, given the URL
+        return scheme.lower(), {"url": text}
     if not text.startswith("{") and _looks_like_a_name(text):
         hint = difflib.get_close_matches(text.lower(), _NAMES, n=1, cutoff=0.6)
         if hint:  # "nul" or "inlnie" is a typo, not a folder the user wanted blobs in

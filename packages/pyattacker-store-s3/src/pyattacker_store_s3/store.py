@@ -1,0 +1,330 @@
+"""``S3Store``: a run store under ``s3://bucket/prefix``, one immutable segment object per PUT.
+
+The object layout (the package README draws it):
+
+* ``<prefix>/store.json``: a marker the first writer creates (a reader of a prefix without one
+  is told the store does not exist);
+* ``<prefix>/writer.lease``: the one-writer lease (``lease.py``);
+* ``<prefix>/segments/<12-digit number>.seg``: one per PUT, a msgspec-msgpack array of
+  ``Segment`` parts (one per commit batch), written once with ``If-None-Match: *``. The
+  kernel's recorder groups checkpoints into commit batches and overlaps them
+  (``commit_behind``); the batches queued while a PUT is in flight go out together in the next
+  one (``writer.py``), each durable when S3 acknowledges its PUT. A failed PUT leaves nothing a
+  reader could see half of.
+
+Opening replays the segments in order into rows held in memory (``rows.Rows``); a writer then
+appends, a reader lists the segments after the last one it applied before every read, so it
+follows a running writer without ever talking to it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
+from typing import Any
+
+import msgspec
+
+from pyattacker.errors import ConfigError, StoreUnavailable
+from pyattacker.model import (
+    Batch,
+    MetricPoint,
+    MetricRecord,
+    PipelineRecord,
+    ResourceRecord,
+    RunRecord,
+)
+from pyattacker.plugins.api import StoreBase
+from pyattacker_store_s3.client import is_missing, is_precondition_failed, make_client, split_url
+from pyattacker_store_s3.lease import DEFAULT_TTL, S3Lease
+from pyattacker_store_s3.rows import FORMAT, Rows, decode_segments, encode_segment
+from pyattacker_store_s3.writer import SegmentWriter
+
+__all__ = ["S3Store"]
+
+OPTIONS = ("endpoint_url", "region", "profile", "lease_ttl")
+SEGMENTS = "segments/"
+
+#: each page kind's order (docs/stores.md, "Page orders": the last key is unique)
+_ORDER: dict[str, Callable[[Any], tuple[Any, ...]]] = {
+    "pipelines": lambda r: (r.created_at, r.pipeline_id),
+    "tasks": lambda r: (r.pipeline_id, r.seq, r.task_run_id),
+    "attempts": lambda r: (r.attempt_id,),
+    "events": lambda r: (r.event_id,),
+    "artifacts": lambda r: (r.pipeline_id, r.seq, r.artifact_id),
+}
+
+
+def _copies(rows: list[Any]) -> list[Any]:
+    """Deep copies (a caller that changes a row it read must not change the store)."""
+    if not rows:
+        return rows
+    copied: list[Any] = msgspec.msgpack.decode(encode_segment(rows), type=list[type(rows[0])])  # type: ignore[misc]
+    return copied
+
+
+class S3Store(StoreBase):
+    """A store under an S3 prefix (see the module docstring)."""
+
+    def __init__(self, location: str, *, read_only: bool = False, client: Any = None) -> None:
+        self.location = location
+        self.read_only = read_only
+        try:
+            self.bucket, self.prefix, options = split_url(location)
+        except ValueError as exc:
+            raise ConfigError(f"store {location!r}: {exc}") from None
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise ConfigError(
+                f"store {location!r}: unknown option(s) {', '.join(unknown)} (known: {', '.join(OPTIONS)})"
+            )
+        try:
+            ttl = float(options.get("lease_ttl", DEFAULT_TTL))
+        except ValueError:
+            raise ConfigError(f"store {location!r}: lease_ttl must be a number of seconds") from None
+        self.client = client or make_client(
+            endpoint_url=options.get("endpoint_url"),
+            region=options.get("region"),
+            profile=options.get("profile"),
+        )
+        self.rows = Rows()
+        self._last_key = ""  # the last segment applied
+        self._next = 1  # the number of the next segment a writer writes
+        self._unsure: int | None = None  # a segment whose PUT failed without an answer
+        self._lease: S3Lease | None = None
+        self._writer: SegmentWriter | None = None
+        self._lock = threading.Lock()  # rows change on the writer thread while reads go on
+        self._closed = False
+        if read_only:
+            self._exists_or_fail()
+            self._refresh()
+            return
+        try:
+            self._create_marker()
+            self._lease = S3Lease.acquire(self.client, self.bucket, self._key("writer.lease"), location, ttl)
+            self._refresh()
+            self._writer = SegmentWriter(self, self._lease.token)
+        except BaseException as exc:
+            self.close()  # a lease already taken is handed back
+            if isinstance(exc, StoreUnavailable) or not isinstance(exc, Exception):
+                raise
+            raise self._unavailable("cannot open for writing", exc) from exc
+
+    # -- objects ----------------------------------------------------------------------------------------
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def _segment_key(self, number: int) -> str:
+        return self._key(f"{SEGMENTS}{number:012d}.seg")
+
+    def _unavailable(self, what: str, exc: BaseException) -> StoreUnavailable:
+        if is_missing(exc) and "Bucket" in str(exc):
+            return StoreUnavailable(f"store {self.location}: bucket {self.bucket!r} does not exist")
+        return StoreUnavailable(f"store {self.location}: {what}: {exc}")
+
+    def _create_marker(self) -> None:
+        body = msgspec.json.encode({"format": FORMAT, "layout": "pyattacker-store-s3 segments"})
+        try:
+            self.client.put_object(
+                Bucket=self.bucket, Key=self._key("store.json"), Body=body, IfNoneMatch="*"
+            )
+        except Exception as exc:
+            if not is_precondition_failed(exc):  # already there: a store we continue
+                raise
+
+    def _exists_or_fail(self) -> None:
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self._key("store.json"))
+        except Exception as exc:
+            if is_missing(exc):
+                raise ConfigError(
+                    f"store {self.location} does not exist (no s3://{self.bucket}/{self._key('store.json')})"
+                ) from None
+            raise self._unavailable("cannot read", exc) from exc
+
+    def _refresh(self) -> None:
+        """Apply the segments written since the last one applied, in order."""
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket,
+                Prefix=self._key(SEGMENTS),
+                StartAfter=self._last_key or self._key(SEGMENTS),
+            )
+            for page in pages:
+                for item in page.get("Contents", ()):
+                    body = self.client.get_object(Bucket=self.bucket, Key=item["Key"])["Body"].read()
+                    number = int(item["Key"].rsplit("/", 1)[-1].split(".")[0])
+                    self._apply(body, item["Key"], number)
+        except Exception as exc:
+            raise self._unavailable("cannot read its segments", exc) from exc
+
+    @contextmanager
+    def _reading(self) -> Iterator[Rows]:
+        """The rows to read, held still: a reader first applies what was written since."""
+        if self.read_only:
+            self._refresh()
+        with self._lock:
+            yield self.rows
+
+    def _check_writable(self) -> S3Lease:
+        if self.read_only:
+            raise StoreUnavailable(f"store {self.location} is opened read-only")
+        if self._closed or self._lease is None:
+            raise StoreUnavailable(f"store {self.location} is closed")
+        self._lease.check()
+        return self._lease
+
+    # -- required: writes -------------------------------------------------------------------------------
+    def commit(self, batch: Batch) -> None:
+        """The batch in the next segment PUT (``writer.py``); durable on return. ``handoffs``
+        and ``resets`` are not kept (``supports_handoffs`` is False)."""
+        self.commit_behind(batch).result()
+
+    def commit_behind(self, batch: Batch) -> Future[None]:
+        """Queue the batch for the next segment PUT; the future resolves once S3 acknowledged it."""
+        self._check_writable()
+        assert self._writer is not None
+        return self._writer.submit(batch)
+
+    def put_parts(self, parts: list[bytes]) -> None:
+        """PUT ``parts`` as the next segment (``If-None-Match: *``), then apply them (the
+        writer thread calls this)."""
+        lease = self._check_writable()
+        if self._unsure is not None:
+            self._settle(lease)
+        number = self._next
+        key = self._segment_key(number)
+        data = encode_segment([msgspec.Raw(p) for p in parts])
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
+        except Exception as exc:
+            if is_precondition_failed(exc):
+                lease.lost = f"segment {number} was written by another writer (this one lost its lease)"
+                raise StoreUnavailable(f"store {self.location}: {lease.lost}") from exc
+            self._unsure = number  # the PUT may have landed after all: the next commit looks
+            raise self._unavailable("commit failed (the object store did not acknowledge it)", exc) from exc
+        self._apply(data, key, number)
+
+    def _apply(self, data: bytes, key: str, number: int) -> None:
+        segments = decode_segments(data)
+        with self._lock:
+            for seg in segments:
+                self.rows.apply(seg)
+            self._last_key, self._next = key, number + 1
+
+    def _settle(self, lease: S3Lease) -> None:
+        """After a PUT without an answer: if it landed after all (it is ours), adopt it and fail
+        this commit too, so the batches queued meanwhile are numbered again after it."""
+        number = self._unsure
+        assert number is not None
+        key = self._segment_key(number)
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except Exception as exc:
+            if not is_missing(exc):
+                raise self._unavailable("cannot reach the object store", exc) from exc
+            self._unsure = None
+            return
+        if any(seg.writer != lease.token for seg in decode_segments(body)):
+            lease.lost = f"segment {number} was written by another writer (this one lost its lease)"
+            raise StoreUnavailable(f"store {self.location}: {lease.lost}")
+        self._apply(body, key, number)
+        self._unsure = None
+        raise StoreUnavailable(
+            f"store {self.location}: segment {number}, reported failed, was stored after all; commit again"
+        )
+
+    def interrupt_running(self, run_id: str, now: float) -> int:
+        """``running`` rows of other runs become ``interrupted`` (one segment; none when nothing
+        changes). Holding the lease proves whoever wrote them is gone."""
+        lease = self._check_writable()
+        assert self._writer is not None
+        with self._lock:
+            seg, changed = self.rows.interrupted(run_id, now)
+        if seg.pipelines or seg.tasks or seg.runs:
+            seg.writer = lease.token
+            self._writer.submit(None, seg).result()
+        return changed
+
+    # -- required: reads -----------------------------------------------------------------------------------
+    def page(
+        self,
+        kind: str,
+        *,
+        run_id: str | None = None,
+        pipeline_id: str | None = None,
+        state: str | None = None,
+        after: tuple[Any, ...] | None = None,
+        limit: int = 1000,
+    ) -> list[Any]:
+        if kind not in _ORDER:
+            raise ValueError(f"unknown row kind {kind!r} (one of {', '.join(_ORDER)})")
+        key = _ORDER[kind]
+        with self._reading() as rows:
+            found = [
+                r
+                for r in rows.table(kind)
+                if (pipeline_id is None or r.pipeline_id == pipeline_id)
+                and (run_id is None or kind == "artifacts" or r.run_id == run_id)
+                and (state is None or kind not in ("pipelines", "tasks") or r.state == state)
+                and (after is None or key(r)[: len(after)] > tuple(after))
+            ]
+        found.sort(key=key)
+        return _copies(found[:limit])
+
+    def runs(self) -> list[RunRecord]:
+        with self._reading() as rows:
+            found = list(rows.runs.values())
+        return _copies(sorted(found, key=lambda r: (r.started_at, r.run_id)))
+
+    def metrics(self, run_id: str | None = None, pipeline_id: str | None = None) -> list[MetricRecord]:
+        with self._reading() as rows:
+            found = [
+                m
+                for m in rows.metrics.values()
+                if (run_id is None or m.run_id == run_id)
+                and (pipeline_id is None or m.pipeline_id == pipeline_id)
+            ]
+        return _copies(sorted(found, key=lambda m: (m.run_id, m.pipeline_id, m.name)))
+
+    def metric_points(
+        self, run_id: str, pipeline_id: str, key: str | None = None, after_step: int = -1, limit: int = 1000
+    ) -> list[MetricPoint]:
+        with self._reading() as rows:
+            found = [
+                p
+                for p in rows.metric_points
+                if p.run_id == run_id
+                and p.pipeline_id == pipeline_id
+                and (key is None or p.key == key)
+                and p.step > after_step
+            ]
+        found.sort(key=lambda p: (p.step, p.key))
+        return _copies(found[:limit])
+
+    def resources(self, run_id: str | None = None) -> list[ResourceRecord]:
+        with self._reading() as rows:
+            found = [r for r in rows.resources.values() if run_id is None or r.run_id == run_id]
+        return _copies(sorted(found, key=lambda r: (r.pool, r.resource_id)))
+
+    # -- faster optional reads (one listing for many ids) ---------------------------------------------------
+    def lookup_pipelines(self, ids: Sequence[str]) -> dict[str, PipelineRecord]:
+        with self._reading() as rows:
+            found = [rows.pipelines[pid] for pid in dict.fromkeys(ids) if pid in rows.pipelines]
+        return {p.pipeline_id: p for p in _copies(found)}
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the lease (idempotent); every commit is already in the object store."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()  # what is queued is written first
+        self._closed = True
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            lease.release()
+
+    def __repr__(self) -> str:
+        return f"<S3Store {self.location!r}{' read-only' if self.read_only else ''}>"

@@ -1,0 +1,43 @@
+"""Group commit across PUTs: batches queued while a PUT is in flight share the next segment."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import boto3
+
+from pyattacker.store.location import open_store
+from pyattacker.testing.rows import attempt, batch_of, pipeline
+
+from .conftest import BUCKET
+
+
+def _segments(prefix: str) -> list[str]:
+    listed = boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/segments/")
+    return [o["Key"] for o in listed.get("Contents", ())]
+
+
+def test_batches_queued_during_a_put_go_out_in_one(tmp_path: Path) -> None:
+    prefix = f"group-{tmp_path.name}/run"
+    store = open_store(f"s3://{BUCKET}/{prefix}")
+    try:
+        assert store.commits_behind
+        with store._lock:  # type: ignore[attr-defined]  # hold the writer after its first PUT
+            first = store.commit_behind(batch_of(pipelines=[pipeline("p0")], attempts=[attempt("p0")]))
+            while not _segments(prefix):  # the first PUT is done; applying it waits for the lock
+                time.sleep(0.01)
+            later = [
+                store.commit_behind(batch_of(pipelines=[pipeline(f"p{i}")], attempts=[attempt(f"p{i}")]))
+                for i in range(1, 6)
+            ]
+            assert first is not None and not first.done()  # not acknowledged before it is applied
+        for future in [first, *later]:
+            assert future is not None
+            future.result(timeout=60)
+        assert len(_segments(prefix)) == 2  # p0 alone, then p1..p5 together
+        assert [a.attempt_id for a in store.page("attempts")] == [1, 2, 3, 4, 5, 6]
+    finally:
+        store.close()
+    reader = open_store(f"s3://{BUCKET}/{prefix}", read_only=True)
+    assert len(reader.lookup_pipelines([f"p{i}" for i in range(6)])) == 6
