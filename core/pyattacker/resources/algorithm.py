@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from pyattacker.errors import AcquireTimeout, ConfigError, ResourceUnavailable
 from pyattacker.resources.backoff import JITTERS, backoff_delay
+from pyattacker.resources.gate import short_of_budget
 
 if TYPE_CHECKING:
     from pyattacker.plugins.registry import Registry
@@ -187,6 +188,8 @@ async def wait_for_lease(
     deadline = None if timeout is None else start + timeout
     watch = pool.watch_deadlock(ctx, selector)
     warned = False
+    # what the wait is for, told apart once (a wait is not a hot path): rate budget or a slot
+    for_budget = short_of_budget(pool, where, selector)
     try:
         while True:
             remaining = None if deadline is None else deadline - clock.now()
@@ -203,6 +206,10 @@ async def wait_for_lease(
             lease = pool.try_acquire(ctx, where=where, score=score, waited_ms=waited, **selector)
             if lease is not None:
                 pool.note_wait(waited, selector, lease.resource.id)
+                if for_budget:
+                    lease.resource.waited_budget_ms += waited
+                else:
+                    lease.resource.waited_slot_ms += waited
                 return lease
     finally:
         if watch is not None:

@@ -12,7 +12,9 @@ being lost:
   to take is handed to a waiter that wants it (``settle``).
 
 While anybody waits, one timer is kept on the earliest future cooldown of the pool's resources,
-so that a pool whose every resource is cooling down wakes its waiters when the first one ends.
+so that a pool whose every resource is cooling down wakes its waiters when the first one ends;
+in a pool with rate-limited resources the same timer also covers the earliest time a waiting
+request fits the budget of a resource with a free slot (``refill_at``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pyattacker.clock import Clock
+from pyattacker.resources.limits import request_tokens
 from pyattacker.resources.resource import DEAD, REVOKED, Resource
 
 __all__ = ["WaitQueue"]
@@ -30,15 +33,21 @@ __all__ = ["WaitQueue"]
 class _Waiter:
     """One blocked acquirer: its future, and what it is waiting for."""
 
-    __slots__ = ("fut", "selector", "where", "woken_by")
+    __slots__ = ("fut", "selector", "tokens", "where", "woken_by")
 
     def __init__(self, fut: asyncio.Future[bool], selector: Mapping[str, Any] | None, where: Any) -> None:
         self.fut = fut
         self.selector = selector
         self.where = where
         self.woken_by: Resource | None = None
+        #: the request's token estimate (a rate-limited resource must have budget for it)
+        self.tokens = request_tokens(selector)
 
-    def wants(self, resource: Resource) -> bool:
+    def wants(self, resource: Resource, clock: Clock) -> bool:
+        if self.tokens:
+            limits = resource.limits
+            if limits is not None and not limits.allows(clock.now(), self.tokens):
+                return False  # woken, it would find no budget and wake the next: a busy loop
         if self.selector is None and self.where is None:
             return True
         try:
@@ -47,12 +56,12 @@ class _Waiter:
             return True  # a broken where() must not break a release: the waiter re-checks and raises
 
 
-def _wake_for(resource: Resource, slots: int, waiters: Iterable[_Waiter]) -> None:
+def _wake_for(resource: Resource, slots: int, waiters: Iterable[_Waiter], clock: Clock) -> None:
     """Wake up to ``slots`` of ``waiters`` that are still asleep and want ``resource``."""
     for waiter in waiters:
         if slots <= 0:
             return
-        if not waiter.fut.done() and waiter.wants(resource):
+        if not waiter.fut.done() and waiter.wants(resource, clock):
             waiter.woken_by = resource
             waiter.fut.set_result(True)
             slots -= 1
@@ -81,6 +90,7 @@ class WaitQueue:
         "_pick",
         "_resources",
         "clock",
+        "refill_at",
         "waiters",
     )
 
@@ -103,6 +113,9 @@ class WaitQueue:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._cooldown_handle: asyncio.TimerHandle | None = None
         self._cooldown_at = 0.0
+        #: ``refill_at(now, asks)``: when a waiting request next fits a resource that only its
+        #: rate budget holds back (set by the pool's budget gate; None: no resource is limited)
+        self.refill_at: Callable[[float, Iterable[float]], float | None] | None = None
 
     @property
     def waiting(self) -> int:
@@ -158,8 +171,10 @@ class WaitQueue:
         if not self._leasable(resource):
             if resource.state is DEAD and resource.active == 0:
                 self.wake_all()  # its last lease is back: nothing held can revive it now
+            elif self.refill_at is not None and self.waiters:
+                self._arm_cooldown()  # a free slot without budget: wake when the budget refills
             return  # e.g. a degraded resource's lease came back: nothing usable was freed
-        _wake_for(resource, slots, self.waiters)
+        _wake_for(resource, slots, self.waiters, self.clock)
 
     def wake_all(self) -> None:
         """Wake every waiter: a change that concerns no one slot, each waiter re-checks."""
@@ -200,7 +215,7 @@ class WaitQueue:
             return
         for r in self._resources:
             if free.get(r.id, 0) > 0:
-                _wake_for(r, free[r.id], pending)
+                _wake_for(r, free[r.id], pending, self.clock)
 
     # -- the cooldown timer ----------------------------------------------------------------
     def blocked(self, until: float) -> None:
@@ -216,6 +231,11 @@ class WaitQueue:
                 continue
             if earliest is None or until < earliest:
                 earliest = until
+        if self.refill_at is not None:
+            asks = (w.tokens for w in self.waiters if not w.fut.done())
+            refill = self.refill_at(now, asks)
+            if refill is not None and (earliest is None or refill < earliest):
+                earliest = refill
         return earliest
 
     def _arm_cooldown(self) -> None:
