@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyattacker import Pool, Resource, RetryableError, VirtualClock, pipeline, task
-from tests.support.runner import rows, seeds, vrunner
+from tests.support.runner import seeds, vrunner
 
 
 def test_a_run_keeps_every_60_s_window_within_rpm_and_tpm_and_records_the_budget() -> None:
