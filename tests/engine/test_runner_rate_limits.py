@@ -3,9 +3,15 @@ through the lease holds its resource, and the resource rows carry the budget."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
+from rich.console import Console
+
 from pyattacker import Pool, Resource, RetryableError, VirtualClock, pipeline, task
+from pyattacker.views.common import choose_run
+from pyattacker.views.live import LiveDigest, snapshot
+from pyattacker.views.watch import render_snapshot
 from tests.support.runner import seeds, vrunner
 
 
@@ -60,3 +66,34 @@ def test_a_429_raised_through_ctx_acquire_holds_the_resource_for_its_retry_after
     assert granted[(0, 1)] == 0.0
     assert round(granted[(1, 1)] * 1000) == 3250
     assert round(granted[(0, 2)] * 1000) == 3250
+
+
+def test_watch_shows_each_limited_resource_budget_and_the_waits_for_budget_and_slots() -> None:
+    clock = VirtualClock()
+    pool = Pool(
+        "llm",
+        [Resource("llm", id="k", capacity=2, limits={"rpm": 4}), Resource("llm", id="free", capacity=1)],
+        clock=clock,
+    )
+
+    @task(resource="llm")
+    async def call(x: Any, ctx: Any) -> Any:
+        async with ctx.acquire(where={"id": "k"}):
+            await ctx.clock.sleep(1.0)
+        return x
+
+    with vrunner(pools=[pool], clock=clock, concurrency=4) as r:
+        assert r.run(pipeline("p", call).map(seeds(6))).succeeded == 6
+        choice = choose_run(r.store, None)
+        snap = snapshot(r.store, choice, LiveDigest(choice.run_id))
+    (summary,) = snap["pools"]
+    assert [b["resource_id"] for b in summary["budget"]] == ["k"]
+    assert summary["waited_budget_ms"] > 0 and summary["waited_slot_ms"] > 0, (
+        snap["pools"],
+        r.store.resources(),
+    )
+    out = io.StringIO()
+    Console(file=out, width=200).print(render_snapshot(snap))
+    text = out.getvalue()
+    assert "  k: rpm " in text and "/4 left" in text
+    assert "waited for budget " in text and "for a slot " in text

@@ -188,8 +188,10 @@ async def wait_for_lease(
     deadline = None if timeout is None else start + timeout
     watch = pool.watch_deadlock(ctx, selector)
     warned = False
-    # what the wait is for, told apart once (a wait is not a hot path): rate budget or a slot
+    # what each stretch of the wait is for, rate budget or a slot, told apart when it starts
     for_budget = short_of_budget(pool, where, selector)
+    budget_s = 0.0
+    stretch = start
     try:
         while True:
             remaining = None if deadline is None else deadline - clock.now()
@@ -200,17 +202,20 @@ async def wait_for_lease(
                 raise beyond_recovery_error(pool, selector, where, beyond)
             if not warned:
                 warned = pool.warn_unmatched(ctx, where, selector)
-            if not await pool.wait_slot(where=where, selector=selector, timeout=remaining):
-                continue
-            waited = (clock.now() - start) * 1000.0
-            lease = pool.try_acquire(ctx, where=where, score=score, waited_ms=waited, **selector)
-            if lease is not None:
-                pool.note_wait(waited, selector, lease.resource.id)
-                if for_budget:
-                    lease.resource.waited_budget_ms += waited
-                else:
-                    lease.resource.waited_slot_ms += waited
-                return lease
+            woken = await pool.wait_slot(where=where, selector=selector, timeout=remaining)
+            now = clock.now()
+            if for_budget:
+                budget_s += now - stretch
+            stretch = now
+            if woken:
+                waited = (now - start) * 1000.0
+                lease = pool.try_acquire(ctx, where=where, score=score, waited_ms=waited, **selector)
+                if lease is not None:
+                    pool.note_wait(waited, selector, lease.resource.id)
+                    lease.resource.waited_budget_ms += budget_s * 1000.0
+                    lease.resource.waited_slot_ms += waited - budget_s * 1000.0
+                    return lease
+            for_budget = short_of_budget(pool, where, selector)
     finally:
         if watch is not None:
             watch.cancel()

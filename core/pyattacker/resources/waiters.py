@@ -25,7 +25,7 @@ from typing import Any
 
 from pyattacker.clock import Clock
 from pyattacker.resources.limits import request_tokens
-from pyattacker.resources.resource import DEAD, REVOKED, Resource
+from pyattacker.resources.resource import DEAD, READY, REVOKED, Resource
 
 __all__ = ["WaitQueue"]
 
@@ -43,8 +43,10 @@ class _Waiter:
         #: the request's token estimate (a rate-limited resource must have budget for it)
         self.tokens = request_tokens(selector)
 
-    def wants(self, resource: Resource, clock: Clock) -> bool:
-        if self.tokens:
+    def wants(self, resource: Resource, clock: Clock | None) -> bool:
+        """Whether the waiter would take ``resource``: it matches and, unless ``clock`` is None,
+        has budget for the waiter's tokens."""
+        if self.tokens and clock is not None:
             limits = resource.limits
             if limits is not None and not limits.allows(clock.now(), self.tokens):
                 return False  # woken, it would find no budget and wake the next: a busy loop
@@ -56,7 +58,12 @@ class _Waiter:
             return True  # a broken where() must not break a release: the waiter re-checks and raises
 
 
-def _wake_for(resource: Resource, slots: int, waiters: Iterable[_Waiter], clock: Clock) -> None:
+def _free_slot(resource: Resource) -> bool:
+    """Ready, not blocked, with a slot free (whatever its rate budget says)."""
+    return resource.state is READY and resource.blocked_until is None and resource.active < resource.capacity
+
+
+def _wake_for(resource: Resource, slots: int, waiters: Iterable[_Waiter], clock: Clock | None) -> None:
     """Wake up to ``slots`` of ``waiters`` that are still asleep and want ``resource``."""
     for waiter in waiters:
         if slots <= 0:
@@ -171,8 +178,11 @@ class WaitQueue:
         if not self._leasable(resource):
             if resource.state is DEAD and resource.active == 0:
                 self.wake_all()  # its last lease is back: nothing held can revive it now
-            elif self.refill_at is not None and self.waiters:
-                self._arm_cooldown()  # a free slot without budget: wake when the budget refills
+            elif self.refill_at is not None and self.waiters and _free_slot(resource):
+                # a free slot without budget: its waiters now wait for budget (woken, they find
+                # out and park again, which arms the timer on the refill)
+                _wake_for(resource, slots, self.waiters, None)
+                self._arm_cooldown()
             return  # e.g. a degraded resource's lease came back: nothing usable was freed
         _wake_for(resource, slots, self.waiters, self.clock)
 
