@@ -1,9 +1,11 @@
 """The ``quota_aware`` acquisition algorithm: prefer the resource with the most quota left.
 
 Quota is declared per resource (``options: {quota: {tokens: 100000}}``) and spending is what
-tasks report (``lease.report(usage={"tokens": n})``). It is a preference, never a limit: when
-everything is spent it still hands out the best slot, because only the endpoint knows its
-real limit and refusing locally would turn an estimate into an outage.
+tasks report (``lease.report(usage={"tokens": n})``); a resource with rate limits
+(``limits: {tpm: ...}``) is scored by the live share of its budget left instead. Quota is a
+preference, never a limit: when everything is spent it still hands out the best slot, because
+only the endpoint knows its real limit and refusing locally would turn an estimate into an
+outage. Rate limits are enforced by the pool itself, for every algorithm.
 """
 
 from __future__ import annotations
@@ -35,7 +37,13 @@ class QuotaAware:
             raise ParameterError("reserve", f"parameter 'reserve' must be between 0 and 1, got {reserve!r}")
         self.fallback = FallbackRef(fallback)
 
-    def score(self, resource: Resource) -> tuple[float, float]:
+    def score(self, resource: Resource, now: float | None = None) -> tuple[float, float]:
+        limits = resource.limits
+        if limits is not None and now is not None:
+            # a rate-limited resource: the live share of its budget left, tokens or requests
+            unit = "tokens" if self.metric == "tokens" else "requests"
+            share = limits.share_left(now, unit)
+            return (RESERVE_SCORE if share <= self.reserve else share, share)
         quotas = resource.options.get("quota")
         quota = quotas.get(self.metric) if isinstance(quotas, Mapping) else None
         if isinstance(quota, bool) or not isinstance(quota, int | float) or quota <= 0:
@@ -49,7 +57,11 @@ class QuotaAware:
     async def acquire(
         self, pool: Pool, *, ctx: Any, where: Any, timeout: float | None, selector: Mapping[str, Any]
     ) -> Lease:
-        lease = pool.try_acquire(ctx, where=where, score=self.score, **selector)
+        if pool.rate_limited:
+            now = pool.clock.now()
+            lease = pool.try_acquire(ctx, where=where, score=lambda r: self.score(r, now), **selector)
+        else:
+            lease = pool.try_acquire(ctx, where=where, score=self.score, **selector)
         if lease is not None:
             pool.note_wait(0.0, selector, lease.resource.id)
             return lease

@@ -817,3 +817,17 @@ def test_the_shards_scenario_compares_the_cpu_of_the_same_work_on_one_core_and_t
     shares = {"run_share", "other_share", "steal_share", "idle_share"}
     for variant in ("product-2shards", "sdk-2proc"):
         assert shares <= {metric for name, metric in sc.reported if name == variant}
+
+
+def test_rate_limits_reach_the_keys_combined_limit_with_no_429() -> None:
+    """``rate_limits.py``: with each key's rpm on its resource, the provider never refuses and
+    the ok requests per minute reach the keys' combined limit (capacity caps alone get 429s)."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "rate_limits.py"), "--minutes", "5", "--workers", "64"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["rate_limits"]["refused_429"] == 0
+    assert summary["rate_limits"]["of_combined_limit"] >= 0.95
+    assert summary["capacity_only"]["refused_429"] > 0

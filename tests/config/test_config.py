@@ -935,3 +935,30 @@ def test_a_suite_config_gets_one_clear_refusal(tmp_path: Path) -> None:
     lines = str(info.value).splitlines()
     assert len(lines) == 2 and lines[1].strip().startswith("suite: experiment suites")
     assert "not supported" in lines[1] and "pyattacker run -c" in lines[1]
+
+
+# -- rate limits -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ("{rmp: 60}", "pools.apis.resources[0].limits.rmp: unknown field (did you mean"),
+        ("{rpm: 0}", "pools.apis.resources[0].limits.rpm: Expected `float` > 0"),
+        ("{rpm: null}", "pools.apis.resources[0].limits.rpm: Expected `float`, got `null`"),
+        ("{tpm: -5}", "pools.apis.resources[0].limits.tpm: Expected `float` > 0"),
+        ("{tpd: .inf}", "pools.apis.resources[0].limits.tpd: must be a finite number"),
+        ("{rpd: many}", "pools.apis.resources[0].limits.rpd: Expected `float`"),
+        ("[60]", "pools.apis.resources[0].limits: must be a mapping, got list"),
+    ],
+)
+def test_bad_resource_limits_are_errors_at_their_field(tmp_path: Path, limits: str, expected: str) -> None:
+    text = f"pools: {{apis: {{resources: [{{id: a, limits: {limits}}}]}}}}\n" + GOOD_TAIL
+    assert expected in _errors(_write(tmp_path, text))
+
+
+def test_resource_limits_reach_the_built_pool(tmp_path: Path) -> None:
+    text = "pools: {apis: {resources: [{id: a, capacity: 8, limits: {rpm: 500, tpm: 200000}}]}}\n"
+    built = build(load_config(_write(tmp_path, text + GOOD_TAIL)))
+    (pool,) = built.pools
+    limits = pool.resource("a").limits
+    assert pool.rate_limited and limits is not None
+    assert limits.spec == {"rpm": 500.0, "tpm": 200000.0}

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyattacker.config.schema import PoolSection, ResourceSection, check_mapping, type_name
+from pyattacker.config.schema import LimitsSection, PoolSection, ResourceSection, check_mapping, type_name
 from pyattacker.errors import ConfigError
 from pyattacker.flow.chain import PipelineTemplate
 from pyattacker.plugins.manager import get_plugins
@@ -142,6 +142,9 @@ def _check_resources(
         res = check_mapping(item, ResourceSection, f"{path}.resources[{i}]", errors)
         if res is None:
             continue
+        if res.get("limits") is not None:
+            limits = check_mapping(res["limits"], LimitsSection, f"{path}.resources[{i}].limits", errors)
+            res["limits"] = limits or {}
         res = {**defaults, **res}
         rid = res.get("id")
         if rid is not None:

@@ -25,6 +25,7 @@ from pyattacker.engine.settings import MAX_CONCURRENCY
 from pyattacker.errors import type_name
 
 __all__ = [
+    "LimitsSection",
     "PipelineSection",
     "PoolSection",
     "ResourceSection",
@@ -77,8 +78,18 @@ class RunSection(msgspec.Struct, kw_only=True):
     meta: dict[str, Any] = {}
 
 
+class LimitsSection(msgspec.Struct, kw_only=True):
+    """``pools.<name>.resources[i].limits``: the provider's rate limits of one resource."""
+
+    # each limit is a positive number when given (null is not "no limit": leave the key out)
+    rpm: PositiveFloat | msgspec.UnsetType = msgspec.UNSET
+    tpm: PositiveFloat | msgspec.UnsetType = msgspec.UNSET
+    rpd: PositiveFloat | msgspec.UnsetType = msgspec.UNSET
+    tpd: PositiveFloat | msgspec.UnsetType = msgspec.UNSET
+
+
 class ResourceSection(msgspec.Struct, kw_only=True):
-    """One entry of ``pools.<name>.resources``."""
+    """One entry of ``pools.<name>.resources`` (``limits`` is checked as a ``LimitsSection``)."""
 
     DATA: ClassVar[frozenset[str]] = frozenset({"options", "tags", "meta"})
 
@@ -90,6 +101,7 @@ class ResourceSection(msgspec.Struct, kw_only=True):
     dead_after: PositiveInt = 8
     cooldown_s: NonNegativeFloat = 30.0
     meta: dict[str, Any] = {}
+    limits: Any = None
 
 
 class PoolSection(msgspec.Struct, kw_only=True):

@@ -117,6 +117,8 @@ class _Acquire(msgspec.Struct, eq=False):
         lease = self._lease
         ctx = self._ctx
         if lease is not None:
+            if exc is not None:
+                lease.failed_with(exc)  # a 429's Retry-After holds the resource
             if lease.release_now():
                 ctx.lease_records.append(lease.as_dict())
             try:

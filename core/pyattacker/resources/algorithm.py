@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from pyattacker.errors import AcquireTimeout, ConfigError, ResourceUnavailable
 from pyattacker.resources.backoff import JITTERS, backoff_delay
+from pyattacker.resources.gate import short_of_budget
 
 if TYPE_CHECKING:
     from pyattacker.plugins.registry import Registry
@@ -187,6 +188,10 @@ async def wait_for_lease(
     deadline = None if timeout is None else start + timeout
     watch = pool.watch_deadlock(ctx, selector)
     warned = False
+    # what each stretch of the wait is for, rate budget or a slot, told apart when it starts
+    for_budget = short_of_budget(pool, where, selector)
+    budget_s = 0.0
+    stretch = start
     try:
         while True:
             remaining = None if deadline is None else deadline - clock.now()
@@ -197,13 +202,20 @@ async def wait_for_lease(
                 raise beyond_recovery_error(pool, selector, where, beyond)
             if not warned:
                 warned = pool.warn_unmatched(ctx, where, selector)
-            if not await pool.wait_slot(where=where, selector=selector, timeout=remaining):
-                continue
-            waited = (clock.now() - start) * 1000.0
-            lease = pool.try_acquire(ctx, where=where, score=score, waited_ms=waited, **selector)
-            if lease is not None:
-                pool.note_wait(waited, selector, lease.resource.id)
-                return lease
+            woken = await pool.wait_slot(where=where, selector=selector, timeout=remaining)
+            now = clock.now()
+            if for_budget:
+                budget_s += now - stretch
+            stretch = now
+            if woken:
+                waited = (now - start) * 1000.0
+                lease = pool.try_acquire(ctx, where=where, score=score, waited_ms=waited, **selector)
+                if lease is not None:
+                    pool.note_wait(waited, selector, lease.resource.id)
+                    lease.resource.waited_budget_ms += budget_s * 1000.0
+                    lease.resource.waited_slot_ms += waited - budget_s * 1000.0
+                    return lease
+            for_budget = short_of_budget(pool, where, selector)
     finally:
         if watch is not None:
             watch.cancel()

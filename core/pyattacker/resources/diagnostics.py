@@ -251,8 +251,12 @@ def snapshot(pool: Pool) -> list[dict[str, Any]]:
                 "blocked_until": r.blocked_until,
                 "options": shown(r.options),
                 "tags": shown(r.tags) if isinstance(r.tags, dict) else list(r.tags),
+                "waited_budget_ms": round(r.waited_budget_ms, 3),
+                "waited_slot_ms": round(r.waited_slot_ms, 3),
             }
         )
+        if r.limits is not None:
+            rows[-1]["limits"] = r.limits.view(now)
     return rows
 
 

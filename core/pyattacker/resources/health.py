@@ -17,10 +17,13 @@ is announced as a pool event and wakes the waiters it may concern.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from pyattacker.errors import retry_after_of
 from pyattacker.resources.diagnostics import add_usage
+from pyattacker.resources.limits import Charge
 from pyattacker.resources.resource import DEAD, DEGRADED, READY, REVOKED, Resource, ResourceState
 
 if TYPE_CHECKING:
@@ -90,6 +93,7 @@ class Health:
         latency_ms: float | None,
         usage: Mapping[str, float] | None,
         error: BaseException | str | None,
+        charge: Charge | None = None,
     ) -> None:
         """How a call on a lease went (``Lease.report``): the only way health changes by use."""
         if latency_ms is not None:
@@ -98,10 +102,41 @@ class Health:
             resource.latency_ms_ema = latency if ema is None else _EMA_OLD * ema + _EMA_NEW * latency
         if usage:
             add_usage(resource.usage, usage)
+            if charge is not None and "tokens" in usage:
+                self.settle(resource, charge, usage["tokens"])
         if ok:
             self.succeeded(resource)
         else:
+            if isinstance(error, BaseException):
+                after = retry_after_of(error)
+                if after is not None:
+                    self.hold(resource, after, "retry_after")
             self.failed(resource, None if error is None else describe_error(error))
+
+    def settle(self, resource: Resource, charge: Charge, tokens: float) -> None:
+        """The real token count of a grant replaces its estimate; budget freed wakes waiters."""
+        limits = resource.limits
+        if limits is None:
+            return
+        pool = self._pool
+        if limits.settle(charge, float(tokens), pool.clock.now()) < 0 and pool._waiters:
+            pool._queue.wake_slot(resource, resource.capacity)
+
+    def hold(self, resource: Resource, seconds: float, reason: str) -> None:
+        """Not leasable for exactly ``seconds`` from now, its state unchanged (a server's
+        Retry-After: its budget is spent until then). A longer hold already set stays."""
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
+            raise ValueError(f"a hold must be a non-negative number of seconds, got {seconds!r}")
+        if resource.state is REVOKED or resource.state is DEAD or seconds == 0:
+            return
+        pool = self._pool
+        until = pool.clock.now() + seconds
+        if resource.blocked_until is not None and resource.blocked_until >= until:
+            return
+        resource.blocked_until = until
+        if pool._listened():
+            pool._emit("resource.rate_limited", resource.id, {"retry_after_s": seconds, "reason": reason})
+        pool._queue.blocked(until)
 
     def succeeded(self, resource: Resource) -> None:
         """An ok call: the failure count restarts, and a DEGRADED or DEAD resource is READY."""

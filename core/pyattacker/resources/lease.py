@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from pyattacker.clock import round3
+from pyattacker.errors import retry_after_of
+from pyattacker.resources.limits import Charge
 from pyattacker.resources.resource import Resource
 
 if TYPE_CHECKING:
@@ -41,6 +43,8 @@ class Lease(msgspec.Struct, eq=False):
     waited_ms: float
     #: when the lease was returned (the pool's clock); None while it is held
     released_at: float | None = None
+    #: the grant's token charge on a rate-limited resource (settled by ``report``), else None
+    charge: Charge | None = None
 
     @property
     def released(self) -> bool:
@@ -60,8 +64,17 @@ class Lease(msgspec.Struct, eq=False):
         usage: Mapping[str, float] | None = None,
         error: BaseException | str | None = None,
     ) -> None:
-        """Tell the pool how the call went: the only way a resource's health ever changes."""
-        self._pool._health.report(self.resource, ok, latency_ms, usage, error)
+        """Tell the pool how the call went: the only way a resource's health ever changes.
+
+        ``usage={"tokens": n}`` on a rate-limited resource settles the grant's token estimate to
+        ``n``; a failed report whose error carries a Retry-After (``RetryableError(retry_after=)``
+        or a 429 response's header) holds the resource for exactly that long.
+        """
+        self._pool._health.report(self.resource, ok, latency_ms, usage, error, self.charge)
+
+    def pause(self, seconds: float, reason: str = "retry_after") -> None:
+        """No lease of this resource for exactly ``seconds`` (the server said "retry after")."""
+        self._pool._health.hold(self.resource, seconds, reason)
 
     def degrade(self, reason: str = "") -> None:
         """Take the resource out of rotation for one cooldown (e.g. the server said "slow down")."""
@@ -115,8 +128,17 @@ class Lease(msgspec.Struct, eq=False):
     async def __aenter__(self) -> Lease:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is not None:
+            self.failed_with(exc)
         self.release_now()
+
+    def failed_with(self, exc: BaseException) -> None:
+        """An error escaped the lease's block: a server's Retry-After in it (``retry_after``, or a
+        response's header) holds the resource for exactly that long."""
+        after = retry_after_of(exc)
+        if after is not None and self.released_at is None:
+            self._pool._health.hold(self.resource, after, "retry_after")
 
     def __repr__(self) -> str:
         state = "released" if self.released else "held"

@@ -31,6 +31,7 @@ from pyattacker.errors import ConfigError, ResourceUnavailable
 from pyattacker.resources import diagnostics
 from pyattacker.resources.algorithm import AlgorithmResolver
 from pyattacker.resources.bus import Bus, Subscription
+from pyattacker.resources.gate import BudgetGate
 from pyattacker.resources.health import Health, describe_error
 from pyattacker.resources.lease import Lease
 from pyattacker.resources.resource import DEAD, READY, REVOKED, Resource
@@ -131,6 +132,10 @@ class Pool:
             if len(self._slots) == before:  # published over an earlier one: never silently
                 raise ConfigError(f"pool {name!r}: two resources have the id {resource.id!r}")
 
+    #: slots and rate budget together, built when the first rate-limited resource arrives; a
+    #: class default, so an unlimited pool's instance carries one attribute fewer
+    _gate: BudgetGate | None = None
+
     def __repr__(self) -> str:
         return f"Pool({self.name!r}, resources={len(self._slots)})"
 
@@ -144,6 +149,12 @@ class Pool:
         self.clock_is_default = False
         # the real clock's now() is time.monotonic: call it directly on the hot path
         self._now = time.monotonic if type(clock).now is Clock.now else clock.now
+
+    @property
+    def rate_limited(self) -> bool:
+        """Whether any resource published here has rate limits (its grants then go through the
+        budget gate)."""
+        return self._gate is not None
 
     @property
     def ok_total(self) -> int:
@@ -174,6 +185,9 @@ class Pool:
             self._slots[self._slots.index(old)] = resource
         resource.reset_health()
         self._by_id[resource.id] = resource
+        if resource.limits is not None and self._gate is None:
+            self._gate = BudgetGate(self)
+            self._gate.install()
         if self._listened():
             self._emit(
                 "resource.published",
@@ -197,6 +211,15 @@ class Pool:
             self._emit("resource.revoked", resource.id, {"reason": reason})
         if self._waiters:
             self._queue.wake_all()  # a wait that only this resource could end must find out
+        return True
+
+    def hold(self, resource_id: str, seconds: float, reason: str = "retry_after") -> bool:
+        """No lease of the resource for exactly ``seconds`` from now (a server's Retry-After);
+        its state stays ``ready``. Returns whether the resource exists."""
+        resource = self._by_id.get(resource_id)
+        if resource is None:
+            return False
+        self._health.hold(resource, seconds, reason)
         return True
 
     def resources(self) -> list[Resource]:
@@ -305,7 +328,7 @@ class Pool:
                 resource.state is READY
                 and resource.blocked_until is None
                 and resource.active < resource.capacity
-                and resource._built
+                and resource._quick
             ):
                 return self._lease(ctx, 0, resource, waited_ms)
         if not self._waiters:
@@ -332,7 +355,7 @@ class Pool:
                 resource.state is READY
                 and resource.blocked_until is None
                 and resource.active < resource.capacity
-                and resource._built
+                and resource._quick
             ):
                 lease = self._lease(ctx, 0, resource, 0.0)
                 self.waits_total += 1
@@ -414,6 +437,7 @@ class Pool:
             return False
         resource.client = client
         resource._built = True
+        resource._quick = resource.limits is None
         return True
 
     # -- waiting (the wait queue) ------------------------------------------------------------

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pyattacker.errors import ConfigError
+from pyattacker.resources.limits import Limits
 from pyattacker.resources.redact import shown
 
 __all__ = ["DEAD", "DEGRADED", "READY", "REVOKED", "Resource", "ResourceState"]
@@ -74,6 +75,7 @@ class Resource:
     __slots__ = (
         "_built",
         "_factory_exc",
+        "_quick",
         "_tagset",
         "active",
         "blocked_until",
@@ -90,12 +92,15 @@ class Resource:
         "kind",
         "latency_ms_ema",
         "leases_total",
+        "limits",
         "meta",
         "ok_total",
         "options",
         "state",
         "tags",
         "usage",
+        "waited_budget_ms",
+        "waited_slot_ms",
     )
 
     def __init__(
@@ -111,6 +116,7 @@ class Resource:
         dead_after: int = 8,
         cooldown_s: float = 30.0,
         meta: Mapping[str, Any] | None = None,
+        limits: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(kind, str) or not kind:
             raise ConfigError(f"resource kind must be a non-empty string, got {kind!r}")
@@ -144,6 +150,13 @@ class Resource:
         self.meta: dict[str, Any] = dict(meta or {})
         self.client: Any = None
         self._built = factory is None
+        #: rate limits checked at each grant (``limits.py``); None: capacity alone limits it
+        self.limits: Limits | None = Limits(limits) if limits else None
+        #: built and unlimited: the pool's fast paths may lease it with no further check
+        self._quick = self._built and self.limits is None
+        #: how long leases of this resource waited for rate budget, and for a free slot
+        self.waited_budget_ms = 0.0
+        self.waited_slot_ms = 0.0
         self.reset_health()
         self.active = 0
         self.leases_total = 0
@@ -166,6 +179,7 @@ class Resource:
         dead_after: int = 8,
         cooldown_s: float = 30.0,
         meta: Mapping[str, Any] | None = None,
+        limits: Mapping[str, Any] | None = None,
     ) -> Resource:
         """Build a resource; the id defaults to ``"<kind>-<n>"``."""
         return cls(
@@ -179,6 +193,7 @@ class Resource:
             dead_after=dead_after,
             cooldown_s=cooldown_s,
             meta=meta,
+            limits=limits,
         )
 
     def reset_health(self) -> None:
@@ -216,6 +231,8 @@ class Resource:
         """Plain-equality match; ``tag``/``tags`` test membership in a tag list."""
         if selector:
             for key, want in selector.items():
+                if key == "tokens":
+                    continue  # reserved: the request's token estimate, not a selector key
                 if (key == "tag" or key == "tags") and not isinstance(self.tags, dict):
                     wanted = (want,) if isinstance(want, str) else want
                     if not self._tagset.issuperset(wanted):
@@ -245,6 +262,7 @@ class Resource:
             "dead_after": self.dead_after,
             "cooldown_s": self.cooldown_s,
             "meta": shown(self.meta),
+            **({"limits": dict(self.limits.spec)} if self.limits is not None else {}),
         }
 
     def __repr__(self) -> str:

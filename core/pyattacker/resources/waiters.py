@@ -12,7 +12,9 @@ being lost:
   to take is handed to a waiter that wants it (``settle``).
 
 While anybody waits, one timer is kept on the earliest future cooldown of the pool's resources,
-so that a pool whose every resource is cooling down wakes its waiters when the first one ends.
+so that a pool whose every resource is cooling down wakes its waiters when the first one ends;
+in a pool with rate-limited resources the same timer also covers the earliest time a waiting
+request fits the budget of a resource with a free slot (``refill_at``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pyattacker.clock import Clock
-from pyattacker.resources.resource import DEAD, REVOKED, Resource
+from pyattacker.resources.limits import request_tokens
+from pyattacker.resources.resource import DEAD, READY, REVOKED, Resource
 
 __all__ = ["WaitQueue"]
 
@@ -30,15 +33,23 @@ __all__ = ["WaitQueue"]
 class _Waiter:
     """One blocked acquirer: its future, and what it is waiting for."""
 
-    __slots__ = ("fut", "selector", "where", "woken_by")
+    __slots__ = ("fut", "selector", "tokens", "where", "woken_by")
 
     def __init__(self, fut: asyncio.Future[bool], selector: Mapping[str, Any] | None, where: Any) -> None:
         self.fut = fut
         self.selector = selector
         self.where = where
         self.woken_by: Resource | None = None
+        #: the request's token estimate (a rate-limited resource must have budget for it)
+        self.tokens = request_tokens(selector)
 
-    def wants(self, resource: Resource) -> bool:
+    def wants(self, resource: Resource, clock: Clock | None) -> bool:
+        """Whether the waiter would take ``resource``: it matches and, unless ``clock`` is None,
+        has budget for the waiter's tokens."""
+        if self.tokens and clock is not None:
+            limits = resource.limits
+            if limits is not None and not limits.allows(clock.now(), self.tokens):
+                return False  # woken, it would find no budget and wake the next: a busy loop
         if self.selector is None and self.where is None:
             return True
         try:
@@ -47,12 +58,17 @@ class _Waiter:
             return True  # a broken where() must not break a release: the waiter re-checks and raises
 
 
-def _wake_for(resource: Resource, slots: int, waiters: Iterable[_Waiter]) -> None:
+def _free_slot(resource: Resource) -> bool:
+    """Ready, not blocked, with a slot free (whatever its rate budget says)."""
+    return resource.state is READY and resource.blocked_until is None and resource.active < resource.capacity
+
+
+def _wake_for(resource: Resource, slots: int, waiters: Iterable[_Waiter], clock: Clock | None) -> None:
     """Wake up to ``slots`` of ``waiters`` that are still asleep and want ``resource``."""
     for waiter in waiters:
         if slots <= 0:
             return
-        if not waiter.fut.done() and waiter.wants(resource):
+        if not waiter.fut.done() and waiter.wants(resource, clock):
             waiter.woken_by = resource
             waiter.fut.set_result(True)
             slots -= 1
@@ -81,6 +97,7 @@ class WaitQueue:
         "_pick",
         "_resources",
         "clock",
+        "refill_at",
         "waiters",
     )
 
@@ -103,6 +120,9 @@ class WaitQueue:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._cooldown_handle: asyncio.TimerHandle | None = None
         self._cooldown_at = 0.0
+        #: ``refill_at(now, asks)``: when a waiting request next fits a resource that only its
+        #: rate budget holds back (set by the pool's budget gate; None: no resource is limited)
+        self.refill_at: Callable[[float, Iterable[float]], float | None] | None = None
 
     @property
     def waiting(self) -> int:
@@ -158,8 +178,13 @@ class WaitQueue:
         if not self._leasable(resource):
             if resource.state is DEAD and resource.active == 0:
                 self.wake_all()  # its last lease is back: nothing held can revive it now
+            elif self.refill_at is not None and self.waiters and _free_slot(resource):
+                # a free slot without budget: its waiters now wait for budget (woken, they find
+                # out and park again, which arms the timer on the refill)
+                _wake_for(resource, slots, self.waiters, None)
+                self._arm_cooldown()
             return  # e.g. a degraded resource's lease came back: nothing usable was freed
-        _wake_for(resource, slots, self.waiters)
+        _wake_for(resource, slots, self.waiters, self.clock)
 
     def wake_all(self) -> None:
         """Wake every waiter: a change that concerns no one slot, each waiter re-checks."""
@@ -200,7 +225,7 @@ class WaitQueue:
             return
         for r in self._resources:
             if free.get(r.id, 0) > 0:
-                _wake_for(r, free[r.id], pending)
+                _wake_for(r, free[r.id], pending, self.clock)
 
     # -- the cooldown timer ----------------------------------------------------------------
     def blocked(self, until: float) -> None:
@@ -216,6 +241,11 @@ class WaitQueue:
                 continue
             if earliest is None or until < earliest:
                 earliest = until
+        if self.refill_at is not None:
+            asks = (w.tokens for w in self.waiters if not w.fut.done())
+            refill = self.refill_at(now, asks)
+            if refill is not None and (earliest is None or refill < earliest):
+                earliest = refill
         return earliest
 
     def _arm_cooldown(self) -> None:

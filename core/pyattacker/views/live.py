@@ -318,7 +318,9 @@ class LiveDigest:
 
 
 def pool_summary(rows: list[ResourceRecord]) -> list[dict[str, Any]]:
-    """Per pool: active/capacity and how many resources are ready, degraded, dead, revoked."""
+    """Per pool: active/capacity and how many resources are ready, degraded, dead, revoked;
+    how long leases waited for rate budget and for a slot; and per rate-limited resource its
+    budget (``budget``: ``{resource_id, limits: {rpm: {limit, used, left, refill_s}}}``)."""
     latest: dict[tuple[str, str], ResourceRecord] = {}
     for r in rows:  # across runs keep the newest row of each resource
         old = latest.get((r.pool, r.resource_id))
@@ -339,6 +341,9 @@ def pool_summary(rows: list[ResourceRecord]) -> list[dict[str, Any]]:
                 "waiting": None,
                 "resources": 0,
                 "updated_at": 0.0,
+                "waited_budget_ms": 0.0,
+                "waited_slot_ms": 0.0,
+                "budget": [],
             },
         )
         p["resources"] += 1
@@ -351,6 +356,13 @@ def pool_summary(rows: list[ResourceRecord]) -> list[dict[str, Any]]:
             p["capacity"] += capacity
         if r.state in ("ready", "degraded", "dead", "revoked"):
             p[r.state] += 1
+        for key in ("waited_budget_ms", "waited_slot_ms"):
+            waited = stats.get(key)
+            if isinstance(waited, int | float) and not isinstance(waited, bool):
+                p[key] += waited
+        limits = stats.get("limits")
+        if isinstance(limits, dict) and limits:
+            p["budget"].append({"resource_id": r.resource_id, "limits": limits})
         waiting = stats.get("waiting")
         if isinstance(waiting, int) and not isinstance(waiting, bool):
             p["waiting"] = (p["waiting"] or 0) + waiting

@@ -154,15 +154,7 @@ def render_snapshot(snap: dict[str, Any]) -> Group:
     for name, states in snap["tasks"].get("by_name", {}).items():
         lines.append(Text(f"  task {name}: " + " ".join(f"{s}={n}" for s, n in states.items())))
 
-    for pool in snap["pools"]:
-        lines.append(
-            Text(
-                f"pool {pool['pool']} {bar(pool['active'], pool['capacity'])}"
-                f" active={pool['active']}/{pool['capacity']}"
-                f" ready={pool['ready']} degraded={pool['degraded']} dead={pool['dead']}"
-                f" waiting={_fmt(pool['waiting'])}"
-            )
-        )
+    lines.extend(_pool_lines(snap["pools"]))
     counters = snap["counters"]
     handoffs = f" handoffs={snap['handoffs_total']}" if snap.get("handoffs_total") else ""
     attempts = Text(f"attempts total={snap['attempts_total']} events={snap['events_total']}{handoffs}")
@@ -246,3 +238,43 @@ def watch(
         return 0
     finally:
         store.close()
+
+
+def _pool_lines(pools: list[dict[str, Any]]) -> list[Text]:
+    """One line per pool (its slots and resources' states), then its rate budget if it has one."""
+    lines = []
+    for pool in pools:
+        lines.append(
+            Text(
+                f"pool {pool['pool']} {bar(pool['active'], pool['capacity'])}"
+                f" active={pool['active']}/{pool['capacity']}"
+                f" ready={pool['ready']} degraded={pool['degraded']} dead={pool['dead']}"
+                f" waiting={_fmt(pool['waiting'])}"
+            )
+        )
+        lines.extend(_budget_lines(pool))
+    return lines
+
+
+def _budget_lines(pool: dict[str, Any]) -> list[Text]:
+    """Per rate-limited resource: each limit's budget left and when it next refills; then how
+    long the pool's leases waited for budget and for a slot."""
+    budget = pool.get("budget") or []
+    if not budget:
+        return []
+    lines = []
+    for row in budget:
+        parts = [
+            f"{key} {_fmt(w.get('left'))}/{_fmt(w.get('limit'))} left"
+            + (f" (refill {_fmt(w.get('refill_s'))}s)" if w.get("refill_s") else "")
+            for key, w in row["limits"].items()
+            if isinstance(w, dict)
+        ]
+        lines.append(Text(f"  {row['resource_id']}: " + ", ".join(parts)))
+    lines.append(
+        Text(
+            f"  waited for budget {_fmt(pool.get('waited_budget_ms', 0.0) / 1000.0)}s,"
+            f" for a slot {_fmt(pool.get('waited_slot_ms', 0.0) / 1000.0)}s"
+        )
+    )
+    return lines

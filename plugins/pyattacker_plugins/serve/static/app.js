@@ -185,10 +185,23 @@
     });
     node.appendChild(s);
   }
+  // a rate-limited resource: each limit's budget left, when it refills, and how long leases
+  // waited for budget versus for a slot
+  function budgetText(st) {
+    const limits = st.limits;
+    if (!limits || typeof limits !== "object") { return ""; }
+    const parts = Object.keys(limits).map(function (k) {
+      const w = limits[k] || {};
+      return k + " " + w.left + "/" + w.limit + (w.refill_s ? " (" + w.refill_s + "s)" : "");
+    });
+    const waited = " waited budget " + Math.round(Number(st.waited_budget_ms) || 0) + "ms, slot " +
+      Math.round(Number(st.waited_slot_ms) || 0) + "ms";
+    return short(parts.join(", ") + waited, 60);
+  }
   function utilisation(node, rows) {
     clear(node);
     if (!rows.length) { node.appendChild(el("p", "no resource rows yet")); return; }
-    const h = 18 * rows.length + 10, w = 420;
+    const h = 18 * rows.length + 10, w = 720;
     const s = frame(w, h);
     rows.forEach(function (r, i) {
       const st = r.stats || {};
@@ -200,6 +213,10 @@
       const t = svg("text", { x: 0, y: y + 10 });
       t.textContent = short(r.pool + "/" + r.resource_id, 22) + " " + act + "/" + cap + " " + r.state;
       s.appendChild(t);
+      const budget = budgetText(st);
+      if (budget) {
+        const b = svg("text", { x: 410, y: y + 10 }); b.textContent = budget; s.appendChild(b);
+      }
     });
     node.appendChild(s);
   }
