@@ -8,8 +8,11 @@ names with an ellipsis, and ``bench`` stacks a table wider than the terminal.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,8 +45,19 @@ def test_the_run_summary_never_splits_the_store_path(tmp_path: Path) -> None:
     assert max(len(line) for line in lines if not line.startswith("store: ")) <= 80
 
 
-def test_the_run_summary_keeps_a_short_path_in_its_cell(tmp_path: Path) -> None:
-    config = tmp_path / "c.json"
+@pytest.fixture
+def short_folder() -> Iterator[Path]:
+    """A folder with a path short enough for the summary's cell whatever pytest's tmp_path is
+    (under pytest-xdist in CI that alone is about 70 characters)."""
+    folder = Path(tempfile.mkdtemp(prefix="pa-", dir="/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_run_summary_keeps_a_short_path_in_its_cell(tmp_path: Path, short_folder: Path) -> None:
+    config = short_folder / "c.json"
     config.write_text(
         json.dumps(
             {
@@ -53,10 +67,11 @@ def test_the_run_summary_keeps_a_short_path_in_its_cell(tmp_path: Path) -> None:
             }
         )
     )
-    done = cli(["run", "-c", str(config)], cli_env(tmp_path / "home", tmp_path, COLUMNS="80"), cwd=tmp_path)
+    env = cli_env(tmp_path / "home", tmp_path, COLUMNS="80")
+    done = cli(["run", "-c", str(config)], env, cwd=short_folder)
     assert done.returncode == 0, done.stderr
     assert any(
-        line.startswith("│ store") and str(tmp_path / "s.db") in line for line in done.stdout.splitlines()
+        line.startswith("│ store") and str(short_folder / "s.db") in line for line in done.stdout.splitlines()
     )
     assert "store: " not in done.stdout
 
