@@ -158,7 +158,8 @@ def _demo_store() -> str:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         return str(folder / f"demo-{stamp}-{uuid.uuid4().hex[:6]}.db")
     try:
-        for leftover in (path, folder / "demo.db-wal", folder / "demo.db-shm"):
+        # (and the record of what the old file held: the new one must not be measured by it)
+        for leftover in (path, folder / "demo.db-wal", folder / "demo.db-shm", folder / "demo.db.contents"):
             leftover.unlink(missing_ok=True)
     finally:
         lock.release()
