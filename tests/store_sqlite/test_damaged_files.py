@@ -3,6 +3,7 @@ transaction, and a WAL lost or cut short after data was committed to it (issue 4
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +121,62 @@ def test_a_store_without_a_contents_record_opens_as_before(env: dict[str, str], 
     Path(f"{db}.contents").unlink()
     again = cli(["resume", "-c", str(tmp_path / "c.yaml")], env)
     assert again.returncode == 0 and "skipped 3" in again.stdout, again.stderr
+
+
+#: a run whose commits after its start record are in the -wal only, with no heartbeat after
+#: them, killed by SIGKILL: the first task copies what was committed so far (the run's start)
+#: into the database; the last one waits until four pipelines have succeeded, then kills its
+#: own process. Without the WAL the file holds the run and nothing after its start.
+KILLED_BETWEEN_HEARTBEATS = r"""
+import os, signal, sqlite3, sys, time
+from pyattacker import Runner, pipeline, task
+
+db = sys.argv[1]
+
+def look(sql):
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        return conn.execute(sql).fetchone()
+    finally:
+        conn.close()
+
+@task
+def echo(x):
+    if x == 0:
+        busy, _, _ = look("PRAGMA wal_checkpoint(PASSIVE)")
+        assert busy == 0
+    if x == 5:
+        while look("SELECT count(*) FROM pipelines WHERE state = 'succeeded'")[0] < 4:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+Runner(store=db, concurrency=1, heartbeat_s=3600, handle_signals=False).run(
+    pipeline("p", echo).map(range(6))
+)
+"""
+
+
+def test_commits_after_the_last_heartbeat_lost_with_the_wal_are_named(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Before, ``<file>.contents`` was written only with the run record (start, heartbeats,
+    end): pipelines committed after it and lost with the ``-wal`` after a SIGKILL were run again
+    by ``resume`` without a word. The record now follows every commit."""
+    db = tmp_path / "s.db"
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_BETWEEN_HEARTBEATS, str(db)],
+        check=False,
+        timeout=120,
+        capture_output=True,
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert Path(f"{db}-wal").stat().st_size > 0
+    Path(f"{db}-wal").unlink()
+    Path(f"{db}-shm").unlink(missing_ok=True)
+    resumed = cli(["resume", "-c", str(tmp_path / "c.yaml")], env)
+    assert resumed.returncode == 2 and "Traceback" not in resumed.stderr, resumed.stderr
+    assert str(db) in resumed.stderr and "holds less than it once did" in resumed.stderr
+    # the record knows the four pipelines that succeeded (at least) after the last run record
+    assert re.search(r" of [4-6] pipelines", resumed.stderr) and "--fresh-restart" in resumed.stderr
+    assert "succeeded" not in resumed.stdout

@@ -22,7 +22,7 @@ from ..sync_behind import SyncBehind, wait_durable
 from . import run_spans, schema
 from .checkpointer import Checkpointer
 from .connection import LOOKUP_CHUNK, StoreConnection
-from .contents import write_marker
+from .contents import ContentsRecord
 from .read_sql import IDS_INDEXED
 from .rows import (
     ARTIFACTS,
@@ -148,6 +148,10 @@ class CommitPath(StoreConnection):
     wal_bound: WalBound | None
     #: FULL makes its commits durable beside the writer (``sync_behind``) from the second commit on
     sync_behind: SyncBehind | None
+    #: ``<file>.contents``, kept fresh from this writer's first run record on (see ``contents``)
+    _contents: ContentsRecord | None = None
+    #: how many runs the file holds (counted again by each commit that carries a run record)
+    _runs_held = 0
 
     def commit(self, batch: Batch) -> None:
         """Apply ``batch`` in one transaction and return once it is durable; on failure nothing
@@ -243,8 +247,8 @@ class CommitPath(StoreConnection):
                 self._indexed = merged
             elif fresh:
                 self._tail.update((pid, pk) for pk, pid in fresh)
-            if batch.runs:  # a run's start, heartbeat or end: what the file holds now
-                self._record_contents()
+            if batch.runs or self._contents is not None:  # what the file holds now
+                self._record_contents(bool(batch.runs))
             if self.wal_bound is not None:
                 self.wal_bound.after_commit(conn)
             if self.checkpointer is not None:
@@ -257,12 +261,32 @@ class CommitPath(StoreConnection):
             if len(self._absent) > _ABSENT_MAX:  # (admitted pipelines that never committed)
                 self._absent.clear()
 
-    def _record_contents(self) -> None:
-        """Write ``<file>.contents`` (see ``contents``); a failure there never fails the commit."""
+    def _record_contents(self, counted: bool) -> None:
+        """Update ``<file>.contents`` (see ``contents``): one positioned write when a count
+        changed, the runs counted again only when the commit carried a run record (``counted``).
+        A failure there never fails the commit; the record then stays as it was (proving less)."""
         try:
-            write_marker(self.path, self.held())
+            if counted:
+                (runs,) = self._db().execute("SELECT count(*) FROM runs").fetchone()
+                self._runs_held = int(runs)
+                if self._contents is None:
+                    self._contents = ContentsRecord(self.path)
+            record = self._contents
+            if record is not None:
+                record.write(
+                    (self._runs_held, self._next_pk - 1, self._next_attempt_id - 1, self._next_event_id - 1)
+                )
         except (OSError, sqlite3.Error) as exc:
             log.warning("pyattacker: %s: cannot record what the store holds: %s", self.path, exc)
+            self._close_contents()
+
+    def _close_contents(self) -> None:
+        record, self._contents = self._contents, None
+        if record is not None:
+            try:
+                record.close()
+            except OSError:
+                pass
 
     def held(self) -> dict[str, int]:
         """How many runs, pipelines, attempts and events the file holds (``contents``): the

@@ -119,6 +119,7 @@ class SqliteStore(CommitPath, RunRepair, RowReads, StoreAggregates, StoreBase):
                 self.sync_behind.stop()  # after the syncs requested so far
             if self.checkpointer is not None:
                 self.checkpointer.stop()
+            self._close_contents()
             try:
                 if conn is not None:
                     if not self.read_only:
