@@ -96,9 +96,7 @@ def main() -> None:
                 db = os.path.join(tmp, f"c{concurrency}.db")
                 sqlite = _measure(db, args.pipelines, concurrency, plugins)
                 sqlite["store"] = "sqlite"
-                sqlite["bytes_per_pipeline"] = round(
-                    os.path.getsize(db) / args.pipelines, 1
-                )
+                sqlite["bytes_per_pipeline"] = round(os.path.getsize(db) / args.pipelines, 1)
                 results.append(sqlite)
         print(json.dumps(results, indent=1))
     finally:
