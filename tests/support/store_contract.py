@@ -28,8 +28,8 @@ from pyattacker.testing.rows import (  # noqa: F401 - re-exported for the tests
     task,
 )
 from pyattacker_plugins import store_memory
-from pyattacker_plugins.store_jsonl import JsonlStore, JsonlStoreOpener
-from pyattacker_plugins.store_sqlite import SqliteStore, SqliteStoreOpener
+from pyattacker_plugins.store_jsonl import JsonlStoreOpener
+from pyattacker_plugins.store_sqlite import SqliteStoreOpener
 
 STORE_KINDS = ("memory", "sqlite", "jsonl")
 
@@ -63,32 +63,7 @@ class StoreFactory:
         return self.open(read_only=read_only)
 
     def break_mid_batch(self, monkeypatch: pytest.MonkeyPatch, batch: Batch) -> None:
-        """Make the commit of ``batch`` fail after some of its rows were already applied."""
-        if self.kind == "memory":
-            real = store_memory._copy
-            calls = itertools.count()
-
-            def failing(row: Any) -> Any:
-                if next(calls) == 2:
-                    raise RuntimeError("injected failure")
-                return real(row)
-
-            monkeypatch.setattr(store_memory, "_copy", failing)
-        elif self.kind == "sqlite":
-            # runs and pipelines are applied before tasks: a task row sqlite3 cannot bind fails
-            # the transaction half-way through
-            monkeypatch.setattr(batch.tasks[0], "attempts_used", object())
-        else:
-            from pyattacker_plugins.store_jsonl import store as jsonl_module
-
-            real_line = jsonl_module.encode_line
-
-            def failing_line(tag: str, record: Any) -> bytes:
-                if tag == "task":
-                    raise RuntimeError("injected failure")
-                return real_line(tag, record)
-
-            monkeypatch.setattr(jsonl_module, "encode_line", failing_line)
+        break_mid_batch(self.kind, monkeypatch, batch)
 
     def close_all(self) -> None:
         for store in self.opened:
@@ -98,12 +73,34 @@ class StoreFactory:
                 pass
 
 
-def is_sqlite(store: Store) -> bool:
-    return isinstance(store, SqliteStore)
+def break_mid_batch(kind: str, monkeypatch: pytest.MonkeyPatch, batch: Batch) -> None:
+    """Make a built-in store of ``kind`` fail the commit of ``batch`` after some of its rows
+    were already applied (``StoreContract.break_mid_batch`` for the built-ins)."""
+    if kind == "memory":  # it copies rows and accepts any value: fail the third copy
+        real = store_memory._copy
+        calls = itertools.count()
 
+        def failing(row: Any) -> Any:
+            if next(calls) == 2:
+                raise RuntimeError("injected failure")
+            return real(row)
 
-def is_jsonl(store: Store) -> bool:
-    return isinstance(store, JsonlStore)
+        monkeypatch.setattr(store_memory, "_copy", failing)
+    elif kind == "sqlite":
+        # runs and pipelines are applied before tasks: a task row sqlite3 cannot bind fails
+        # the transaction half-way through
+        monkeypatch.setattr(batch.tasks[0], "attempts_used", object())
+    else:
+        from pyattacker_plugins.store_jsonl import store as jsonl_module
+
+        real_line = jsonl_module.encode_line
+
+        def failing_line(tag: str, record: Any) -> bytes:
+            if tag == "task":
+                raise RuntimeError("injected failure")
+            return real_line(tag, record)
+
+        monkeypatch.setattr(jsonl_module, "encode_line", failing_line)
 
 
 Factory = Callable[[], StoreFactory]
