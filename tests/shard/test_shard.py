@@ -260,6 +260,8 @@ def test_parse_shard_rejects_naming_the_flag(text: str) -> None:
         ("runs/qa.jsonl", 0, 2, "runs/qa.shard0of2.jsonl"),
         ("runs/qa.db", 0, 1, "runs/qa.db"),  # one shard: unchanged
         (":memory:", 0, 2, ":memory:"),  # memory: unchanged (the CLI refuses it)
+        ("s3://bucket/runs/qa", 1, 2, "s3://bucket/runs/qa.shard1of2"),  # a plugin's location: no .db
+        ("s3://bucket/runs.v2/qa", 0, 2, "s3://bucket/runs.v2/qa.shard0of2"),
     ],
 )
 def test_shard_store_path(base: str, i: int, n: int, expected: str) -> None:

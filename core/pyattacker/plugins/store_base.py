@@ -446,7 +446,7 @@ class StoreOpener(Protocol):
 
 
 class StoreOpenerBase:
-    """Defaults for an opener: no file suffix and no folder claimed."""
+    """Defaults for an opener: no file suffix, no folder claimed, no listing."""
 
     name: str = ""
     schemes: tuple[str, ...] = ()
@@ -454,6 +454,13 @@ class StoreOpenerBase:
 
     def recognizes(self, path: str) -> bool:
         return False
+
+    def list_stores(self, location: str) -> list[str]:
+        """The existing stores whose location begins with ``location`` (as the user wrote it,
+        scheme included). ``run --shards N --store s3://b/run`` writes ``s3://b/run.shard{i}ofN``;
+        this is how ``report``, ``export``, ``serve`` and ``resume`` find those stores from the
+        base location. Default: none found (the base must then be named shard by shard)."""
+        return []
 
 
 def split_scheme(location: str) -> tuple[str | None, str]:

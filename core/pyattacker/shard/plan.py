@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from pyattacker.errors import ConfigError
-from pyattacker.store.location import local_file
+from pyattacker.store.location import list_stores, local_file, scheme_of
 
 __all__ = [
     "SHARD_ENV",
@@ -120,12 +120,15 @@ def is_memory_store(location: str | None) -> bool:
 
 
 def shard_store_path(base: str, index: int, count: int) -> str:
-    """``runs/qa.db`` -> ``runs/qa.shard1of4.db`` (a missing suffix becomes ``.db``).
+    """``runs/qa.db`` -> ``runs/qa.shard1of4.db`` (a missing suffix becomes ``.db``); a store
+    plugin's location gets the mark at its end: ``s3://b/qa`` -> ``s3://b/qa.shard1of4``.
 
     One shard (count <= 1) and in-memory stores are returned unchanged.
     """
     if count <= 1 or is_memory_store(base):
         return base
+    if local_file(base) is None:
+        return f"{base}.shard{index}of{count}"
     root, ext = os.path.splitext(base)
     return f"{root}.shard{index}of{count}{ext or '.db'}"
 
@@ -135,22 +138,40 @@ def shard_layouts(base: str) -> dict[int, list[str]]:
     unsharded run), ``N >= 2`` the ``<root>.shard{i}ofN<ext>`` files (``shard_store_path``).
 
     A resume only opens its own shard's store, so this is how it tells "nothing was run yet"
-    from "it was run with another shard count". In-memory and third-party stores: ``{}``.
+    from "it was run with another shard count". In-memory stores: ``{}``; a store plugin's
+    location: what its opener's ``list_stores`` finds (``{}`` for openers that cannot list).
     """
     import glob  # here: the module is imported by every process that discovers the plugins
 
-    path = local_file(base) if not is_memory_store(base) else None
-    if path is None:
+    if is_memory_store(base):
         return {}
+    path = local_file(base)
+    if path is None:
+        return _listed_layouts(base)
     found: dict[int, list[str]] = {1: [path]} if os.path.exists(path) else {}
     root, ext = os.path.splitext(path)
     ext = ext or ".db"
-    pattern = re.compile(re.escape(root) + r"\.shard(\d+)of(\d+)" + re.escape(ext))
-    for candidate in glob.glob(glob.escape(root) + ".shard*of*" + glob.escape(ext)):
+    candidates = glob.glob(glob.escape(root) + ".shard*of*" + glob.escape(ext))
+    _add_shards(found, candidates, re.escape(root), re.escape(ext))
+    return {n: sorted(paths) for n, paths in sorted(found.items())}
+
+
+def _listed_layouts(base: str) -> dict[int, list[str]]:
+    """``shard_layouts`` of a store plugin's location, from its opener's ``list_stores``."""
+    if scheme_of(base) is None:
+        return {}
+    listed = list_stores(base)
+    found: dict[int, list[str]] = {1: [base]} if base in listed else {}
+    _add_shards(found, listed, re.escape(base), "")
+    return {n: sorted(paths) for n, paths in sorted(found.items())}
+
+
+def _add_shards(found: dict[int, list[str]], candidates: Iterable[str], root: str, ext: str) -> None:
+    pattern = re.compile(root + r"\.shard(\d+)of(\d+)" + ext)
+    for candidate in candidates:
         match = pattern.fullmatch(candidate)
         if match and 0 <= int(match[1]) < int(match[2]) and int(match[2]) >= 2:
             found.setdefault(int(match[2]), []).append(candidate)
-    return {n: sorted(paths) for n, paths in sorted(found.items())}
 
 
 def shard_store_pattern(base: str, count: int) -> str:

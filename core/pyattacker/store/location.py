@@ -18,6 +18,7 @@ from pyattacker.plugins.store_base import StoreBase, StoreOpener, adapt_store, s
 __all__ = [
     "StoreOpener",
     "default_store_path",
+    "list_stores",
     "local_file",
     "location_problem",
     "open_store",
@@ -140,6 +141,18 @@ def open_store(
     store = opener.open(location, read_only=read_only)
     plugin = provider.plugin if provider is not None else opener.name
     return adapt_store(store, f"store plugin {plugin!r} (opener {opener.name!r})")
+
+
+def list_stores(location: str, plugins: Any = None) -> list[str]:
+    """The stores of a third-party scheme whose location begins with ``location``, from the
+    opener's ``list_stores`` (openers without it list nothing). Local paths: ``[]`` (the
+    caller globs them)."""
+    scheme = _scheme_of(location)[0]
+    if scheme in _FILE_SCHEMES or scheme == "memory":
+        return []
+    opener = _schemes((plugins or get_plugins()).stores.objects()).get(scheme or "")
+    lister = getattr(opener, "list_stores", None)  # optional on openers not built on StoreOpenerBase
+    return sorted(lister(location)) if lister is not None else []
 
 
 def default_store_path() -> Path:

@@ -31,6 +31,13 @@ class S3StoreOpener(StoreOpenerBase):
 
         return S3Store(location, read_only=read_only)
 
+    def list_stores(self, location: str) -> list[str]:
+        """Stores under ``s3://bucket/<prefix>*`` (a ``store.json`` marker in each): how
+        ``report s3://b/run`` finds ``s3://b/run.shard0of2`` and its siblings."""
+        from pyattacker_store_s3.listing import list_store_locations
+
+        return list_store_locations(location)
+
 
 def s3_backend(**params: Any) -> Any:
     """The ``s3`` artifact backend's factory (see ``pyattacker_store_s3.backend.S3Backend``)."""
