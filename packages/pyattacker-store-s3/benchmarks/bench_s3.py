@@ -65,6 +65,9 @@ def _measure(store: str, pipelines: int, concurrency: int, plugins: Any) -> dict
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--pipelines", type=int, default=1000)
+    p.add_argument(
+        "--intervals", default="0,50,100", help="commit_interval_ms values to measure (comma-separated)"
+    )
     args = p.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     with socket.socket() as s:
@@ -86,13 +89,16 @@ def main() -> None:
         results = []
         with tempfile.TemporaryDirectory() as tmp:
             for concurrency in (64, 1024):
-                prefix = f"c{concurrency}"
-                row = _measure(f"s3://bench/{prefix}/run", args.pipelines, concurrency, plugins)
-                listed = boto3.client("s3").list_objects_v2(Bucket="bench", Prefix=prefix)
-                stored = sum(o["Size"] for o in listed.get("Contents", ()))
-                row["bytes_per_pipeline"] = round(stored / args.pipelines, 1)
-                row["requests_per_1000_tasks"] = round(row["requests"] * 1000 / args.pipelines, 1)
-                results.append(row)
+                for interval in [int(v) for v in args.intervals.split(",")]:
+                    prefix = f"c{concurrency}-i{interval}"
+                    location = f"s3://bench/{prefix}/run?commit_interval_ms={interval}"
+                    row = _measure(location, args.pipelines, concurrency, plugins)
+                    listed = boto3.client("s3").list_objects_v2(Bucket="bench", Prefix=prefix)
+                    stored = sum(o["Size"] for o in listed.get("Contents", ()))
+                    row["commit_interval_ms"] = interval
+                    row["bytes_per_pipeline"] = round(stored / args.pipelines, 1)
+                    row["requests_per_1000_tasks"] = round(row["requests"] * 1000 / args.pipelines, 1)
+                    results.append(row)
                 db = os.path.join(tmp, f"c{concurrency}.db")
                 sqlite = _measure(db, args.pipelines, concurrency, plugins)
                 sqlite["store"] = "sqlite"

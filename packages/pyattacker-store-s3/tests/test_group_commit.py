@@ -6,7 +6,9 @@ import time
 from pathlib import Path
 
 import boto3
+import pytest
 
+from pyattacker.errors import ConfigError
 from pyattacker.store.location import open_store
 from pyattacker.testing.rows import attempt, batch_of, pipeline
 
@@ -41,3 +43,30 @@ def test_batches_queued_during_a_put_go_out_in_one(tmp_path: Path) -> None:
         store.close()
     reader = open_store(f"s3://{BUCKET}/{prefix}", read_only=True)
     assert len(reader.lookup_pipelines([f"p{i}" for i in range(6)])) == 6
+
+
+def test_commit_interval_spaces_puts_so_later_batches_share_one(tmp_path: Path) -> None:
+    """``?commit_interval_ms``: a batch committed right after a PUT waits for the interval, and
+    every batch queued meanwhile goes out with it (one request, not one per batch)."""
+    prefix = f"interval-{tmp_path.name}/run"
+    store = open_store(f"s3://{BUCKET}/{prefix}?commit_interval_ms=2000")
+    try:
+        store.commit(batch_of(pipelines=[pipeline("p0")], attempts=[attempt("p0")]))
+        assert len(_segments(prefix)) == 1
+        later = []
+        for i in range(1, 6):  # each alone would be its own PUT without the interval
+            later.append(
+                store.commit_behind(batch_of(pipelines=[pipeline(f"p{i}")], attempts=[attempt(f"p{i}")]))
+            )
+            time.sleep(0.05)  # the writer is idle between them
+        for future in later:
+            assert future is not None
+            future.result(timeout=60)
+        assert len(_segments(prefix)) == 2  # p0, then p1..p5 together
+    finally:
+        store.close()
+
+
+def test_a_bad_commit_interval_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="commit_interval_ms must be a number of milliseconds"):
+        open_store(f"s3://{BUCKET}/bad-{tmp_path.name}/run?commit_interval_ms=soon")

@@ -44,7 +44,7 @@ from pyattacker_store_s3.writer import SegmentWriter
 
 __all__ = ["S3Store"]
 
-OPTIONS = ("endpoint_url", "region", "profile", "lease_ttl")
+OPTIONS = ("endpoint_url", "region", "profile", "lease_ttl", "commit_interval_ms")
 SEGMENTS = "segments/"
 
 #: each page kind's order (docs/stores.md, "Page orders": the last key is unique)
@@ -65,6 +65,17 @@ def _copies(rows: list[Any]) -> list[Any]:
     return copied
 
 
+def _number(location: str, options: dict[str, str], name: str, default: float, what: str) -> float:
+    """A numeric ``?option``: a ``ConfigError`` naming it when it is not ``what``."""
+    try:
+        value = float(options.get(name, default))
+    except ValueError:
+        value = -1.0
+    if value < 0 or (value == 0 and name == "lease_ttl"):
+        raise ConfigError(f"store {location!r}: {name} must be {what}, got {options.get(name)!r}")
+    return value
+
+
 class S3Store(StoreBase):
     """A store under an S3 prefix (see the module docstring)."""
 
@@ -80,10 +91,8 @@ class S3Store(StoreBase):
             raise ConfigError(
                 f"store {location!r}: unknown option(s) {', '.join(unknown)} (known: {', '.join(OPTIONS)})"
             )
-        try:
-            ttl = float(options.get("lease_ttl", DEFAULT_TTL))
-        except ValueError:
-            raise ConfigError(f"store {location!r}: lease_ttl must be a number of seconds") from None
+        ttl = _number(location, options, "lease_ttl", DEFAULT_TTL, "a number of seconds > 0")
+        interval = _number(location, options, "commit_interval_ms", 0.0, "a number of milliseconds >= 0")
         self.client = client or make_client(
             endpoint_url=options.get("endpoint_url"),
             region=options.get("region"),
@@ -105,7 +114,7 @@ class S3Store(StoreBase):
             self._create_marker()
             self._lease = S3Lease.acquire(self.client, self.bucket, self._key("writer.lease"), location, ttl)
             self._refresh()
-            self._writer = SegmentWriter(self, self._lease.token)
+            self._writer = SegmentWriter(self, self._lease.token, min_interval_s=interval / 1000.0)
         except BaseException as exc:
             self.close()  # a lease already taken is handed back
             if isinstance(exc, StoreUnavailable) or not isinstance(exc, Exception):

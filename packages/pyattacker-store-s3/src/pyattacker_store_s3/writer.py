@@ -7,6 +7,8 @@ applied in order, so the result is exactly that of committing them one after ano
 resolves the futures once S3 acknowledged it. So a store answers ``commit_behind`` at once, the
 recorder overlaps its group commits, and the number of requests follows the PUT latency, not
 the number of commits: the slower the object store, the larger the segments.
+``min_interval_s`` (the store's ``?commit_interval_ms``) spaces PUTs at least that far apart,
+trading that much checkpoint latency for fewer requests when the store answers fast.
 
 A failed PUT fails every queued batch (their ids handed back, numbering restarts after the last
 durable segment), so nothing is written out of order and a batch may simply be committed again.
@@ -15,6 +17,7 @@ durable segment), so nothing is written out of order and a batch may simply be c
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
@@ -48,8 +51,10 @@ def _unnumber(batch: Batch | None) -> None:
 class SegmentWriter:
     """The write side of one writing ``S3Store`` (see the module docstring)."""
 
-    def __init__(self, store: S3Store, token: str) -> None:
+    def __init__(self, store: S3Store, token: str, *, min_interval_s: float = 0.0) -> None:
         self.store, self.token = store, token
+        self.min_interval_s = min_interval_s
+        self._last_put = 0.0  # monotonic start of the last PUT
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
         self._stopping = False
@@ -90,7 +95,9 @@ class SegmentWriter:
                     self._cond.wait()
                 if not self._queue:
                     return
+                self._space_out()
                 taken, self._queue = self._queue, []
+                self._last_put = time.monotonic()
             try:
                 self.store.put_parts([p.part for p in taken])
             except BaseException as exc:
@@ -108,6 +115,15 @@ class SegmentWriter:
                 continue
             for p in taken:
                 p.future.set_result(None)
+
+    def _space_out(self) -> None:
+        """Wait (lock released, so batches keep queuing) until ``min_interval_s`` has passed
+        since the last PUT started; a close cuts the wait short."""
+        while not self._stopping:
+            delay = self._last_put + self.min_interval_s - time.monotonic()
+            if delay <= 0:
+                return
+            self._cond.wait(delay)
 
     def close(self) -> None:
         """Write what is queued, then stop (idempotent)."""
