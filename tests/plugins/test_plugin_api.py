@@ -178,3 +178,58 @@ def test_plugins_json_shows_the_contract_each_plugin_was_checked_against(
     assert rows["future"]["status"] == "failed" and rows["future"]["contract"] is None
     assert "written for plugin API 9" in rows["future"]["error"]
     assert rows["store-sqlite"]["contract"] == api.API_VERSION
+
+
+class _RunnerOnlyAlgorithm:
+    """An algorithm known only to one Runner's plugins (not installed): it delegates to wait."""
+
+    name = "runner_only"
+
+    def __init__(self, **params: Any) -> None:
+        self.params = params
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"name": "runner_only", **self.params}
+
+    async def acquire(self, pool: Any, **kwargs: Any) -> Any:
+        from pyattacker.resources.algorithm import resolve_algorithm
+
+        return await resolve_algorithm("wait").acquire(pool, **kwargs)
+
+
+def test_an_algorithm_registered_only_with_a_runner_can_be_named_by_a_task() -> None:
+    """A task's ``algorithm=`` is part of its fingerprint, computed when the pipeline is built
+    (before any runner): a name only ``Runner(plugins=...)`` knows is fingerprinted by its spec,
+    not refused as unknown; the runner then resolves it through its own plugins."""
+    module = types.SimpleNamespace()
+
+    @hookimpl
+    def pyattacker_algorithms(register: Any) -> None:
+        register("runner_only", _RunnerOnlyAlgorithm)
+
+    module.pyattacker_algorithms = pyattacker_algorithms
+    plugins = discover()
+    plugins.add_plugin(module, "runner-only-algorithm")
+
+    @task(resource="apis", algorithm={"name": "runner_only", "tag": 1})
+    async def call(x: Any, ctx: Any) -> Any:
+        async with ctx.acquire():
+            return x
+
+    flow = pipeline("p", call)
+    with Runner(plugins=plugins, pools=[Pool("apis", [Resource.create("api", capacity=2)])]) as runner:
+        report = runner.run(flow.map(range(3)))
+    assert (report.succeeded, report.failed) == (3, 0)
+    # the spec is the fingerprint: another parameter is another task identity
+    other = task(call.fn, resource="apis", algorithm={"name": "runner_only", "tag": 2})
+    assert other.fingerprint()["algorithm"] == {"name": "runner_only", "tag": 2}
+    assert other.fingerprint() != call.fingerprint()
+    # a name this runner's plugins do not know stops the run before its first pipeline, naming it
+    typo = pipeline("q", task(call.fn, resource="apis", algorithm="runner_onyl"))
+    with Runner(plugins=plugins, pools=[Pool("apis", [Resource.create("api", capacity=2)])]) as runner:
+        refused = runner.run(typo.map(range(3)))
+        assert list(api.iter_rows(runner.store, "attempts")) == []
+    assert refused.stop_reason == "producer_error"
+    assert (refused.producer_error or "").startswith(
+        "ConfigError: unknown algorithm 'runner_onyl' (did you mean 'runner_only'?)"
+    )

@@ -54,6 +54,8 @@ class Admission:
         self.outcomes = outcomes
         #: ``Scheduler.staff``: a worker for the pipeline about to be queued
         self.staff = staff
+        #: templates whose tasks' algorithm names this run's plugins resolved
+        self._checked: set[int] = set()
 
     async def produce(self, specs: Iterable[PipelineSpec], queue: WorkQueue[PipelineState | None]) -> None:
         run = self.run
@@ -68,6 +70,7 @@ class Admission:
                 if not chunk:
                     break
                 check_specs(chunk)
+                self._check_algorithms(chunk)
                 rows, states = self.lookup([s.key for s in chunk])
                 seen: dict[str, PipelineSpec] = {}
                 active = run.active
@@ -114,6 +117,22 @@ class Admission:
         finally:
             run.producer_done = True
             run.check_complete()
+
+    def _check_algorithms(self, chunk: list[PipelineSpec]) -> None:
+        """Resolve each new template's task algorithms through this runner's plugins, once per
+        template: a name no plugin knows stops the run before its first pipeline (a
+        ``ConfigError`` with a did-you-mean), instead of failing every pipeline's first lease.
+        (A task's fingerprint cannot check it: it is taken before any runner holds the plugins.)"""
+        templates = {id(s.template): s.template for s in chunk}
+        if templates.keys() <= self._checked:
+            return
+        resolve = self.run.runner.algorithms.resolve
+        for tid, template in templates.items():
+            if tid not in self._checked:
+                for spec in template.tasks:
+                    if spec.algorithm is not None:
+                        resolve(spec.algorithm)
+                self._checked.add(tid)
 
     async def _put(self, queue: WorkQueue[PipelineState | None], state: PipelineState) -> None:
         try:

@@ -18,8 +18,7 @@ import msgspec
 
 from pyattacker.errors import ConfigError, PipelineBuildError, type_name
 from pyattacker.flow.retry import Retrying, coerce_retry
-from pyattacker.resources.algorithm import algorithm_fingerprint as fingerprint_of
-from pyattacker.resources.algorithm import resolve_algorithm
+from pyattacker.resources.algorithm import spec_fingerprint
 
 __all__ = ["UNSET", "Chain", "TaskSpec", "build_task_spec", "factory_task", "task", "with_retry"]
 
@@ -384,4 +383,4 @@ def algorithm_fingerprint(spec: Any) -> Any:
     """
     if spec is None:
         return None
-    return fingerprint_of(resolve_algorithm(spec))
+    return spec_fingerprint(spec)

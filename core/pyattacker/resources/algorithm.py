@@ -42,6 +42,7 @@ __all__ = [
     "number_param",
     "optional_number_param",
     "resolve_algorithm",
+    "spec_fingerprint",
     "unavailable",
     "validate_algorithm_spec",
     "try_free_slot",
@@ -428,6 +429,22 @@ def _at(path: str, param: str | None, problem: str) -> str:
 
 def _not_at(path: str, param: str | None, problem: str) -> str:
     return f"{path}: {problem}"
+
+
+def spec_fingerprint(spec: Any) -> dict[str, Any]:
+    """The fingerprint of an algorithm *spec* as a task declares it, before any runner holds it.
+
+    A name the installed plugins know is resolved and fingerprinted (equivalent specs agree);
+    a name they do not know may still be one a ``Runner(plugins=...)`` registers, so its spec
+    itself (``{"name": ..., **params}``) is the fingerprint and the runner reports it if it is
+    unknown there too. Malformed specs are a ``ConfigError`` here."""
+    if not _is_instance(spec) and not isinstance(spec, type):
+        name, params, error = _split_spec(spec)
+        if error is not None or name is None:
+            raise ConfigError(error)
+        if _default_registry().get(name) is None:
+            return {"name": name, **params}
+    return algorithm_fingerprint(resolve_algorithm(spec))
 
 
 def algorithm_fingerprint(algorithm: Any) -> dict[str, Any]:
