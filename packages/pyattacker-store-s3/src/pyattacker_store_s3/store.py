@@ -212,9 +212,24 @@ class S3Store(StoreBase):
             if is_precondition_failed(exc):
                 lease.lost = f"segment {number} was written by another writer (this one lost its lease)"
                 raise StoreUnavailable(f"store {self.location}: {lease.lost}") from exc
-            self._unsure = number  # the PUT may have landed after all: the next commit looks
+            if self._landed(key, data):  # the answer was lost, not the write: it is durable
+                self._apply(data, key, number)
+                return
+            self._unsure = number  # the PUT may still land: the next commit looks
             raise self._unavailable("commit failed (the object store did not acknowledge it)", exc) from exc
         self._apply(data, key, number)
+
+    def _landed(self, key: str, data: bytes) -> bool:
+        """Whether a PUT whose answer failed stored exactly ``data`` after all (one GET).
+
+        Asked before the commit is reported failed, so a batch whose answer was lost is
+        acknowledged rather than handed back (committed again, its history rows would be
+        stored twice). Unanswerable (the store is down): False, and ``_settle`` asks again."""
+        try:
+            body: bytes = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except Exception:
+            return False
+        return body == data
 
     def _apply(self, data: bytes, key: str, number: int) -> None:
         segments = decode_segments(data)
