@@ -38,13 +38,14 @@ from pyattacker.model import (
 )
 from pyattacker.plugins.api import StoreBase
 from pyattacker_store_s3.client import is_missing, is_precondition_failed, make_client, split_url
+from pyattacker_store_s3.compaction import DEFAULT_EVERY, Compactor, apply_compacted
 from pyattacker_store_s3.lease import DEFAULT_TTL, S3Lease
 from pyattacker_store_s3.rows import FORMAT, Rows, decode_segments, encode_segment
 from pyattacker_store_s3.writer import SegmentWriter
 
 __all__ = ["S3Store"]
 
-OPTIONS = ("endpoint_url", "region", "profile", "lease_ttl", "commit_interval_ms")
+OPTIONS = ("endpoint_url", "region", "profile", "lease_ttl", "commit_interval_ms", "compact_every")
 SEGMENTS = "segments/"
 
 #: each page kind's order (docs/stores.md, "Page orders": the last key is unique)
@@ -93,6 +94,7 @@ class S3Store(StoreBase):
             )
         ttl = _number(location, options, "lease_ttl", DEFAULT_TTL, "a number of seconds > 0")
         interval = _number(location, options, "commit_interval_ms", 0.0, "a number of milliseconds >= 0")
+        every = _number(location, options, "compact_every", DEFAULT_EVERY, "a number of segments >= 0")
         self.client = client or make_client(
             endpoint_url=options.get("endpoint_url"),
             region=options.get("region"),
@@ -100,6 +102,8 @@ class S3Store(StoreBase):
         )
         self.rows = Rows()
         self._last_key = ""  # the last segment applied
+        self._compacted_key = ""  # the last compacted object looked at
+        self._compactor = Compactor(self, int(every))
         self._next = 1  # the number of the next segment a writer writes
         self._unsure: int | None = None  # a segment whose PUT failed without an answer
         self._lease: S3Lease | None = None
@@ -154,8 +158,10 @@ class S3Store(StoreBase):
             raise self._unavailable("cannot read", exc) from exc
 
     def _refresh(self) -> None:
-        """Apply the segments written since the last one applied, in order."""
+        """Apply the segments written since the last one applied, in order: first the
+        compacted objects that continue from there, then the single segments after them."""
         try:
+            self._compacted_key = apply_compacted(self, self._compacted_key)
             pages = self.client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket,
                 Prefix=self._key(SEGMENTS),
@@ -214,10 +220,17 @@ class S3Store(StoreBase):
                 raise StoreUnavailable(f"store {self.location}: {lease.lost}") from exc
             if self._landed(key, data):  # the answer was lost, not the write: it is durable
                 self._apply(data, key, number)
+                self._compactor.written(number, data)
                 return
             self._unsure = number  # the PUT may still land: the next commit looks
             raise self._unavailable("commit failed (the object store did not acknowledge it)", exc) from exc
         self._apply(data, key, number)
+        self._compactor.written(number, data)
+
+    def compact_if_due(self) -> None:
+        """Write the compacted object of the last ``compact_every`` segments (``compaction.py``)."""
+        if self._compactor.due:
+            self._compactor.flush()
 
     def _landed(self, key: str, data: bytes) -> bool:
         """Whether a PUT whose answer failed stored exactly ``data`` after all (one GET).
@@ -345,6 +358,8 @@ class S3Store(StoreBase):
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()  # what is queued is written first
+            if self._lease is not None and not self._lease.lost:
+                self._compactor.flush()  # the rest of this writer's segments in one object
         self._closed = True
         lease, self._lease = self._lease, None
         if lease is not None:

@@ -7,7 +7,8 @@ applied in order, so the result is exactly that of committing them one after ano
 resolves the futures once S3 acknowledged it. So a store answers ``commit_behind`` at once, the
 recorder overlaps its group commits, and the number of requests follows the PUT latency, not
 the number of commits: the slower the object store, the larger the segments.
-``min_interval_s`` (the store's ``?commit_interval_ms``) spaces PUTs at least that far apart,
+``min_interval_s`` (the store's ``?commit_interval_ms``) leaves at least that long between the
+end of one PUT and the start of the next,
 trading that much checkpoint latency for fewer requests when the store answers fast.
 
 A failed PUT fails every queued batch (their ids handed back, numbering restarts after the last
@@ -54,7 +55,7 @@ class SegmentWriter:
     def __init__(self, store: S3Store, token: str, *, min_interval_s: float = 0.0) -> None:
         self.store, self.token = store, token
         self.min_interval_s = min_interval_s
-        self._last_put = 0.0  # monotonic start of the last PUT
+        self._last_put = 0.0  # monotonic end of the last PUT
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
         self._stopping = False
@@ -97,10 +98,10 @@ class SegmentWriter:
                     return
                 self._space_out()
                 taken, self._queue = self._queue, []
-                self._last_put = time.monotonic()
             try:
                 self.store.put_parts([p.part for p in taken])
             except BaseException as exc:
+                self._last_put = time.monotonic()
                 with self._cond:
                     failed, self._queue = taken + self._queue, []
                     for p in failed:
@@ -113,12 +114,14 @@ class SegmentWriter:
                 for p in failed:
                     p.future.set_exception(error)
                 continue
+            self._last_put = time.monotonic()
             for p in taken:
                 p.future.set_result(None)
+            self.store.compact_if_due()  # after the acknowledgements: no commit waits for it
 
     def _space_out(self) -> None:
         """Wait (lock released, so batches keep queuing) until ``min_interval_s`` has passed
-        since the last PUT started; a close cuts the wait short."""
+        since the last PUT ended; a close cuts the wait short."""
         while not self._stopping:
             delay = self._last_put + self.min_interval_s - time.monotonic()
             if delay <= 0:
