@@ -12,7 +12,10 @@ The object layout (the package README draws it):
   one (``writer.py``), each durable when S3 acknowledges its PUT. A failed PUT leaves nothing a
   reader could see half of.
 
-Opening replays the segments in order into rows held in memory (``rows.Rows``); a writer then
+* ``<prefix>/compacted/<first>-<last>.seg``: copies of runs of segments (``compaction.py``).
+
+Opening replays the compacted objects, then the segments after them, in order, into rows held
+in memory (``rows.Rows``); a writer then
 appends, a reader lists the segments after the last one it applied before every read, so it
 follows a running writer without ever talking to it.
 """
