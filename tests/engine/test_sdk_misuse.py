@@ -565,23 +565,28 @@ def test_a_body_that_swallows_the_stops_cancel_does_not_hang_the_stop(tmp_path: 
     """A body that catches the CancelledError of a stop and goes on (a retry loop that catches
     everything): the runner cancelled each worker once and then waited for it forever, and
     no later Ctrl-C could end the run. It now cancels again until the body gives up."""
-    caught = []
+    caught: list[int] = []
+    started: set[int] = set()
+    holder: dict[str, Runner] = {}
 
     @task(name="stubborn")
     async def stubborn(value: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        started.add(value["i"])
+        if len(started) == 2:  # both bodies run: stop now (not after a wall-clock delay)
+            loop.call_soon(holder["r"].stop, "user")
         while True:
             try:
                 await asyncio.sleep(0.01)
             except asyncio.CancelledError:
                 caught.append(value["i"])
+                if how == "second_stop" and len(caught) == 2:  # each swallowed the first cancel
+                    loop.call_soon(_second_signal, holder["r"])
                 if caught.count(value["i"]) > 1:
                     raise
 
     async def go(r: Runner) -> Any:
-        loop = asyncio.get_running_loop()
-        loop.call_later(0.05, r.stop, "user")
-        if how == "second_stop":
-            loop.call_later(0.1, _second_signal, r)
+        holder["r"] = r
         return await r.run_async(pipeline("p", stubborn).map(seeds(2)))
 
     with vrunner(store=str(tmp_path / "s.db"), concurrency=2, grace_s=0.1) as r:
