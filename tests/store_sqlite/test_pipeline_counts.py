@@ -1,7 +1,6 @@
-"""``pipeline_counts``: pipelines by state, kept by the store as it writes (SQLite: triggers in
-the commit's own transaction, schema 7). What must hold is that the kept counts always equal a
-recount of the rows: after runs that fail and then succeed on resume, after a migration of an
-older file, and after a writer killed mid-run."""
+"""``pipeline_counts``: pipelines by state, without reading a row (SQLite counts its
+``(run_id, state)`` index). What must hold is that the counts equal a recount of the rows: after
+runs that fail and then succeed on resume, and after a writer killed mid-run."""
 
 from __future__ import annotations
 
@@ -19,11 +18,10 @@ import pytest
 
 from pyattacker import Runner, pipeline, task
 from pyattacker.plugins.store_base import StoreBase
-from pyattacker.store.location import open_store
 from pyattacker.views.standing import dataset_standing
 from pyattacker_plugins.store_memory import MemoryStore
 from pyattacker_plugins.store_sqlite import SqliteStoreOpener
-from tests.support.sqlite_downgrades import downgrade_to_v6, raw
+from tests.support.sqlite_downgrades import raw
 
 OPENER = SqliteStoreOpener()
 
@@ -33,12 +31,13 @@ def _recount(store: StoreBase, run_id: str | None = None) -> dict[str, int]:
     return StoreBase.pipeline_counts(store, run_id)
 
 
-def _sql_recount(path: Path) -> dict[tuple[str, str], int]:
-    return {(r, s): n for r, s, n in raw(path, "SELECT run_id, state, COUNT(*) FROM pipelines GROUP BY 1, 2")}
-
-
-def _kept(path: Path) -> dict[tuple[str, str], int]:
-    return {(r, s): n for r, s, n in raw(path, "SELECT run_id, state, n FROM pipeline_counts") if n}
+def _counted(path: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """``pipeline_counts(None)`` of the file, and the reference recount, by a reader."""
+    store = OPENER.open(str(path), read_only=True)
+    try:
+        return store.pipeline_counts(None), _recount(store, None)
+    finally:
+        store.close()
 
 
 def _chain(fail_odd: bool) -> Any:
@@ -84,23 +83,25 @@ def test_standing_reads_counts_not_every_duration(tmp_path: Path) -> None:
     assert dataset_standing(store) == {"total": 5, "by_state": {"succeeded": 5}}
 
 
-def test_an_older_file_answers_as_it_is_and_is_counted_once_by_the_writer(tmp_path: Path) -> None:
-    path = tmp_path / "v6.db"
+def test_sqlite_counts_from_the_index_alone(tmp_path: Path) -> None:
+    """The counts never read a pipeline row nor sort groups in a temporary tree (the plan of
+    each statement ``pipeline_counts`` runs)."""
+    path = tmp_path / "idx.db"
     with Runner(store=f"sqlite:{path}", concurrency=4) as runner:
-        runner.run(_chain(True).map(range(10)))
-    downgrade_to_v6(path)
-    assert not raw(path, "SELECT name FROM sqlite_master WHERE name = 'pipeline_counts'")
-    reader = OPENER.open(str(path), read_only=True)  # a reader reads schema 6 as it is
-    try:
-        assert reader.pipeline_counts(None) == {"failed": 5, "succeeded": 5}
-    finally:
-        reader.close()
-    writer = open_store(f"sqlite:{path}")  # the migration counts the rows once
-    try:
-        assert _kept(path) == _sql_recount(path)
-        assert writer.pipeline_counts(None) == {"failed": 5, "succeeded": 5}
-    finally:
-        writer.close()
+        report = runner.run(_chain(True).map(range(10)))
+        store = runner.store
+        conn = store._db()  # type: ignore[attr-defined]
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        try:
+            assert store.pipeline_counts(None) == {"failed": 5, "succeeded": 5}
+            assert store.pipeline_counts(report.run_id) == {"failed": 5, "succeeded": 5}
+        finally:
+            conn.set_trace_callback(None)
+        assert len(statements) == 2
+        for sql in statements:
+            plan = " | ".join(str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql))
+            assert "COVERING INDEX pipelines_by_run_state" in plan and "TEMP B-TREE" not in plan, plan
 
 
 _CHILD = textwrap.dedent(
@@ -126,8 +127,8 @@ _CHILD = textwrap.dedent(
 
 
 def test_counts_equal_a_recount_after_a_sigkill_mid_run(tmp_path: Path) -> None:
-    """A writer killed with SIGKILL mid-run leaves counts equal to a recount (they are written in
-    the same transaction as the rows), and a resume to the end keeps them so."""
+    """After a writer killed with SIGKILL mid-run, and after a resume to the end, the counts
+    equal a recount."""
     path = tmp_path / "killed.db"
     script = tmp_path / "child.py"
     script.write_text(_CHILD)
@@ -150,13 +151,9 @@ def test_counts_equal_a_recount_after_a_sigkill_mid_run(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
-    assert _kept(path) == _sql_recount(path)
-    assert any(state == "running" for _run, state in _kept(path))  # killed mid-run indeed
+    counts, recount = _counted(path)
+    assert counts == recount and counts.get("running", 0) > 0  # killed mid-run indeed
     finished = subprocess.run([sys.executable, str(script), str(path), "3000"], env=env, timeout=300)
     assert finished.returncode == 0
-    assert _kept(path) == _sql_recount(path)
-    store = OPENER.open(str(path), read_only=True)
-    try:
-        assert store.pipeline_counts(None) == _recount(store, None)
-    finally:
-        store.close()
+    counts, recount = _counted(path)
+    assert counts == recount and "running" not in counts

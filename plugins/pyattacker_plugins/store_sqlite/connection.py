@@ -90,11 +90,6 @@ class StoreConnection:
         return self._has_table("pipeline_ids")
 
     @property
-    def has_counts(self) -> bool:
-        """Whether the file keeps ``pipeline_counts`` (schema 7)."""
-        return self._has_table("pipeline_counts")
-
-    @property
     def _ids(self) -> str:
         """Where a statement looks pipeline ids up (see ``IDS_OLD``)."""
         return schema.KEY_IDS if self.has_ids else IDS_OLD

@@ -51,7 +51,7 @@ __all__ = [
 APPLICATION = "pyattacker"
 #: "PYAT" as a big-endian 32-bit integer, stored in the file header.
 APPLICATION_ID = 0x50594154
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 6
 
 _REAL = {
     "started_at", "ended_at", "heartbeat_at", "pid_started_at", "created_at", "finished_at", "ts",
@@ -228,37 +228,11 @@ _V6 = (
     f" UNION ALL {KEY_TAIL}",
 )
 
-
-def _v7_pipeline_counts() -> tuple[str, ...]:
-    """Version 7: ``pipeline_counts`` holds how many pipeline rows each run has in each state,
-    kept by triggers in the transaction that writes the rows, so views answer "how many
-    succeeded" from a few rows instead of counting a million (``pipeline_counts``). A trigger
-    fires only when a row is added, removed, or changes run or state (a cursor advance does
-    not); the migration counts an older file's rows once. ``IS``: a hand-written NULL is counted
-    in a group of its own, never lost."""
-    add = (
-        "INSERT INTO pipeline_counts (run_id, state, n) VALUES (new.run_id, new.state, 1)"
-        " ON CONFLICT (run_id, state) DO UPDATE SET n = n + 1;"
-    )
-    drop = "UPDATE pipeline_counts SET n = n - 1 WHERE run_id IS old.run_id AND state IS old.state;"
-    return (
-        "CREATE TABLE pipeline_counts (run_id TEXT, state TEXT, n INTEGER NOT NULL, UNIQUE (run_id, state))",
-        f"CREATE TRIGGER pipeline_counts_add AFTER INSERT ON pipelines BEGIN {add} END",
-        "CREATE TRIGGER pipeline_counts_move AFTER UPDATE OF run_id, state ON pipelines"
-        f" WHEN old.run_id IS NOT new.run_id OR old.state IS NOT new.state BEGIN {drop} {add} END",
-        f"CREATE TRIGGER pipeline_counts_drop AFTER DELETE ON pipelines BEGIN {drop} END",
-        "INSERT INTO pipeline_counts (run_id, state, n)"
-        " SELECT run_id, state, COUNT(*) FROM pipelines GROUP BY run_id, state",
-    )
-
-
 #: tables that came with a version after 1: a file of an older version lacks them by design
-ADDED_TABLES = {"handoffs": 3, "run_spans": 5, "pipeline_ids": 6, "pipeline_counts": 7}
+ADDED_TABLES = {"handoffs": 3, "run_spans": 5, "pipeline_ids": 6}
 
 #: version -> statements that bring a file from ``version - 1`` to ``version``
-MIGRATIONS: dict[int, tuple[str, ...]] = {
-    1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _v7_pipeline_counts(),
-}  # fmt: skip
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
 
 
 def ro_uri(path: str) -> str:
