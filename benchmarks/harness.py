@@ -36,7 +36,18 @@ BEGIN = "<!-- BEGIN GENERATED: benchmarks (python -m benchmarks rewrites this se
 END = "<!-- END GENERATED: benchmarks -->"
 SCHEMA = 1
 #: scenario order in tables and for ``--scenario all``
-ORDER = ("overhead", "latency", "resume", "memory", "store", "durability", "shards", "handoff", "demo")
+ORDER = (
+    "overhead",
+    "latency",
+    "lognormal",
+    "resume",
+    "memory",
+    "store",
+    "durability",
+    "shards",
+    "handoff",
+    "demo",
+)
 
 #: metrics summarised (median/min/max) for every variant when present in its runs
 METRICS = (
@@ -46,6 +57,7 @@ METRICS = (
     "peak_rss_mb",
     "cpu_us_per_task",
     "sys_us_per_task",
+    "fraction_of_ideal",
     "bytes_per_pipeline",
     "store_bytes",
     "start_s",

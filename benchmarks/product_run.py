@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import heapq
 import json
+import math
 import os
+import random
 import resource
 import sys
 import time
@@ -25,12 +28,35 @@ from pyattacker.flow.chain import PipelineTemplate
 
 #: per-task latency in seconds; 0 means "await asyncio.sleep(0) once" (the cheapest real suspension)
 _LATENCY_S = 0.0
+#: log-normal latencies, one per (pipeline index, task): set by ``run(..., sigma=...)``; empty = fixed L
+_LATENCIES: list[float] = []
+_TASKS = 3
+
+
+def lognormal_latencies(n: int, tasks: int, median_s: float, sigma: float, seed: int = 51) -> list[float]:
+    """``n * tasks`` log-normal latencies (median ``median_s``), the same in every process."""
+    rng = random.Random(seed)
+    mu = math.log(median_s)
+    return [rng.lognormvariate(mu, sigma) for _ in range(n * tasks)]
+
+
+def ideal_makespan(latencies: list[float], n: int, tasks: int, concurrency: int) -> float:
+    """A zero-overhead runner's makespan: C slots take pipelines in seed order, each runs its
+    tasks back to back (list scheduling, what a runner with no cost of its own achieves)."""
+    slots = [0.0] * min(concurrency, n)
+    for i in range(n):
+        start = heapq.heappop(slots)
+        heapq.heappush(slots, start + sum(latencies[i * tasks : (i + 1) * tasks]))
+    return max(slots) if slots else 0.0
 
 
 async def _work(value: Any, ctx: Any) -> Any:
     """The benchmark task: lease from the pool, suspend once (or sleep L), return a new string."""
     async with ctx.acquire():
-        await asyncio.sleep(_LATENCY_S)
+        if _LATENCIES:  # "in-<i>|t0|t1": pipeline i, task ctx.seq
+            await asyncio.sleep(_LATENCIES[int(value.split("|", 1)[0][3:]) * _TASKS + ctx.seq])
+        else:
+            await asyncio.sleep(_LATENCY_S)
     return f"{value}|t{ctx.seq}"
 
 
@@ -66,9 +92,12 @@ def build_template(n_tasks: int = 3, handoff: bool = False) -> PipelineTemplate:
 t0, t1, t2 = build_template(3).tasks
 
 
-def build_pools(capacity: int) -> list[Pool]:
-    """One pool, one resource with more capacity than the concurrency: leases never wait."""
-    return [Pool("apis", [Resource.create("api", id="api-1", capacity=capacity)])]
+def build_pools(capacity: int, resources: int = 1) -> list[Pool]:
+    """One pool with more capacity than the concurrency (leases never wait), held by one
+    resource or split evenly across ``resources`` of them."""
+    each = max(1, -(-capacity // resources))
+    held = [Resource.create("api", id=f"api-{k + 1}", capacity=each) for k in range(resources)]
+    return [Pool("apis", held)]
 
 
 def seeds(lo: int, hi: int) -> Iterator[str]:
@@ -108,10 +137,23 @@ def run(
     event_loop: str = "auto",
     handoff: bool = False,
     settings: dict[str, Any] | None = None,
+    sigma: float = 0.0,
+    resources: int = 1,
 ) -> dict[str, Any]:
-    """Run pipelines ``lo..lo+n`` into ``store`` and return the summary dict (not printed)."""
-    global _LATENCY_S
+    """Run pipelines ``lo..lo+n`` into ``store`` and return the summary dict (not printed).
+
+    ``sigma`` > 0: each task sleeps a log-normal latency of median ``latency_ms`` (fixed per
+    pipeline and task), and the summary carries ``fraction_of_ideal`` = zero-overhead makespan /
+    wall time."""
+    global _LATENCY_S, _LATENCIES, _TASKS
     _LATENCY_S = latency_ms / 1000.0
+    _TASKS = tasks
+    ideal = None
+    if sigma > 0:
+        if handoff or lo:
+            raise ValueError("log-normal latencies need a plain chain from seed 0")
+        _LATENCIES = lognormal_latencies(n, tasks, _LATENCY_S, sigma)
+        ideal = ideal_makespan(_LATENCIES, n, tasks, concurrency)
     template = build_template(tasks, handoff)
     ran_tasks = 2 if handoff else tasks  # per pipeline: a jump skips the tasks between
     t_start_epoch = time.time()
@@ -120,7 +162,7 @@ def run(
     t0 = time.perf_counter()
     with Runner(
         store=store,
-        pools=build_pools(capacity or max(1000, 2 * concurrency)),
+        pools=build_pools(capacity or max(1000, 2 * concurrency), resources),
         concurrency=concurrency,
         event_loop=event_loop,
         **(settings or {}),
@@ -166,6 +208,10 @@ def run(
         "write_mb": io["wchar"] / 2**20 if "wchar" in io else None,
         "write_syscalls": io.get("syscw"),
         "bytes_per_pipeline": size / n if n else None,
+        "resources": resources,
+        "sigma": sigma,
+        "ideal_makespan_s": ideal,
+        "fraction_of_ideal": ideal / elapsed if ideal else None,
         "t_start_epoch": t_start_epoch,
         "t_end_epoch": time.time(),
         "counters": counters,
@@ -179,6 +225,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tasks", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--latency-ms", type=float, default=0.0, help="0 = await asyncio.sleep(0) once per task")
+    ap.add_argument(
+        "--sigma",
+        type=float,
+        default=0.0,
+        help="log-normal latencies of median --latency-ms with this sigma (0 = fixed latency)",
+    )
+    ap.add_argument("--resources", type=int, default=1, help="resources in the pool (capacity split)")
     ap.add_argument("--capacity", type=int, default=None, help="pool capacity (default max(1000, 2*C))")
     ap.add_argument("--store", required=True, help="store path (may carry ?synchronous=full)")
     ap.add_argument(
@@ -225,6 +278,8 @@ def main(argv: list[str] | None = None) -> None:
         event_loop=args.event_loop,
         handoff=args.handoff,
         settings=settings,
+        sigma=args.sigma,
+        resources=args.resources,
     )
     summary["settings"] = settings
     print(json.dumps(summary))

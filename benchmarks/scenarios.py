@@ -209,6 +209,45 @@ def build(
             reported=[(f"{who}-c{c}", "cpu_us_per_task") for who in ("product", "loop") for c in goals],
         )
 
+    if name == "lognormal":
+        # issue 51: one-task pipelines with log-normal latency (median 200 ms, sigma 0.8); the
+        # fraction is a zero-overhead runner's makespan (C slots, same latencies) / the run's
+        n = _n(20_000, 1_000, quick, scale)
+        lat = ("--tasks", "1", "--sigma", "0.8")
+        variants = [
+            Variant(f"product-c{c}", product(n, concurrency=c, latency_ms=200, extra=lat))
+            for c in (64, 1024, 4096)
+        ]
+        variants.append(
+            Variant(
+                "product-c4096-pool4",
+                product(n, concurrency=4096, latency_ms=200, extra=(*lat, "--resources", "4")),
+                note="the pool's capacity split across four resources",
+            )
+        )
+        return Scenario(
+            name,
+            f"N={n} x 1 task, log-normal latency (median 200 ms, sigma 0.8); fraction of the"
+            " zero-overhead makespan",
+            {"n": n, "latency_ms": 200, "sigma": 0.8, "concurrency": [64, 1024, 4096]},
+            variants,
+            [
+                Ratio(
+                    "CPU per task C=4096 / C=64",
+                    "product-c4096",
+                    "cpu_us_per_task",
+                    den="product-c64",
+                    target=1.5,
+                    op="<=",
+                )
+            ],
+            checks=[
+                Check(f"{v} fraction of the zero-overhead makespan", v, "fraction_of_ideal", 0.95)
+                for v in ("product-c4096", "product-c4096-pool4")
+            ],
+            reported=[(v.name, m) for v in variants for m in ("fraction_of_ideal", "cpu_us_per_task")],
+        )
+
     if name == "resume":
         n = _n(50_000, 2_000, quick, scale)
 

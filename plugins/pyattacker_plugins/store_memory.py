@@ -27,6 +27,7 @@ from pyattacker.model import (
     TaskRecord,
 )
 from pyattacker.plugins.api import PAGE_KINDS, StoreBase, StoreOpenerBase
+from pyattacker.plugins.store_stats import count_states
 
 __all__ = ["MemoryStore", "MemoryStoreOpener"]
 
@@ -158,6 +159,10 @@ class MemoryStore(StoreBase):
             if row is not None:
                 found[pid] = _copy(row)
         return found
+
+    def pipeline_counts(self, run_id: str | None = None) -> dict[str, int]:
+        """``{state: count}`` of the pipeline rows of ``run_id``, no row copied."""
+        return count_states(self._pipelines.values(), run_id)
 
     def get_artifact(self, pipeline_id: str, seq: int) -> ArtifactRecord | None:
         row = self._artifacts.get(f"{pipeline_id}:{seq}")

@@ -246,6 +246,11 @@ class StoreBase(ABC):
         durations.sort()
         return by_state, durations, attempts
 
+    def pipeline_counts(self, run_id: str | None = None) -> dict[str, int]:
+        """``{state: count}`` of the pipeline rows of ``run_id`` (None: every row): what views
+        show first. A store that keeps these counts as it writes answers without reading rows."""
+        return dict(self.pipeline_totals(run_id)[0])
+
     def task_counts(self, run_id: str | None = None) -> dict[str, dict[str, int]]:
         """``{task name: {state: count}}`` over the task rows of ``run_id`` whose pipeline row
         is of ``run_id`` too (None: every task row that has a pipeline row)."""
@@ -336,8 +341,8 @@ class StoreBase(ABC):
 #: the optional reads ``StoreBase`` gives defaults for (an adapted store's own are kept)
 OPTIONAL_READS = (
     "close", "lookup_pipelines", "get_artifact", "get_run", "handoffs", "count_handoffs",
-    "pipeline_summaries", "pipeline_totals", "task_counts", "count_rows", "stats", "lookup_states",
-    "attempt_summaries", "event_summaries", "rows_by_pipeline", "metrics_by_pipeline",
+    "pipeline_summaries", "pipeline_totals", "pipeline_counts", "task_counts", "count_rows", "stats",
+    "lookup_states", "attempt_summaries", "event_summaries", "rows_by_pipeline", "metrics_by_pipeline",
     "final_artifacts", "task_leases", "point_pipelines",
 )  # fmt: skip
 

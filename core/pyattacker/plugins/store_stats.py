@@ -6,15 +6,16 @@ contract suite in ``pyattacker.testing`` checks the two agree.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyattacker.plugins.paging import iter_rows
 
 if TYPE_CHECKING:
+    from pyattacker.model import PipelineRecord
     from pyattacker.plugins.store_base import StoreBase
 
-__all__ = ["compute_stats", "duration_summary", "percentile"]
+__all__ = ["compute_stats", "count_states", "duration_summary", "percentile"]
 
 
 def percentile(sorted_values: Sequence[float], p: float) -> float | None:
@@ -32,6 +33,16 @@ def duration_summary(sorted_ms: Sequence[float]) -> dict[str, float | None]:
         "p95": percentile(sorted_ms, 0.95),
         "max": percentile(sorted_ms, 1.0),
     }
+
+
+def count_states(rows: Iterable[PipelineRecord], run_id: str | None = None) -> dict[str, int]:
+    """``{state: count}`` of ``rows`` of ``run_id`` (None: all): ``pipeline_counts`` of a store
+    that holds its pipeline rows in memory."""
+    out: dict[str, int] = {}
+    for row in rows:
+        if run_id is None or row.run_id == run_id:
+            out[row.state] = out.get(row.state, 0) + 1
+    return out
 
 
 def compute_stats(store: StoreBase, run_id: str | None = None) -> dict[str, Any]:

@@ -578,6 +578,7 @@ class StoreContract:
             "count_handoffs": ((None,), ("r1",)),
             "pipeline_summaries": ((None,), ("r1",), ("r2",), ("nope",)),
             "pipeline_totals": ((None,), ("r1",), ("nope",)),
+            "pipeline_counts": ((None,), ("r1",), ("r2",), ("nope",)),
             "task_counts": ((None,), ("r1",), ("r2",)),
             "count_rows": tuple((kind, run_id) for kind in PAGE_KINDS for run_id in (None, "r1", "nope")),
             "stats": ((None,), ("r2",)),

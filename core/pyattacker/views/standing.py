@@ -15,6 +15,7 @@ __all__ = ["dataset_standing"]
 
 
 def dataset_standing(store: StoreBase) -> dict[str, Any]:
-    """``{"total", "by_state"}`` of every pipeline row of the store (``pipeline_totals(None)``)."""
-    by_state = dict(store.pipeline_totals(None)[0])
+    """``{"total", "by_state"}`` of every pipeline row of the store (``pipeline_counts(None)``:
+    counts by state, never a sort of every duration)."""
+    by_state = store.pipeline_counts(None)
     return {"total": sum(by_state.values()), "by_state": dict(sorted(by_state.items()))}

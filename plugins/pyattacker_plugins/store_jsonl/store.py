@@ -34,6 +34,7 @@ from pyattacker.model import (
     RunRecord,
 )
 from pyattacker.plugins.api import PAGE_KINDS, StoreBase
+from pyattacker.plugins.store_stats import count_states
 from pyattacker.store.writer_lock import WriterLock
 
 from ..sync_behind import SyncBehind, not_durable, wait_durable
@@ -425,6 +426,13 @@ class JsonlStore(StoreBase):
             self._refresh()
             counts = self._index.jumps_by_run
             return sum(counts.values()) if run_id is None else counts.get(run_id, 0)
+
+    def pipeline_counts(self, run_id: str | None = None) -> dict[str, int]:
+        """``{state: count}`` of the pipeline rows of ``run_id``, counted in the index the
+        store keeps in memory anyway (no row copied)."""
+        with self._mutex:
+            self._refresh()
+            return count_states(self._index.pipelines.values(), run_id)
 
     def final_artifacts(self, ids: Sequence[str]) -> dict[str, ArtifactRecord]:
         """``{pipeline_id: final artifact}`` for those of ``ids`` that have one (the first marked

@@ -93,6 +93,20 @@ class StoreAggregates(StoreConnection):
         by_state = {state: int(n) for state, n, _, _ in totals}
         return by_state, durations, sum(int(a) for _, _, a, _ in totals)
 
+    def pipeline_counts(self, run_id: str | None = None) -> dict[str, int]:
+        """``{state: count}`` of the pipeline rows of ``run_id`` (None: all), counted in the
+        ``(run_id, state)`` index alone: no row read, no duration sorted. Grouped in the index's
+        own order (by run, then state), so SQLite builds no temporary tree for the groups."""
+        if run_id is not None:
+            sql = "SELECT state, COUNT(*) FROM pipelines WHERE run_id = ? GROUP BY state"
+            return {state: int(n) for state, n in self._query(sql, (run_id,))}
+        out: dict[str, int] = {}
+        for _run, state, n in self._query(
+            "SELECT run_id, state, COUNT(*) FROM pipelines GROUP BY run_id, state", ()
+        ):
+            out[state] = out.get(state, 0) + int(n)
+        return out
+
     def task_counts(self, run_id: str | None = None) -> dict[str, dict[str, int]]:
         """``{task name: {state: count}}`` over the task rows of ``run_id`` whose pipeline row is
         of ``run_id`` too (None: every task row that has a pipeline row). Optional method: a
