@@ -1539,4 +1539,4 @@ def test_version_3_file_read_as_it_is_and_migrated_by_the_writer(tmp_path: Path)
     assert raw(
         path, "SELECT typeof(task_run_id), typeof(pipeline_id) FROM tasks ORDER BY pk DESC LIMIT 1"
     ) == [("blob", "null")]
-    assert raw(path, "PRAGMA user_version") == [(6,)]
+    assert raw(path, "PRAGMA user_version") == [(7,)]

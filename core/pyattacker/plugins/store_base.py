@@ -379,6 +379,14 @@ class StoreBase(ABC):
             states[row.state] = states.get(row.state, 0) + 1
         return out
 
+    def spec_digests(self, run_id: str) -> dict[str, int]:
+        """``{spec_digest: pipelines}`` of the pipeline rows run ``run_id`` owns: the chain
+        identities (tasks, versions, task config) it ran."""
+        out: dict[str, int] = {}
+        for row in iter_rows(self, "pipelines", run_id=run_id):
+            out[row.spec_digest] = out.get(row.spec_digest, 0) + 1
+        return dict(sorted(out.items()))
+
     def task_durations(self, run_id: str) -> dict[str, Sequence[float]]:
         """``{task name: sorted durations in ms}`` of the finished task rows run ``run_id``
         wrote (rows without a duration left out): per-task latency percentiles."""
@@ -412,7 +420,7 @@ OPTIONAL_READS = (
     "pipeline_summaries", "pipeline_totals", "task_counts", "count_rows", "stats", "lookup_states",
     "attempt_summaries", "event_summaries", "rows_by_pipeline", "metrics_by_pipeline",
     "final_artifacts", "task_leases", "point_pipelines", "run_note", "run_notes", "write_note",
-    "run_state_counts", "task_durations", "metric_summary",
+    "run_state_counts", "spec_digests", "task_durations", "metric_summary",
 )  # fmt: skip
 
 

@@ -629,6 +629,7 @@ class StoreContract:
             "run_note": (("r1",), ("r2",), ("nope",)),
             "run_notes": ((),),
             "run_state_counts": ((),),
+            "spec_digests": (("r1",), ("nope",)),
             "task_durations": (("r1",), ("r2",), ("nope",)),
             "metric_summary": (("r1",), ("nope",)),
         }

@@ -44,7 +44,8 @@ def _note(row: Sequence[object]) -> NoteRecord:
 
 
 class RunNotes(StoreConnection):
-    """``run_note``, ``run_notes``, ``write_note``, ``run_state_counts`` and ``task_durations``."""
+    """``run_note``, ``run_notes``, ``write_note``, and the run summaries ``runs`` and ``compare``
+    read: ``run_state_counts``, ``spec_digests``, ``task_durations``."""
 
     supports_notes = True
 
@@ -97,6 +98,15 @@ class RunNotes(StoreConnection):
         ):
             out.setdefault(str(run_id), {})[str(state)] = int(n)
         return out
+
+    def spec_digests(self, run_id: str) -> dict[str, int]:
+        """Grouped in SQL over the run's pipeline rows."""
+        rows = self._query(
+            "SELECT spec_digest, COUNT(*) FROM pipelines WHERE run_id = ? GROUP BY spec_digest"
+            " ORDER BY spec_digest",
+            (run_id,),
+        )
+        return {str(digest): int(n) for digest, n in rows}
 
     def task_durations(self, run_id: str) -> dict[str, Sequence[float]]:
         """Two columns of the run's task rows, sorted in SQL; 8 bytes per task kept."""
