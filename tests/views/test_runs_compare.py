@@ -135,7 +135,9 @@ def test_compare_two_runs_of_one_store(two_runs: tuple[str, str, str]) -> None:
     assert "concurrency: 4 -> 2" in text.stdout and "task identities: the same" in text.stdout
 
 
-def test_compare_two_stores_takes_the_latest_run_of_each(two_runs: tuple[str, str, str], tmp_path: Path) -> None:
+def test_compare_two_stores_takes_the_latest_run_of_each(
+    two_runs: tuple[str, str, str], tmp_path: Path
+) -> None:
     store, _first, second = two_runs
     other = _run_into(tmp_path / "b.db", 5)
     doc = json.loads(_cli("compare", store, other, "--json").stdout)
@@ -155,7 +157,9 @@ def test_compare_refuses_bad_arguments_with_exit_2(two_runs: tuple[str, str, str
         assert proc.returncode == 2 and needle in proc.stderr, (args, proc.stderr)
 
 
-def test_compare_reads_aggregates_not_every_row(two_runs: tuple[str, str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compare_reads_aggregates_not_every_row(
+    two_runs: tuple[str, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On SQLite, nothing is paged row by row: counts, identities, durations come from SQL."""
     from pyattacker_plugins.store_sqlite import SqliteStore
 

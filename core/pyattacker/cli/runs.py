@@ -105,9 +105,7 @@ def _compare_text(doc: dict[str, Any]) -> list[str]:
     for key in ("a", "b"):
         side = doc[key]
         label = f", label {_single_line(side['label'])}" if side["label"] else ""
-        lines.append(
-            f"{key.upper()}: run {side['run_id']} (store {side['store']}, {side['status']}{label})"
-        )
+        lines.append(f"{key.upper()}: run {side['run_id']} (store {side['store']}, {side['status']}{label})")
     changes = doc["config_changes"]
     lines.append(f"config: {'the same' if not changes else f'{len(changes)} change(s)'}")
     lines += [f"  {c['key']}: {_fmt(c['a'])} -> {_fmt(c['b'])}" for c in changes]
@@ -199,7 +197,9 @@ def _show_note(run_id: str, note: Any, as_json: bool) -> None:
 @click.argument("store")
 @click.argument("run")
 @click.argument("text", required=False)
-@click.option("--edit", is_flag=True, help="Edit the latest notes in $EDITOR (then written as the next revision).")
+@click.option(
+    "--edit", is_flag=True, help="Edit the latest notes in $EDITOR (then written as the next revision)."
+)
 @click.option(
     "--revision",
     type=click.IntRange(min=0),

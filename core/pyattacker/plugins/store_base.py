@@ -337,7 +337,6 @@ class StoreBase(ABC):
         candidates = {""} | {a.pipeline_id for a in iter_rows(self, "attempts", run_id=run_id)}
         return sorted(pid for pid in candidates if self.metric_points(run_id, pid, None, -1, 1))
 
-
     # -- runs: their notes, counts and summaries (``runs``, ``compare``, the viewer) -------------------
     def run_note(self, run_id: str) -> NoteRecord | None:
         """The latest revision of a run's notes (None: no notes). Without notes of its own a

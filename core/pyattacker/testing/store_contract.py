@@ -577,7 +577,10 @@ class StoreContract:
         with pytest.raises(ConfigError, match="no run 'nope'"):
             store.write_note("nope", "x", expected_revision=None, author="a", now=9.0)
         latest = store.run_notes()
-        assert {k: (n.revision, n.text) for k, n in latest.items()} == {"r1": (2, "second"), "r2": (2, "newer")}
+        assert {k: (n.revision, n.text) for k, n in latest.items()} == {
+            "r1": (2, "second"),
+            "r2": (2, "newer"),
+        }
 
     def test_notes_persist_and_readers_cannot_write_them(self, store_factory: StoreFactory) -> None:
         store = store_factory.open()
