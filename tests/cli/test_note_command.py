@@ -96,7 +96,8 @@ def test_an_edit_that_someone_else_overtook_is_refused(store: str, tmp_path: Pat
     editor = _editor(
         tmp_path,
         "import subprocess, sys\n"
-        f"subprocess.run([sys.executable, '-m', 'pyattacker', 'note', {store!r}, 'r1', 'overtook'], check=True)\n"
+        f"argv = ['note', {store!r}, 'r1', 'overtook']\n"
+        "subprocess.run([sys.executable, '-m', 'pyattacker', *argv], check=True)\n"
         "open(sys.argv[1], 'w').write('my slow edit')\n",
     )
     proc = _cli("note", store, "r1", "--edit", EDITOR=editor, VISUAL="")
