@@ -12,27 +12,10 @@ from typing import Any
 
 import pytest
 
-from pyattacker import ConfigError, Pool, Resource, Runner, pipeline
+from pyattacker import ConfigError
 from pyattacker.views.compare import compare_runs
-from tests.support.views import XSS, fetch, judge
-
-
-def _run_into(path: Path, n: int, start: int = 0, concurrency: int = 4, **overrides: Any) -> str:
-    """One run of ``n`` two-task pipelines (seeds from ``start``) into the store at ``path``."""
-    pools = [Pool("api", [Resource("llm", id="r1", capacity=2)])]
-
-    def finished(runner: Runner, record: Any, artifact: Any) -> None:
-        runner.report_metric("accuracy", 0.5 + start / 100)
-
-    with Runner(
-        store=str(path), pools=pools, concurrency=concurrency, on_pipeline_finished=finished, **overrides
-    ) as runner:
-        runner.run(
-            pipeline("p", fetch, judge).map(
-                ({"i": i} for i in range(start, start + n)), key_of=lambda s: f"k{s['i']}"
-            )
-        )
-    return str(path)
+from tests.support.runs import run_into, two_run_store
+from tests.support.views import XSS
 
 
 def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -50,11 +33,9 @@ def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
     """A store with two runs (the second labelled, with notes and markup in them); their ids."""
-    path = tmp_path_factory.mktemp("runs") / "a.db"
-    _run_into(path, 10)
-    _run_into(path, 14, start=10, concurrency=2, label=XSS, notes=f"tried concurrency 2\n{XSS}")
-    runs = json.loads(_cli("runs", str(path), "--json").stdout)["stores"][0]["runs"]
-    return str(path), runs[0]["run_id"], runs[1]["run_id"]
+    path = two_run_store(tmp_path_factory.mktemp("runs") / "a.db")
+    runs = json.loads(_cli("runs", path, "--json").stdout)["stores"][0]["runs"]
+    return path, runs[0]["run_id"], runs[1]["run_id"]
 
 
 def test_runs_lists_each_run_with_counts_duration_and_notes(two_runs: tuple[str, str, str]) -> None:
@@ -139,7 +120,7 @@ def test_compare_two_stores_takes_the_latest_run_of_each(
     two_runs: tuple[str, str, str], tmp_path: Path
 ) -> None:
     store, _first, second = two_runs
-    other = _run_into(tmp_path / "b.db", 5)
+    other = run_into(tmp_path / "b.db", 5)
     doc = json.loads(_cli("compare", store, other, "--json").stdout)
     assert doc["a"]["run_id"] == second and doc["b"]["store"] == other
     assert _rows(doc)["pipelines.total"] == (14, 5, -9)

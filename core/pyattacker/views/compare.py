@@ -19,7 +19,7 @@ from pyattacker.plugins.store_stats import percentile
 from pyattacker.views.common import ALL_RUNS, choose_run, read_only_store
 from pyattacker.views.runs import run_duration_s
 
-__all__ = ["PERCENTILES", "compare_runs", "number_rows", "read_side"]
+__all__ = ["PERCENTILES", "compare_in_store", "compare_runs", "compare_sides", "number_rows", "read_side"]
 
 #: the latency percentiles compared per task
 PERCENTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
@@ -141,11 +141,8 @@ def _open_side(location: str, run_id: str | None) -> dict[str, Any]:
         return read_side(store, choice.run)
 
 
-def compare_runs(sides: Sequence[tuple[str, str | None]]) -> dict[str, Any]:
-    """Compare two ``(store location, run id or None for its latest run)`` sides."""
-    if len(sides) != 2:
-        raise ValueError("compare takes exactly two sides")
-    a, b = (_open_side(location, run_id) for location, run_id in sides)
+def compare_sides(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """The comparison of two sides ``read_side`` read."""
     return {
         "schema_version": 1,
         "a": a,
@@ -154,3 +151,24 @@ def compare_runs(sides: Sequence[tuple[str, str | None]]) -> dict[str, Any]:
         "same_identities": set(a["identities"]) == set(b["identities"]),
         "rows": number_rows(a, b),
     }
+
+
+def compare_in_store(store: StoreBase, run_a: str, run_b: str) -> dict[str, Any]:
+    """Two runs of one open store (``ConfigError`` naming a run it does not have)."""
+    sides = []
+    for run_id in (run_a, run_b):
+        if run_id == ALL_RUNS:
+            raise ConfigError("compare takes one run per side, not `all`")
+        run = store.get_run(run_id)
+        if run is None:
+            raise ConfigError(f"store {store.location}: no run {run_id!r}")
+        sides.append(read_side(store, run))
+    return compare_sides(*sides)
+
+
+def compare_runs(sides: Sequence[tuple[str, str | None]]) -> dict[str, Any]:
+    """Compare two ``(store location, run id or None for its latest run)`` sides."""
+    if len(sides) != 2:
+        raise ValueError("compare takes exactly two sides")
+    a, b = (_open_side(location, run_id) for location, run_id in sides)
+    return compare_sides(a, b)
