@@ -24,6 +24,7 @@ __all__ = [
     "ExitCode",
     "FatalError",
     "LeaseLeakError",
+    "NoteConflict",
     "PipelineBuildError",
     "PipelineIdentityConflict",
     "PluginError",
@@ -116,6 +117,15 @@ class CorruptRow(StoreUnavailable):
 class StoreFeatureUnsupported(ConfigError):
     """The store lacks an optional capability a run needs (the control ledger of pipelines
     that hand off): the store chosen is the configuration's problem, and nothing runs."""
+
+
+class NoteConflict(PyAttackerError):
+    """A note written against a revision that is no longer the latest (someone else wrote since):
+    refused, nothing overwritten. Exit code 2; ``current`` is the revision that won."""
+
+    def __init__(self, message: str, current: Any = None) -> None:
+        super().__init__(message)
+        self.current = current
 
 
 class ResourceUnavailable(PyAttackerError):

@@ -22,6 +22,7 @@ __all__ = [
     "HandoffRecord",
     "MetricPoint",
     "MetricRecord",
+    "NoteRecord",
     "PipelineProgress",
     "PipelineRecord",
     "PipelineReset",
@@ -55,6 +56,17 @@ class RunRecord(msgspec.Struct, kw_only=True, gc=False):
     notes: str = ""
     stop_reason: str | None = None
     stats: dict[str, Any] = {}
+
+
+class NoteRecord(msgspec.Struct, kw_only=True, gc=False):
+    """One revision of a run's notes. Revisions count from 1 (the config's ``run.notes``, when
+    it says anything); a write names the revision it edited, so a stale edit is refused."""
+
+    run_id: str
+    revision: int
+    text: str
+    author: str = ""
+    written_at: float = 0.0
 
 
 class PipelineRecord(msgspec.Struct, kw_only=True, gc=False):

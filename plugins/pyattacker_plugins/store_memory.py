@@ -21,6 +21,7 @@ from pyattacker.model import (
     HandoffRecord,
     MetricPoint,
     MetricRecord,
+    NoteRecord,
     PipelineRecord,
     ResourceRecord,
     RunRecord,
@@ -28,6 +29,7 @@ from pyattacker.model import (
 )
 from pyattacker.plugins.api import PAGE_KINDS, StoreBase, StoreOpenerBase
 from pyattacker.plugins.store_stats import count_states
+from pyattacker.plugins.run_notes import config_note, next_note
 
 __all__ = ["MemoryStore", "MemoryStoreOpener"]
 
@@ -41,6 +43,8 @@ class MemoryStore(StoreBase):
 
     #: keeps a control ledger and applies ``Batch.resets`` (pipelines with control may run here)
     supports_handoffs = True
+    #: keeps every revision of each run's notes
+    supports_notes = True
 
     def __init__(self, location: str = ":memory:") -> None:
         self.location = location
@@ -60,6 +64,7 @@ class MemoryStore(StoreBase):
         self._points: list[MetricPoint] = []
         self._point_ops: set[str] = set()
         self._resources: dict[tuple[str, str, str], ResourceRecord] = {}
+        self._notes: dict[str, list[NoteRecord]] = {}
         self.commits = 0
         self.closed = False
 
@@ -151,7 +156,27 @@ class MemoryStore(StoreBase):
                 r.ended_at = r.ended_at or now
         return changed
 
+    def write_note(
+        self, run_id: str, text: str, *, expected_revision: int | None, author: str, now: float
+    ) -> NoteRecord:
+        if self.closed:
+            raise StoreUnavailable("memory store is closed")
+        self._note_run(run_id)
+        current = self.run_note(run_id)
+        note = next_note(self.location, run_id, current, text, expected_revision, author, now)
+        revisions = self._notes.setdefault(run_id, [])
+        if not revisions and current is not None:  # the config's notes, kept as revision 1
+            revisions.append(current)
+        revisions.append(note)
+        return _copy(note)
+
     # -- reads --------------------------------------------------------------------------
+    def run_note(self, run_id: str) -> NoteRecord | None:
+        revisions = self._notes.get(run_id)
+        if revisions:
+            return _copy(revisions[-1])
+        return config_note(self._runs.get(run_id))
+
     def lookup_pipelines(self, ids: Sequence[str]) -> dict[str, PipelineRecord]:
         found = {}
         for pid in ids:

@@ -44,6 +44,9 @@ CORE_COMMANDS: dict[str, LazyCommand] = {
         ("report", "pyattacker.cli.views:report_command"),
         ("export", "pyattacker.cli.views:export_command"),
         ("watch", "pyattacker.cli.views:watch_command"),
+        ("runs", "pyattacker.cli.runs:runs_command"),
+        ("compare", "pyattacker.cli.runs:compare_command"),
+        ("note", "pyattacker.cli.runs:note_command"),
         ("plugins", "pyattacker.cli.plugins:plugins_command"),
     )
 }
@@ -51,7 +54,7 @@ CORE_COMMANDS: dict[str, LazyCommand] = {
 _CLICK_INPUT_CODES = (1, 2)
 PANELS = {
     "Run pipelines": ["run", "resume", "demo"],
-    "Look at results": ["report", "watch", "export", "serve"],
+    "Look at results": ["report", "runs", "compare", "note", "watch", "export", "serve"],
     "Check the setup": ["validate", "init", "plugins", "bench"],
 }
 

@@ -33,7 +33,7 @@ def _empty_run_note(source: Any) -> str | None:
     )
     return (
         f"  note: this run owns no pipeline rows ({why}); rows finished by earlier runs stay"
-        " theirs: --run-id all shows every run"
+        " theirs: --run-id all shows every run, `pyattacker runs` lists them"
     )
 
 

@@ -20,18 +20,20 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from pyattacker.errors import PluginError
+from pyattacker.errors import ConfigError, PluginError, StoreFeatureUnsupported
 from pyattacker.model import (
     ArtifactRecord,
     Batch,
     HandoffRecord,
     MetricPoint,
     MetricRecord,
+    NoteRecord,
     PipelineRecord,
     ResourceRecord,
     RunRecord,
 )
 from pyattacker.plugins.paging import PAGE_KINDS, iter_rows
+from pyattacker.plugins.run_notes import config_note
 from pyattacker.plugins.store_stats import compute_stats
 
 __all__ = [
@@ -128,6 +130,8 @@ class StoreBase(ABC):
       with a ``concurrent.futures.Future`` resolved once it is (or None: durable already); the
       recorder then overlaps group commits. ``commit`` itself must still return durable. A
       subclass that defines ``commit_behind`` gets ``commits_behind = True`` unless it says.
+    * ``supports_notes``: ``write_note`` keeps a new revision of a run's notes (without it,
+      a run's notes are its config's ``run.notes``, read-only).
     """
 
     location: str = ""
@@ -138,6 +142,7 @@ class StoreBase(ABC):
     lost_contents: str | None = None
     supports_handoffs: ClassVar[bool] = False
     commits_behind: ClassVar[bool] = False
+    supports_notes: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A class that defines ``commit_behind`` and says nothing of ``commits_behind`` means it."""
@@ -337,13 +342,89 @@ class StoreBase(ABC):
         candidates = {""} | {a.pipeline_id for a in iter_rows(self, "attempts", run_id=run_id)}
         return sorted(pid for pid in candidates if self.metric_points(run_id, pid, None, -1, 1))
 
+    # -- runs: their notes, counts and summaries (``runs``, ``compare``, the viewer) -------------------
+    def run_note(self, run_id: str) -> NoteRecord | None:
+        """The latest revision of a run's notes (None: no notes). Without notes of its own a
+        run's notes are its config's ``run.notes``, as revision 1."""
+        return config_note(self.get_run(run_id))
+
+    def run_notes(self) -> dict[str, NoteRecord]:
+        """``{run_id: latest revision}`` of every run that has notes."""
+        out: dict[str, NoteRecord] = {}
+        for run in self.runs():
+            note = self.run_note(run.run_id)
+            if note is not None:
+                out[run.run_id] = note
+        return out
+
+    def write_note(
+        self, run_id: str, text: str, *, expected_revision: int | None, author: str, now: float
+    ) -> NoteRecord:
+        """Keep ``text`` as the next revision of the run's notes and return it; every earlier
+        revision is kept. ``expected_revision`` is the revision the writer edited (None: the
+        latest): when another is the latest, nothing is written and ``NoteConflict`` says who
+        wrote it (``pyattacker.plugins.run_notes.next_note`` holds that rule). An unknown run
+        is a ``ConfigError``. Needs ``supports_notes``."""
+        raise StoreFeatureUnsupported(f"store {self.location} ({type(self).__name__}) keeps no notes")
+
+    def _note_run(self, run_id: str) -> RunRecord:
+        """The run a note is written on (``ConfigError`` naming the store when it has none)."""
+        run = self.get_run(run_id)
+        if run is None:
+            raise ConfigError(f"store {self.location}: no run {run_id!r} (`pyattacker runs` lists them)")
+        return run
+
+    def run_state_counts(self) -> dict[str, dict[str, int]]:
+        """``{run_id: {state: count}}`` of the pipeline rows each run owns (runs owning none are
+        absent): the counts ``pyattacker runs`` shows."""
+        out: dict[str, dict[str, int]] = {}
+        for row in iter_rows(self, "pipelines"):
+            states = out.setdefault(row.run_id, {})
+            states[row.state] = states.get(row.state, 0) + 1
+        return out
+
+    def spec_digests(self, run_id: str) -> dict[str, int]:
+        """``{spec_digest: pipelines}`` of the pipeline rows run ``run_id`` owns: the chain
+        identities (tasks, versions, task config) it ran."""
+        out: dict[str, int] = {}
+        for row in iter_rows(self, "pipelines", run_id=run_id):
+            out[row.spec_digest] = out.get(row.spec_digest, 0) + 1
+        return dict(sorted(out.items()))
+
+    def task_durations(self, run_id: str) -> dict[str, Sequence[float]]:
+        """``{task name: sorted durations in ms}`` of the finished task rows run ``run_id``
+        wrote (rows without a duration left out): per-task latency percentiles."""
+        by_name: dict[str, list[float]] = {}
+        for t in iter_rows(self, "tasks", run_id=run_id):
+            if t.duration_ms is not None:
+                by_name.setdefault(t.name, []).append(float(t.duration_ms))
+        return {name: sorted(values) for name, values in sorted(by_name.items())}
+
+    def metric_summary(self, run_id: str) -> dict[str, dict[str, Any]]:
+        """Every application metric of run ``run_id`` by name: ``{"run": value}`` for a run-scope
+        value, and ``count, mean, min, max`` over the numeric per-pipeline values."""
+        out: dict[str, dict[str, Any]] = {}
+        numbers: dict[str, list[float]] = {}
+        for m in self.metrics(run_id=run_id):
+            entry = out.setdefault(m.name, {})
+            if m.pipeline_id == "":
+                entry["run"] = m.value
+            elif isinstance(m.value, int | float) and not isinstance(m.value, bool):
+                numbers.setdefault(m.name, []).append(float(m.value))
+        for name, values in numbers.items():
+            out[name].update(
+                count=len(values), mean=sum(values) / len(values), min=min(values), max=max(values)
+            )
+        return dict(sorted(out.items()))
+
 
 #: the optional reads ``StoreBase`` gives defaults for (an adapted store's own are kept)
 OPTIONAL_READS = (
     "close", "lookup_pipelines", "get_artifact", "get_run", "handoffs", "count_handoffs",
     "pipeline_summaries", "pipeline_totals", "pipeline_counts", "task_counts", "count_rows", "stats",
     "lookup_states", "attempt_summaries", "event_summaries", "rows_by_pipeline", "metrics_by_pipeline",
-    "final_artifacts", "task_leases", "point_pipelines",
+    "final_artifacts", "task_leases", "point_pipelines", "run_note", "run_notes", "write_note",
+    "run_state_counts", "spec_digests", "task_durations", "metric_summary",
 )  # fmt: skip
 
 
@@ -370,6 +451,7 @@ class _AdaptedStore(StoreBase):
             ledger = callable(getattr(cls, "handoffs", None))
             declared = ledger and getattr(cls, "applies_resets", False) is True
         self.supports_handoffs = declared is True  # type: ignore[misc]
+        self.supports_notes = getattr(cls, "supports_notes", False) is True  # type: ignore[misc]
         behind = getattr(cls, "commit_behind", None)
         self.commits_behind = behind is not None  # type: ignore[misc]
         if behind is not None:

@@ -30,6 +30,7 @@ from pyattacker.plugins.api import PAGE_KINDS, StoreBase, iter_rows
 from pyattacker.plugins.store_base import OPTIONAL_READS
 from pyattacker.plugins.store_stats import compute_stats
 from pyattacker.store.location import open_store
+from pyattacker.testing.notes_contract import NotesContract
 from pyattacker.testing.rows import (
     artifact,
     attempt,
@@ -115,7 +116,7 @@ def _stats_rows(store: Store) -> None:
     )
 
 
-class StoreContract:
+class StoreContract(NotesContract):
     """The contract suite; see the module docstring for how to use it."""
 
     #: where a fresh store lives; ``{tmp}`` is replaced by a new temporary folder per test
@@ -568,6 +569,8 @@ class StoreContract:
             events=[event(pid="p1"), event(pid="p2", kind="task.failed")],
             metrics=[metric("acc", 0.5, pid="p1"), metric("acc", 0.7)],
             metric_points=[point("op1", 0, pid="p1"), point("op2", 0, pid="")],
+            runs=[run("r1", notes="from the config"), run("r2", started_at=2.0)],
+            tasks=[task("p1", 2, duration_ms=5.0), task("p2", 2, duration_ms=3.0), task("p9", 2, "r2")],
         )
         ids = ["p1", "p2", "p9", "p10", "nope"]
         calls: dict[str, tuple[tuple[Any, ...], ...]] = {
@@ -590,8 +593,14 @@ class StoreContract:
             "final_artifacts": ((ids,),),
             "task_leases": ((ids,),),
             "point_pipelines": (("r1",), ("nope",)),
+            "run_note": (("r1",), ("r2",), ("nope",)),
+            "run_notes": ((),),
+            "run_state_counts": ((),),
+            "spec_digests": (("r1",), ("nope",)),
+            "task_durations": (("r1",), ("r2",), ("nope",)),
+            "metric_summary": (("r1",), ("nope",)),
         }
-        assert set(calls) == set(OPTIONAL_READS) - {"close"}
+        assert set(calls) == set(OPTIONAL_READS) - {"close", "write_note"}
         for name, arglists in calls.items():
             for args in arglists:
                 default, own = (

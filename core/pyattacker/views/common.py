@@ -161,7 +161,8 @@ def choose_run(store: StoreBase, requested: str | None) -> RunChoice:
         run = store.get_run(requested)
         if run is None:
             raise ConfigError(
-                f"store {store.location}: no run {requested!r} (see `pyattacker report --run-id all`)"
+                f"store {store.location}: no run {requested!r}"
+                f" (`pyattacker runs {store.location}` lists them)"
             )
         return RunChoice(run_id=requested, how="explicit", run=run)
     run = latest_run(store.runs())

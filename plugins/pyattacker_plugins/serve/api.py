@@ -25,9 +25,12 @@ from pyattacker.errors import StoreUnavailable
 from pyattacker.model import PIPELINE_STATES
 from pyattacker.plugins.store_base import StoreBase, iter_rows
 from pyattacker.views.common import ALL_RUNS, RunChoice, choose_run, open_view, to_plain
+from pyattacker.views.compare import compare_in_store
 from pyattacker.views.failures import last_frame, last_frame_text
 from pyattacker.views.live import LiveDigest, snapshot
+from pyattacker.views.runs import store_runs
 
+from .assets import STATIC
 from .shared_answers import ANSWER_TTL_S, SharedAnswers
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Api", "ApiError", "prometheus_text", "single_values"]
@@ -167,10 +170,11 @@ class Api:
             "/errors": self.errors,
             "/curves": self.curves,
         }
+        self.routes.update({"/runs": self.runs, "/compare": self.compare})
 
     @property
     def paths(self) -> list[str]:
-        return ["/", "/app.js", "/app.css", "/healthz", *self.routes]
+        return [*STATIC, "/healthz", *self.routes]
 
     def digest(self, run_id: str | None) -> LiveDigest:
         with self._lock:
@@ -381,6 +385,22 @@ class Api:
             for p in page
         ]
         return {"run_id": choice.run_id, "rows": out, "limit": limit, "next": nxt}
+
+    def runs(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+        """Every run of the store as ``pyattacker runs`` lists them, and the latest one (from
+        aggregates: the same cost on a run of any size)."""
+        return {"store": self.location, "latest": choice.run_id, "runs": store_runs(store, time.time())}
+
+    def compare(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+        """``pyattacker compare``'s document for runs ``a`` and ``b`` of the store (notes shown,
+        never written: the viewer has no write path)."""
+        a, b = params.get("a"), params.get("b")
+        if not a or not b:
+            raise ApiError(400, "parameters 'a' and 'b' (the run ids to compare) are required")
+        try:
+            return compare_in_store(store, a, b)
+        except ConfigError as exc:
+            raise ApiError(404, str(exc)) from exc
 
     def curves(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         if choice.run_id is None:

@@ -20,6 +20,9 @@ STATIC: dict[str, tuple[str, str]] = {
     "/": ("text/html; charset=utf-8", "index.html"),
     "/app.js": ("text/javascript; charset=utf-8", "app.js"),
     "/app.css": ("text/css; charset=utf-8", "app.css"),
+    "/runs.html": ("text/html; charset=utf-8", "runs.html"),
+    "/compare.html": ("text/html; charset=utf-8", "compare.html"),
+    "/runs.js": ("text/javascript; charset=utf-8", "runs.js"),
 }
 
 

@@ -29,12 +29,14 @@ from pyattacker.model import (
     HandoffRecord,
     MetricPoint,
     MetricRecord,
+    NoteRecord,
     PipelineRecord,
     ResourceRecord,
     RunRecord,
 )
 from pyattacker.plugins.api import PAGE_KINDS, StoreBase
 from pyattacker.plugins.store_stats import count_states
+from pyattacker.plugins.run_notes import config_note, next_note
 from pyattacker.store.writer_lock import WriterLock
 
 from ..sync_behind import SyncBehind, not_durable, wait_durable
@@ -49,6 +51,7 @@ from .journal import (
     scan,
 )
 from .marker import MARKER, is_store_dir
+from .notes import append_note, read_notes
 
 __all__ = ["FORMAT_VERSION", "JOURNAL", "LOCK", "MARKER", "JsonlStore", "is_store_dir"]
 
@@ -133,6 +136,8 @@ class JsonlStore(StoreBase):
     supports_handoffs = True
     #: ``commit_behind`` may return before the journal is synced (see ``sync_behind``)
     commits_behind = True
+    #: keeps every revision of each run's notes (``notes.jsonl``)
+    supports_notes = True
 
     def __init__(self, path: str, *, read_only: bool, lock: WriterLock | None) -> None:
         self.location = path
@@ -453,6 +458,27 @@ class JsonlStore(StoreBase):
             self._refresh()
             row = self._index.runs.get(run_id)
             return None if row is None else copy(row)
+
+    def run_note(self, run_id: str) -> NoteRecord | None:
+        return read_notes(self.path).get(run_id) or config_note(self.get_run(run_id))
+
+    def run_notes(self) -> dict[str, NoteRecord]:
+        written = read_notes(self.path)
+        found = ((r.run_id, written.get(r.run_id) or config_note(r)) for r in self.runs())
+        return {run_id: note for run_id, note in found if note is not None}
+
+    def write_note(
+        self, run_id: str, text: str, *, expected_revision: int | None, author: str, now: float
+    ) -> NoteRecord:
+        with self._mutex:
+            self._writable_fd()
+            run = self._note_run(run_id)
+            written = read_notes(self.path).get(run_id)
+            current = written or config_note(run)
+            note = next_note(self.path, run_id, current, text, expected_revision, author, now)
+            # the config's notes become a line of their own, so every revision is in the file
+            append_note(self.path, [note] if written or current is None else [current, note])
+            return note
 
     def runs(self) -> list[RunRecord]:
         with self._mutex:

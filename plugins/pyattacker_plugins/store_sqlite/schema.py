@@ -51,7 +51,7 @@ __all__ = [
 APPLICATION = "pyattacker"
 #: "PYAT" as a big-endian 32-bit integer, stored in the file header.
 APPLICATION_ID = 0x50594154
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _REAL = {
     "started_at", "ended_at", "heartbeat_at", "pid_started_at", "created_at", "finished_at", "ts",
@@ -228,11 +228,23 @@ _V6 = (
     f" UNION ALL {KEY_TAIL}",
 )
 
+
+def _notes_step() -> tuple[str, ...]:
+    """Version 7: every revision of each run's notes (``pyattacker note``), clustered by run. A
+    run's config notes stay on its row: they are revision 1 until a note is written."""
+    return (
+        "CREATE TABLE run_notes (run_id TEXT NOT NULL, revision INTEGER NOT NULL, text TEXT NOT NULL,"
+        " author TEXT NOT NULL, written_at REAL NOT NULL, PRIMARY KEY (run_id, revision)) WITHOUT ROWID",
+    )
+
+
 #: tables that came with a version after 1: a file of an older version lacks them by design
-ADDED_TABLES = {"handoffs": 3, "run_spans": 5, "pipeline_ids": 6}
+ADDED_TABLES = {"handoffs": 3, "run_spans": 5, "pipeline_ids": 6, "run_notes": 7}
 
 #: version -> statements that bring a file from ``version - 1`` to ``version``
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _notes_step(),
+}  # fmt: skip
 
 
 def ro_uri(path: str) -> str:

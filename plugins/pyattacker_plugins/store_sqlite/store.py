@@ -30,6 +30,7 @@ from .contents import KINDS, keep_log_aside, read_marker, shortfall
 from .opening import BUSY_TIMEOUT_MS, reader_connection, writer_connection
 from .reads import RowReads
 from .repair import RunRepair
+from .run_notes import RunNotes
 from .schema import probe
 from .state_lookup import StateLookup
 from .wal_bound import WalBound, truncate_wal
@@ -39,7 +40,7 @@ __all__ = ["SqliteStore"]
 log = logging.getLogger("pyattacker")
 
 
-class SqliteStore(CommitPath, RunRepair, RowReads, StoreAggregates, StoreBase):
+class SqliteStore(CommitPath, RunRepair, RowReads, StoreAggregates, RunNotes, StoreBase):
     """A pyattacker store in one SQLite file. Build it with ``open_writer`` / ``open_reader``."""
 
     #: keeps a control ledger (``has_ledger``: unless the file predates it) and applies
