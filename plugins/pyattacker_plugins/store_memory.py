@@ -28,8 +28,8 @@ from pyattacker.model import (
     TaskRecord,
 )
 from pyattacker.plugins.api import PAGE_KINDS, StoreBase, StoreOpenerBase
-from pyattacker.plugins.store_stats import count_states
 from pyattacker.plugins.run_notes import config_note, next_note
+from pyattacker.plugins.store_stats import count_states
 
 __all__ = ["MemoryStore", "MemoryStoreOpener"]
 

@@ -35,8 +35,8 @@ from pyattacker.model import (
     RunRecord,
 )
 from pyattacker.plugins.api import PAGE_KINDS, StoreBase
-from pyattacker.plugins.store_stats import count_states
 from pyattacker.plugins.run_notes import config_note, next_note
+from pyattacker.plugins.store_stats import count_states
 from pyattacker.store.writer_lock import WriterLock
 
 from ..sync_behind import SyncBehind, not_durable, wait_durable
