@@ -32,6 +32,7 @@ from pyattacker.model import (
     RunRecord,
 )
 from pyattacker.plugins.paging import PAGE_KINDS, iter_rows
+from pyattacker.plugins.store_queries import PipelineQuery, TimeBucket, bucket_attempts, select_pipelines
 from pyattacker.plugins.store_stats import compute_stats
 
 __all__ = [
@@ -332,13 +333,28 @@ class StoreBase(ABC):
         candidates = {""} | {a.pipeline_id for a in iter_rows(self, "attempts", run_id=run_id)}
         return sorted(pid for pid in candidates if self.metric_points(run_id, pid, None, -1, 1))
 
+    # -- dashboard reads (store_queries) ----------------------------------------------------------
+    def find_pipelines(
+        self, query: PipelineQuery, after: tuple[Any, Any] | None = None, limit: int = 50
+    ) -> list[PipelineRecord]:
+        """The first ``limit`` pipelines that match ``query``, in its order, past the keyset
+        ``after`` = ``(sort value, pipeline_id)`` of the previous page's last row."""
+        rows = iter_rows(self, "pipelines", run_id=query.run_id, state=query.state)
+        return select_pipelines(rows, query, after, limit)
+
+    def attempt_timeline(self, run_id: str | None, origin: float, width: float) -> list[TimeBucket]:
+        """The attempts of ``run_id`` (None: all) bucketed by when they ended: bucket ``i``
+        holds those with ``int((ended_at - origin) / width) == i``; only buckets with attempts."""
+        rows = iter_rows(self, "attempts", run_id=run_id)
+        return bucket_attempts(((a.ended_at, a.duration_ms, a.outcome) for a in rows), origin, width)
+
 
 #: the optional reads ``StoreBase`` gives defaults for (an adapted store's own are kept)
 OPTIONAL_READS = (
     "close", "lookup_pipelines", "get_artifact", "get_run", "handoffs", "count_handoffs",
     "pipeline_summaries", "pipeline_totals", "task_counts", "count_rows", "stats", "lookup_states",
     "attempt_summaries", "event_summaries", "rows_by_pipeline", "metrics_by_pipeline",
-    "final_artifacts", "task_leases", "point_pipelines",
+    "final_artifacts", "task_leases", "point_pipelines", "find_pipelines", "attempt_timeline",
 )  # fmt: skip
 
 
