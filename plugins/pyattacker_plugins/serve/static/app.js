@@ -203,7 +203,7 @@
     H.time(lat, ["p50", "p95", "p99"], ["ms", "ms", "ms"], xs, [pick("p50_ms"), pick("p95_ms"), pick("p99_ms")]);
   }
   // metric curves: the figure appears only for a run or pipeline that records some
-  async function curves(pid) {
+  async function curves(pid, label) {
     const fig = document.getElementById("curves-figure"), node = document.getElementById("curves");
     const scopes = pid ? ["", pid] : [""];
     for (const scope of scopes) {
@@ -219,7 +219,7 @@
       }
       const xs = Object.keys(steps).map(Number).sort(function (a, b) { return a - b; });
       const ys = values.map(function (v) { return xs.map(function (x) { return x in v ? v[x] : null; }); });
-      document.getElementById("curve-scope").textContent = scope ? "pipeline " + short(scope, 24) : "run";
+      document.getElementById("curve-scope").textContent = scope ? "pipeline " + short(label || scope, 24) : "run";
       fig.hidden = false;
       H.steps(node, keys.map(function (key) { return short(key, 24); }), xs, ys);
       return;
@@ -363,7 +363,7 @@
         ["states", function (t) { return stateCounts(t.states); }]],
         Object.keys(byName).map(function (k) { return { name: k, states: byName[k] }; }));
       const pl = await loadPipelines();
-      await curves(pl.rows.length ? pl.rows[0].pipeline_id : "");
+      await curves(pl.rows.length ? pl.rows[0].pipeline_id : "", pl.rows.length ? pl.rows[0].key : "");
     } catch (err) {
       showError(err);
       // what the first paint could not load says so instead of loading forever
