@@ -173,16 +173,15 @@ class Session:
                 raise AssertionError(f"waited {self.timeout} s for {what or expression}")
             time.sleep(0.1)
 
-    def screenshot(self, path: str) -> None:
-        """A PNG of the whole page (beyond the window's height) at ``path``."""
-        height = int(self.evaluate("document.documentElement.scrollHeight"))
-        width = int(self.evaluate("document.documentElement.scrollWidth"))
+    def screenshot(self, path: str, clip: dict[str, float] | None = None) -> None:
+        """A PNG at ``path`` of the page rectangle ``clip`` (page coordinates), by default the
+        whole page (beyond the window's height)."""
+        if clip is None:
+            height = int(self.evaluate("document.documentElement.scrollHeight"))
+            width = int(self.evaluate("document.documentElement.scrollWidth"))
+            clip = {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}
         shot = self.send(
-            "Page.captureScreenshot",
-            session=True,
-            format="png",
-            captureBeyondViewport=True,
-            clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1},
+            "Page.captureScreenshot", session=True, format="png", captureBeyondViewport=True, clip=clip
         )
         with open(path, "wb") as out:
             out.write(base64.b64decode(shot["data"]))

@@ -155,3 +155,15 @@ def test_the_vendored_chart_library_is_served_under_the_csp(view_store: str) -> 
             conn.close()
     licence = Path(__file__).parents[2] / "plugins/pyattacker_plugins/serve/static/vendor/uplot/LICENSE"
     assert "MIT License" in licence.read_text()
+
+
+def test_the_screenshots_of_the_docs_are_committed() -> None:
+    """docs/viewing.md shows PNGs that tools/dashboard_screenshots.py writes, and they exist."""
+    import re
+
+    docs = Path(__file__).parents[2] / "docs"
+    shown = re.findall(r"\]\((data/screenshots/[^)]+\.png)\)", (docs / "viewing.md").read_text())
+    assert sorted(shown) == ["data/screenshots/dashboard.png", "data/screenshots/pipelines-filtered.png"]
+    tool = (Path(__file__).parents[2] / "tools" / "dashboard_screenshots.py").read_text()
+    for name in shown:
+        assert (docs / name).read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and Path(name).name in tool

@@ -105,9 +105,10 @@ def test_numbers_are_humanised(page: Session, view_store: str) -> None:
     with _open(page, view_store):
         said = page.evaluate(
             "[PyaCharts.ms(62449.382), PyaCharts.ms(840.2), PyaCharts.ms(0.0724), PyaCharts.ms(750000),"
-            " PyaCharts.count(1234567), PyaCharts.number(0.73312), PyaCharts.percent(0.25)]"
+            " PyaCharts.count(1234567), PyaCharts.number(0.73312), PyaCharts.percent(0.25),"
+            " PyaCharts.seconds(0.004)]"
         )
-        assert said == ["62.4 s", "840 ms", "0.0724 ms", "12m 30s", "1,234,567", "0.733", "25 %"]
+        assert said == ["62.4 s", "840 ms", "0.0724 ms", "12m 30s", "1,234,567", "0.733", "25 %", "4 ms"]
         cards = page.evaluate(
             "Object.fromEntries(Array.from(document.querySelectorAll('#cards .card'))"
             ".map(c => [c.querySelector('.k').textContent, c.querySelector('.v').textContent]))"
@@ -116,7 +117,7 @@ def test_numbers_are_humanised(page: Session, view_store: str) -> None:
         durations = page.evaluate(
             "Array.from(document.querySelectorAll('#pipelines tr')).slice(1).map(r => r.cells[5].textContent)"
         )
-        assert durations and all(d.endswith(" s") for d in durations)
+        assert durations and all(d.endswith((" ms", " s")) for d in durations)
 
 
 def test_first_paint_shows_loading_then_the_run(page: Session, view_store: str) -> None:

@@ -24,6 +24,7 @@ window.PyaCharts = (function () {
   }
   function seconds(v) {
     if (!finite(v)) return "-";
+    if (Math.abs(v) < 1) return ms(v * 1000);
     if (Math.abs(v) < 100) return (Math.abs(v) < 10 ? v.toFixed(2) : v.toFixed(1)).replace(/\.?0+$/, "") + " s";
     const total = Math.round(v), h = Math.floor(total / 3600), m = Math.floor((total % 3600) / 60);
     const s = total % 60, two = function (n) { return (n < 10 ? "0" : "") + n; };
