@@ -28,7 +28,7 @@ from pyattacker.errors import StoreUnavailable
 from pyattacker.model import Batch, HandoffRecord
 from pyattacker.plugins.api import PAGE_KINDS, StoreBase, iter_rows
 from pyattacker.plugins.store_base import OPTIONAL_READS
-from pyattacker.plugins.store_queries import PIPELINE_SORTS, PipelineQuery
+from pyattacker.plugins.store_queries import PIPELINE_SORTS, PipelineQuery, pipeline_sort_value
 from pyattacker.plugins.store_stats import compute_stats
 from pyattacker.store.location import open_store
 from pyattacker.testing.rows import (
@@ -144,6 +144,16 @@ def _findable_rows(store: Store) -> None:
     for i, a in enumerate(attempts):
         a.ended_at, a.duration_ms = 1.0 + i * 0.3, float((i * 37) % 11)
     commit(store, pipelines=pipes, attempts=attempts)
+
+
+def _find_all(store: Store, query: PipelineQuery, size: int) -> list[str]:
+    """The ids ``find_pipelines`` gives page after page of ``size``, each after the last's keyset."""
+    seen: list[str] = []
+    after = None
+    while page := store.find_pipelines(query, after, size):
+        seen += [p.pipeline_id for p in page]
+        after = (pipeline_sort_value(page[-1], query.sort), page[-1].pipeline_id)
+    return seen
 
 
 class StoreContract:
@@ -595,12 +605,7 @@ class StoreContract:
         assert [p.pipeline_id for p in failed] == ["f1", "f4"]
         assert [p.pipeline_id for p in store.find_pipelines(PipelineQuery(text="<B>7"))] == ["f7"]
         query = PipelineQuery(sort="duration", descending=True)
-        seen: list[str] = []
-        after = None
-        while page := store.find_pipelines(query, after, 2):
-            seen += [p.pipeline_id for p in page]
-            last = page[-1]
-            after = (last.finished_at - last.started_at if last.finished_at else -1.0, last.pipeline_id)
+        seen = _find_all(store, query, 2)
         assert seen == [p.pipeline_id for p in store.find_pipelines(query, None, 100)]
         assert sorted(seen) == [f"f{i}" for i in range(9)] and seen[0] == "f4"
 
