@@ -339,7 +339,8 @@ def test_dashboard_draws_a_markup_task_name_and_reason_as_text(handoff_page: _No
     assert _task_states(page)[XSS] == [("handed_off=1", {"handed_off"})]
     scripts = page.find(lambda n: n.tag == "script")
     # the page's own and the vendored chart library, nothing else
-    assert [s.attrs.get("src") for s in scripts] == ["/vendor/uplot/uPlot.iife.min.js", "/charts.js", "/app.js"]
+    own = ["/vendor/uplot/uPlot.iife.min.js", "/charts.js", "/app.js"]
+    assert [s.attrs.get("src") for s in scripts] == own
     assert not route.find(lambda n: n.tag not in ("td", "span"))
     assert not page.find(lambda n: any(k.startswith("on") for k in n.attrs))
 
@@ -370,7 +371,8 @@ def test_a_store_without_handoffs_draws_no_control_flow(view_store: str, tmp_pat
     cards = _cards_of(page)
     assert "handoffs" not in cards and cards["pipelines"] == "20"
     head, rows = _table(page, "pipelines")
-    assert head == ["pipeline", "name", "state", "tasks", "attempts", "duration", "metrics"] and len(rows) == 20
+    assert head == ["pipeline", "name", "state", "tasks", "attempts", "duration", "metrics"]
+    assert len(rows) == 20
     assert not page.find(lambda n: bool(n.classes & {"route", "hop", "more", "handed_off"}))
     states = _task_states(page)
     assert set(states) == {"fetch", "judge"}
