@@ -253,7 +253,7 @@ class MemoryStore(StoreBase):
 
     def attempt_timeline(self, run_id: str | None, origin: float, width: float) -> list[TimeBucket]:
         rows = (
-            (a.ended_at, a.duration_ms, a.outcome)
+            (a.attempt_id or 0, a.ended_at, a.duration_ms, a.outcome)
             for a in self._attempts
             if run_id is None or a.run_id == run_id
         )

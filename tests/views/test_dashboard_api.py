@@ -167,3 +167,26 @@ def test_the_screenshots_of_the_docs_are_committed() -> None:
     tool = (Path(__file__).parents[2] / "tools" / "dashboard_screenshots.py").read_text()
     for name in shown:
         assert (docs / name).read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and Path(name).name in tool
+
+
+def test_percentiles_of_a_large_run_come_from_a_sample_sqlite_agrees(
+    view_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past PERCENTILE_SAMPLE attempts the percentiles are those of one attempt in ``step`` (by
+    id), counts and maxima still of every attempt; SQLite answers what the default answers."""
+    from pyattacker.plugins import store_queries
+    from pyattacker.plugins.store_base import StoreBase
+
+    monkeypatch.setattr(store_queries, "PERCENTILE_SAMPLE", 5)  # 44 attempts: one in 9
+    with open_view(view_store) as store:
+        (run,) = store.runs()
+        own = store.attempt_timeline(run.run_id, run.started_at, 0.01)
+        assert own == StoreBase.attempt_timeline(store, run.run_id, run.started_at, 0.01)
+        assert type(store).attempt_timeline is not StoreBase.attempt_timeline
+        sampled = [a for a in store.page("attempts", limit=1000) if (a.attempt_id or 0) % 9 == 0]
+    assert sum(b.attempts for b in own) == 44
+    assert sum(b.p50_ms is not None for b in own) == len(
+        {int((a.ended_at - run.started_at) / 0.01) for a in sampled}
+    )
+    body = Api(view_store, answer_ttl_s=0).call("/timeline", {})
+    assert body["percentiles_of_one_in"] == 9

@@ -346,7 +346,8 @@ class StoreBase(ABC):
         """The attempts of ``run_id`` (None: all) bucketed by when they ended: bucket ``i``
         holds those with ``int((ended_at - origin) / width) == i``; only buckets with attempts."""
         rows = iter_rows(self, "attempts", run_id=run_id)
-        return bucket_attempts(((a.ended_at, a.duration_ms, a.outcome) for a in rows), origin, width)
+        summary = ((a.attempt_id or 0, a.ended_at, a.duration_ms, a.outcome) for a in rows)
+        return bucket_attempts(summary, origin, width)
 
 
 #: the optional reads ``StoreBase`` gives defaults for (an adapted store's own are kept)

@@ -27,6 +27,7 @@ __all__ = [
     "bucket_attempts",
     "nearest_rank",
     "pipeline_sort_value",
+    "sample_step",
     "select_pipelines",
 ]
 
@@ -123,15 +124,27 @@ def select_pipelines(
 @dataclass(frozen=True)
 class TimeBucket:
     """The attempts that ended in ``[origin + index * width, origin + (index + 1) * width)``:
-    how many, how many did not succeed, and their duration percentiles (ms, nearest rank)."""
+    how many, how many did not succeed, the longest (ms), and duration percentiles (ms, nearest
+    rank) over the sampled ones among them (None when none was sampled; see ``sample_step``)."""
 
     index: int
     attempts: int
     failed: int
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
     max_ms: float
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+
+
+#: percentiles are computed over about this many attempts at most, whatever the run's size
+PERCENTILE_SAMPLE = 20_000
+
+
+def sample_step(attempts: int) -> int:
+    """Percentiles use the attempts whose ``attempt_id`` is a multiple of this: every one up to
+    ``PERCENTILE_SAMPLE`` attempts, then one in ``step`` (ids are numbered in commit order, so the
+    sample is spread evenly over time). Counts, failures and maxima use every attempt."""
+    return max(1, -(-attempts // PERCENTILE_SAMPLE))
 
 
 def nearest_rank(n: int, percent: int) -> int:
@@ -140,19 +153,24 @@ def nearest_rank(n: int, percent: int) -> int:
 
 
 def bucket_attempts(
-    rows: Iterable[tuple[float, float, str]], origin: float, width: float
+    rows: Iterable[tuple[int, float, float, str]], origin: float, width: float
 ) -> list[TimeBucket]:
-    """``(ended_at, duration_ms, outcome)`` rows folded into ``TimeBucket`` s, by index."""
-    durations: dict[int, list[float]] = {}
-    failed: dict[int, int] = {}
-    for ended, duration, outcome in rows:
+    """``(attempt_id, ended_at, duration_ms, outcome)`` rows folded into ``TimeBucket`` s, by index."""
+    rows = list(rows)
+    step = sample_step(len(rows))
+    counts: dict[int, list[Any]] = {}  # index -> [attempts, failed, max, sampled durations]
+    for attempt_id, ended, duration, outcome in rows:
         index = int((ended - origin) / width)
-        durations.setdefault(index, []).append(duration)
-        failed[index] = failed.get(index, 0) + (outcome != "succeeded")
+        bucket = counts.setdefault(index, [0, 0, duration, []])
+        bucket[0] += 1
+        bucket[1] += outcome != "succeeded"
+        bucket[2] = max(bucket[2], duration)
+        if attempt_id % step == 0:
+            bucket[3].append(duration)
     out = []
-    for index in sorted(durations):
-        values = sorted(durations[index])
-        n = len(values)
-        p50, p95, p99 = (values[nearest_rank(n, q) - 1] for q in PERCENTILES)
-        out.append(TimeBucket(index, n, failed[index], p50, p95, p99, values[-1]))
+    for index in sorted(counts):
+        n, failed, top, sampled = counts[index]
+        sampled.sort()
+        p50, p95, p99 = (sampled[nearest_rank(len(sampled), q) - 1] if sampled else None for q in PERCENTILES)
+        out.append(TimeBucket(index, n, failed, top, p50, p95, p99))
     return out

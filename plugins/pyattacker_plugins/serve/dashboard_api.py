@@ -15,7 +15,7 @@ from typing import Any
 
 from pyattacker.model import PIPELINE_STATES
 from pyattacker.plugins.store_base import StoreBase
-from pyattacker.plugins.store_queries import PIPELINE_SORTS, PipelineQuery, pipeline_sort_value
+from pyattacker.plugins.store_queries import PIPELINE_SORTS, PipelineQuery, pipeline_sort_value, sample_step
 from pyattacker.views.common import RunChoice
 
 __all__ = ["MAX_BUCKETS", "WIDTHS", "bucket_width", "pipeline_query", "sort_key", "timeline"]
@@ -94,10 +94,18 @@ def timeline(store: StoreBase, choice: RunChoice) -> dict[str, Any]:
     bucket of the span is listed (an empty one has no attempts and no percentiles)."""
     span = _span(store, choice)
     if span is None:
-        return {"run_id": choice.run_id, "start": None, "end": None, "width_s": None, "buckets": []}
+        return {
+            "run_id": choice.run_id,
+            "start": None,
+            "end": None,
+            "width_s": None,
+            "buckets": [],
+            "percentiles_of_one_in": 1,
+        }
     start, end = span
     width = bucket_width(end - start)
     found = {b.index: b for b in store.attempt_timeline(choice.run_id, start, width)}
+    step = sample_step(sum(b.attempts for b in found.values()))
     # every bucket of the span, and any attempt outside it (a clock that stepped) as it is
     indices = sorted(set(range(int((end - start) / width) + 1)) | set(found))
     buckets = []
@@ -110,4 +118,11 @@ def timeline(store: StoreBase, choice: RunChoice) -> dict[str, Any]:
             row.update(error_rate=b.failed / b.attempts, p50_ms=b.p50_ms, p95_ms=b.p95_ms)
             row.update(p99_ms=b.p99_ms, max_ms=b.max_ms)
         buckets.append(row)
-    return {"run_id": choice.run_id, "start": start, "end": end, "width_s": width, "buckets": buckets}
+    return {
+        "run_id": choice.run_id,
+        "start": start,
+        "end": end,
+        "width_s": width,
+        "percentiles_of_one_in": step,
+        "buckets": buckets,
+    }

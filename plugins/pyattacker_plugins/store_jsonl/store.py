@@ -530,7 +530,7 @@ class JsonlStore(StoreBase):
         with self._mutex:
             self._refresh()
             rows = [
-                (a.ended_at, a.duration_ms, a.outcome)
+                (a.attempt_id or 0, a.ended_at, a.duration_ms, a.outcome)
                 for a in self._index.attempts.rows
                 if run_id is None or a.run_id == run_id
             ]

@@ -3,7 +3,7 @@
 Both answer what ``StoreBase``'s defaults (``pyattacker.plugins.store_queries``) answer, with
 the same arithmetic, but only the page (``LIMIT``) or one row per time bucket leaves SQLite:
 the viewer's memory does not grow with the store. Percentiles are nearest-rank over a window
-partitioned by bucket.
+partitioned by bucket, over a sample of at most about ``PERCENTILE_SAMPLE`` attempts.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pyattacker.plugins.store_queries import (
     PipelineQuery,
     TimeBucket,
     ascii_lower,
+    sample_step,
 )
 
 from . import run_spans
@@ -67,20 +68,37 @@ def _find_sql(filters: tuple[str, ...], text: bool, sort: str, descending: bool,
 _FILTER_COLUMNS = {"run_id": "run_id", "state": "state", "task": "failed_task", "error_class": "error_class"}
 
 
-def _timeline_sql(by_span: bool, by_run: bool) -> str:
-    """One row per bucket: index, attempts, failed, the percentiles and the maximum."""
-    source = "attempts AS t"
-    where = ""
+def _timeline_source(by_span: bool, by_run: bool, sampled: bool) -> str:
+    """``a(b, d, bad)``: bucket, duration and failure of the run's attempts (parameters: origin,
+    width, then the run, then the sample step)."""
+    source, where = "attempts AS t", []
     if by_run:
         source = run_spans.SOURCE + source if by_span else source
-        where = " WHERE " + (run_spans.run_condition("attempts") if by_span else 't."run_id" = ?')
-    ranks = ", ".join(f"MAX(CASE WHEN rn = MAX(1, (n * {q} + 99) / 100) THEN d END)" for q in PERCENTILES)
+        where.append(run_spans.run_condition("attempts") if by_span else 't."run_id" = ?')
+    if sampled:
+        where.append('t."attempt_id" % ? = 0')
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
     return (
         'WITH a AS (SELECT CAST((t."ended_at" - ?) / ? AS INTEGER) AS b, t."duration_ms" AS d,'
-        f" t.\"outcome\" != 'succeeded' AS bad FROM {source}{where}),"
-        " r AS (SELECT b, d, bad, ROW_NUMBER() OVER (PARTITION BY b ORDER BY d) AS rn,"
-        " COUNT(*) OVER (PARTITION BY b) AS n FROM a)"
-        f" SELECT b, COUNT(*), SUM(bad), {ranks}, MAX(d) FROM r GROUP BY b ORDER BY b"
+        f" t.\"outcome\" != 'succeeded' AS bad FROM {source}{clause})"
+    )
+
+
+@lru_cache(maxsize=8)
+def _counts_sql(by_span: bool, by_run: bool) -> str:
+    """One row per bucket: index, attempts, failed, longest."""
+    return (
+        _timeline_source(by_span, by_run, False) + " SELECT b, COUNT(*), SUM(bad), MAX(d) FROM a GROUP BY b"
+    )
+
+
+@lru_cache(maxsize=8)
+def _percentiles_sql(by_span: bool, by_run: bool) -> str:
+    """One row per bucket with sampled attempts: index and the nearest-rank percentiles."""
+    ranks = ", ".join(f"MAX(CASE WHEN rn = MAX(1, (n * {q} + 99) / 100) THEN d END)" for q in PERCENTILES)
+    return _timeline_source(by_span, by_run, True) + (
+        ", r AS (SELECT b, d, ROW_NUMBER() OVER (PARTITION BY b ORDER BY d) AS rn,"
+        f" COUNT(*) OVER (PARTITION BY b) AS n FROM a) SELECT b, {ranks} FROM r GROUP BY b"
     )
 
 
@@ -109,9 +127,17 @@ class DashboardReads(StoreConnection):
         return [PIPELINES.decode(r) for r in self._query(sql, params)]
 
     def attempt_timeline(self, run_id: str | None, origin: float, width: float) -> list[TimeBucket]:
-        sql = _timeline_sql(self.has_spans, run_id is not None)
-        params: list[Any] = [float(origin), float(width), *([run_id] if run_id is not None else [])]
-        return [
-            TimeBucket(int(b), int(n), int(bad or 0), float(p50), float(p95), float(p99), float(top))
-            for b, n, bad, p50, p95, p99, top in self._query(sql, params)
-        ]
+        """Counts over every attempt, then percentiles over the sample (``sample_step``): the
+        window that ranks durations sorts only the sample, so a large run costs about a group-by."""
+        by_run = run_id is not None
+        params: list[Any] = [float(origin), float(width), *([run_id] if by_run else [])]
+        with self._snapshot("timeline") as conn:  # the two statements read the same rows
+            counts = conn.execute(_counts_sql(self.has_spans, by_run), params).fetchall()
+            step = sample_step(sum(n for _b, n, _bad, _top in counts))
+            ranked = conn.execute(_percentiles_sql(self.has_spans, by_run), [*params, step]).fetchall()
+        percentiles = {b: tuple(ps) for b, *ps in ranked}
+        out = []
+        for b, n, bad, top in sorted(counts):
+            p50, p95, p99 = percentiles.get(b, (None, None, None))
+            out.append(TimeBucket(int(b), int(n), int(bad or 0), float(top), p50, p95, p99))
+        return out
