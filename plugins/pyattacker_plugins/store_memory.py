@@ -29,6 +29,7 @@ from pyattacker.model import (
 )
 from pyattacker.plugins.api import PAGE_KINDS, StoreBase, StoreOpenerBase
 from pyattacker.plugins.run_notes import config_note, next_note
+from pyattacker.plugins.store_queries import PipelineQuery, TimeBucket, bucket_attempts, select_pipelines
 from pyattacker.plugins.store_stats import count_states
 
 __all__ = ["MemoryStore", "MemoryStoreOpener"]
@@ -273,6 +274,20 @@ class MemoryStore(StoreBase):
     def resources(self, run_id: str | None = None) -> list[ResourceRecord]:
         rows = [r for r in self._resources.values() if run_id is None or r.run_id == run_id]
         return [_copy(r) for r in sorted(rows, key=lambda r: (r.pool, r.resource_id))]
+
+    def find_pipelines(
+        self, query: PipelineQuery, after: tuple[Any, Any] | None = None, limit: int = 50
+    ) -> list[PipelineRecord]:
+        """Filtered and ordered over the rows held, keeping ``limit`` of them."""
+        return [_copy(p) for p in select_pipelines(self._pipelines.values(), query, after, limit)]
+
+    def attempt_timeline(self, run_id: str | None, origin: float, width: float) -> list[TimeBucket]:
+        rows = (
+            (a.attempt_id or 0, a.ended_at, a.duration_ms, a.outcome)
+            for a in self._attempts
+            if run_id is None or a.run_id == run_id
+        )
+        return bucket_attempts(rows, origin, width)
 
     def close(self) -> None:
         self.closed = True

@@ -79,7 +79,9 @@ def test_dashboard_draws_the_run_in_a_browser(served: str) -> None:
     assert "<script>alert" not in dom  # the message stayed text
     pipelines = _rows(dom, "pipelines")
     assert len(pipelines) == 20 and {row[2] for row in pipelines} == {"succeeded", "failed"}
-    assert "<polyline" in _inner(dom, "throughput") and "<rect" in _inner(dom, "latency")  # charts drawn
+    # charts drawn by uPlot (their pixels: test_dashboard_charts.py)
+    charts = dom[dom.index('id="throughput"') : dom.index('id="resources"')]
+    assert charts.count("<canvas") == 2 and 'id="latency"' in charts
 
 
 @pytest.fixture()
@@ -275,7 +277,7 @@ def test_dashboard_counts_the_jumps_and_draws_each_pipelines_route(handoff_page:
     assert cards["handoffs"] == "11" and cards["pipelines"] == "7"
     rows = _pipelines(page)
     head, _ = _table(page, "pipelines")
-    assert head == ["pipeline", "name", "state", "route", "tasks", "attempts", "metrics"]
+    assert head == ["pipeline", "name", "state", "route", "tasks", "attempts", "duration", "metrics"]
     routes = {key: row["route"].text for key, row in rows.items()}
     assert routes == {
         "k0": "lookup → report",
@@ -336,7 +338,9 @@ def test_dashboard_draws_a_markup_task_name_and_reason_as_text(handoff_page: _No
     assert f"forward: {XSS} (seq 1) → report (seq 2)" in hop[2] and f"reason: {XSS}" in hop[2]
     assert _task_states(page)[XSS] == [("handed_off=1", {"handed_off"})]
     scripts = page.find(lambda n: n.tag == "script")
-    assert [s.attrs.get("src") for s in scripts] == ["/app.js"]  # the page's own, nothing else
+    # the page's own and the vendored chart library, nothing else
+    own = ["/vendor/uplot/uPlot.iife.min.js", "/charts.js", "/app.js"]
+    assert [s.attrs.get("src") for s in scripts] == own
     assert not route.find(lambda n: n.tag not in ("td", "span"))
     assert not page.find(lambda n: any(k.startswith("on") for k in n.attrs))
 
@@ -367,7 +371,8 @@ def test_a_store_without_handoffs_draws_no_control_flow(view_store: str, tmp_pat
     cards = _cards_of(page)
     assert "handoffs" not in cards and cards["pipelines"] == "20"
     head, rows = _table(page, "pipelines")
-    assert head == ["pipeline", "name", "state", "tasks", "attempts", "metrics"] and len(rows) == 20
+    assert head == ["pipeline", "name", "state", "tasks", "attempts", "duration", "metrics"]
+    assert len(rows) == 20
     assert not page.find(lambda n: bool(n.classes & {"route", "hop", "more", "handed_off"}))
     states = _task_states(page)
     assert set(states) == {"fetch", "judge"}

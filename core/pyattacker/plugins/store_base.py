@@ -34,6 +34,7 @@ from pyattacker.model import (
 )
 from pyattacker.plugins.paging import PAGE_KINDS, iter_rows
 from pyattacker.plugins.run_notes import config_note
+from pyattacker.plugins.store_queries import PipelineQuery, TimeBucket, bucket_attempts, select_pipelines
 from pyattacker.plugins.store_stats import compute_stats
 
 __all__ = [
@@ -416,6 +417,21 @@ class StoreBase(ABC):
                 count=len(values), mean=sum(values) / len(values), min=min(values), max=max(values)
             )
         return dict(sorted(out.items()))
+    # -- dashboard reads (store_queries) ----------------------------------------------------------
+    def find_pipelines(
+        self, query: PipelineQuery, after: tuple[Any, Any] | None = None, limit: int = 50
+    ) -> list[PipelineRecord]:
+        """The first ``limit`` pipelines that match ``query``, in its order, past the keyset
+        ``after`` = ``(sort value, pipeline_id)`` of the previous page's last row."""
+        rows = iter_rows(self, "pipelines", run_id=query.run_id, state=query.state)
+        return select_pipelines(rows, query, after, limit)
+
+    def attempt_timeline(self, run_id: str | None, origin: float, width: float) -> list[TimeBucket]:
+        """The attempts of ``run_id`` (None: all) bucketed by when they ended: bucket ``i``
+        holds those with ``int((ended_at - origin) / width) == i``; only buckets with attempts."""
+        rows = iter_rows(self, "attempts", run_id=run_id)
+        summary = ((a.attempt_id or 0, a.ended_at, a.duration_ms, a.outcome) for a in rows)
+        return bucket_attempts(summary, origin, width)
 
 
 #: the optional reads ``StoreBase`` gives defaults for (an adapted store's own are kept)
@@ -424,7 +440,8 @@ OPTIONAL_READS = (
     "pipeline_summaries", "pipeline_totals", "pipeline_counts", "task_counts", "count_rows", "stats",
     "lookup_states", "attempt_summaries", "event_summaries", "rows_by_pipeline", "metrics_by_pipeline",
     "final_artifacts", "task_leases", "point_pipelines", "run_note", "run_notes", "write_note",
-    "run_state_counts", "spec_digests", "task_durations", "metric_summary",
+    "run_state_counts", "spec_digests", "task_durations", "metric_summary", "find_pipelines",
+    "attempt_timeline",
 )  # fmt: skip
 
 

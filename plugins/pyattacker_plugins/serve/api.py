@@ -31,6 +31,7 @@ from pyattacker.views.live import LiveDigest, snapshot
 from pyattacker.views.runs import store_runs
 
 from .assets import STATIC
+from .dashboard_api import ParamError, pipeline_query, sort_key, timeline
 from .shared_answers import ANSWER_TTL_S, SharedAnswers
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Api", "ApiError", "prometheus_text", "single_values"]
@@ -169,6 +170,7 @@ class Api:
             "/resources": self.resources,
             "/errors": self.errors,
             "/curves": self.curves,
+            "/timeline": self.timeline,
         }
         self.routes.update({"/runs": self.runs, "/compare": self.compare})
 
@@ -307,11 +309,20 @@ class Api:
         return {"run_id": choice.run_id, "rows": [to_plain(e) for e in page], "limit": limit, "next": nxt}
 
     def pipelines(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+        """A page of the run's pipelines: filtered by ``state``, ``task`` (where it failed),
+        ``error_class`` (exception type or retry class) and ``q`` (text), ordered by ``sort``
+        and ``order``; ``after`` is the previous page's ``next`` (keyset, never an offset)."""
         limit = _limit(params)
-        state = _state(params)
-        after = _uncursor(params["after"], _NUMBER, _TEXT) if params.get("after") else None
-        rows = store.page("pipelines", run_id=choice.run_id, state=state, after=after, limit=limit + 1)
-        page, nxt = _page(rows, limit, lambda p: [p.created_at, p.pipeline_id])
+        _state(params)  # (the 400 that lists the states)
+        try:
+            query = pipeline_query(params, choice.run_id)
+        except ParamError as exc:
+            raise ApiError(400, str(exc)) from exc
+        after = None
+        if params.get("after"):
+            after = _uncursor(params["after"], _TEXT if query.sort == "key" else _NUMBER, _TEXT)
+        rows = store.find_pipelines(query, after, limit + 1)
+        page, nxt = _page(rows, limit, lambda p: sort_key(p, query))
         ledgers = _ledgers(store, [p.pipeline_id for p in page])
         out = []
         for p in page:
@@ -326,6 +337,10 @@ class Api:
             row["handoffs"] = [to_plain(h) for h in ledgers.get(p.pipeline_id, ())]
             out.append(row)
         return {"run_id": choice.run_id, "rows": out, "limit": limit, "next": nxt}
+
+    def timeline(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+        """Attempts per time bucket over the run's whole span (``dashboard_api.timeline``)."""
+        return timeline(store, choice)
 
     def pipeline(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         """One pipeline in full (``pipeline_id`` required): its row with the whole traceback of

@@ -36,6 +36,7 @@ from pyattacker.model import (
 )
 from pyattacker.plugins.api import PAGE_KINDS, StoreBase
 from pyattacker.plugins.run_notes import config_note, next_note
+from pyattacker.plugins.store_queries import PipelineQuery, TimeBucket, bucket_attempts, select_pipelines
 from pyattacker.plugins.store_stats import count_states
 from pyattacker.store.writer_lock import WriterLock
 
@@ -549,6 +550,25 @@ class JsonlStore(StoreBase):
             self._refresh()
             rows = [r for r in self._index.resources.values() if run_id is None or r.run_id == run_id]
             return [copy(r) for r in sorted(rows, key=lambda r: (r.pool, r.resource_id))]
+
+    def find_pipelines(
+        self, query: PipelineQuery, after: tuple[Any, Any] | None = None, limit: int = 50
+    ) -> list[PipelineRecord]:
+        """Filtered and ordered over the index's rows, keeping ``limit`` of them."""
+        with self._mutex:
+            self._refresh()
+            found = select_pipelines(self._index.pipelines.values(), query, after, limit)
+            return [copy(p) for p in found]
+
+    def attempt_timeline(self, run_id: str | None, origin: float, width: float) -> list[TimeBucket]:
+        with self._mutex:
+            self._refresh()
+            rows = [
+                (a.attempt_id or 0, a.ended_at, a.duration_ms, a.outcome)
+                for a in self._index.attempts.rows
+                if run_id is None or a.run_id == run_id
+            ]
+        return bucket_attempts(rows, origin, width)
 
     def close(self) -> None:
         with self._mutex:

@@ -27,6 +27,7 @@ from .checkpointer import Checkpointer
 from .commit import CommitPath
 from .connection import LOOKUP_CHUNK
 from .contents import KINDS, keep_log_aside, read_marker, shortfall
+from .dashboard_reads import DashboardReads
 from .opening import BUSY_TIMEOUT_MS, reader_connection, writer_connection
 from .reads import RowReads
 from .repair import RunRepair
@@ -40,7 +41,7 @@ __all__ = ["SqliteStore"]
 log = logging.getLogger("pyattacker")
 
 
-class SqliteStore(CommitPath, RunRepair, RowReads, StoreAggregates, RunNotes, StoreBase):
+class SqliteStore(CommitPath, RunRepair, RowReads, StoreAggregates, RunNotes, DashboardReads, StoreBase):
     """A pyattacker store in one SQLite file. Build it with ``open_writer`` / ``open_reader``."""
 
     #: keeps a control ledger (``has_ledger``: unless the file predates it) and applies

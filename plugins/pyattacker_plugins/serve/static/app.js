@@ -9,7 +9,6 @@
   // counts older than this are labelled (as in `watch`): a large run's aggregates are re-read
   // less often than the page refreshes (the server's stats_age_s)
   const STALE_S = 2;
-  const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"];
   // the states app.css colours; other text read from the store never becomes a class name
   const STATES = ["pending", "running", "succeeded", "failed", "interrupted", "canceled", "handed_off"];
   // a pipeline's route shows its newest ledger rows; the older ones are counted (and listed on
@@ -145,46 +144,7 @@
   function frame(w, h) {
     return svg("svg", { width: w, height: h, viewBox: "0 0 " + w + " " + h, role: "img" });
   }
-  function lineChart(node, series, w, h) {
-    clear(node);
-    const s = frame(w, h);
-    let xs = [], ys = [];
-    series.forEach(function (ser) { ser.points.forEach(function (p) { xs.push(p[0]); ys.push(p[1]); }); });
-    if (!xs.length) { node.appendChild(el("p", "no data yet")); return; }
-    const x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs);
-    const y0 = Math.min(0, Math.min.apply(null, ys)), y1 = Math.max.apply(null, ys);
-    const sx = function (x) { return 30 + (x1 === x0 ? 0 : (x - x0) / (x1 - x0)) * (w - 40); };
-    const sy = function (y) { return h - 15 - (y1 === y0 ? 0 : (y - y0) / (y1 - y0)) * (h - 30); };
-    s.appendChild(svg("line", { x1: 30, y1: h - 15, x2: w - 10, y2: h - 15, stroke: "#999" }));
-    const top = svg("text", { x: 2, y: 12 }); top.textContent = short(y1, 10); s.appendChild(top);
-    series.forEach(function (ser, i) {
-      const pts = ser.points.map(function (p) {
-        return sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1);
-      }).join(" ");
-      const color = COLORS[i % COLORS.length];
-      s.appendChild(svg("polyline", { points: pts, fill: "none", stroke: color, "stroke-width": 1.5 }));
-      const label = svg("text", { x: 40 + i * 110, y: h - 2, fill: COLORS[i % COLORS.length] });
-      label.textContent = short(ser.name, 18);
-      s.appendChild(label);
-    });
-    node.appendChild(s);
-  }
-  function compact(n) {  // bucket labels that fit under narrow bars: 1k, 30k, 300k
-    return n >= 1000 ? String(n / 1000) + "k" : String(n);
-  }
-  function barChart(node, bars, w, h) {
-    clear(node);
-    const s = frame(w, h);
-    const max = Math.max.apply(null, bars.map(function (b) { return b[1]; }).concat([1]));
-    const bw = (w - 20) / Math.max(1, bars.length);
-    bars.forEach(function (b, i) {
-      const bh = (b[1] / max) * (h - 30);
-      s.appendChild(svg("rect", { x: 10 + i * bw, y: h - 15 - bh, width: Math.max(1, bw - 2), height: bh,
-        fill: "#1f77b4" }));
-      const t = svg("text", { x: 10 + i * bw, y: h - 3 }); t.textContent = b[0]; s.appendChild(t);
-    });
-    node.appendChild(s);
-  }
+  const H = window.PyaCharts;
   // a rate-limited resource: each limit's budget left, when it refills, and how long leases
   // waited for budget versus for a slot
   function budgetText(st) {
@@ -192,15 +152,20 @@
     if (!limits || typeof limits !== "object") { return ""; }
     const parts = Object.keys(limits).map(function (k) {
       const w = limits[k] || {};
-      return k + " " + w.left + "/" + w.limit + (w.refill_s ? " (" + w.refill_s + "s)" : "");
+      return k + " " + w.left + "/" + w.limit + (w.refill_s ? " (" + H.seconds(Number(w.refill_s)) + ")" : "");
     });
-    const waited = " waited budget " + Math.round(Number(st.waited_budget_ms) || 0) + "ms, slot " +
-      Math.round(Number(st.waited_slot_ms) || 0) + "ms";
+    const waited = " waited budget " + H.ms(Number(st.waited_budget_ms) || 0) + ", slot " +
+      H.ms(Number(st.waited_slot_ms) || 0);
     return short(parts.join(", ") + waited, 60);
   }
+  // the states a resource's health is drawn in (the legend says which colour is which)
+  const HEALTH = { ready: "#2ca02c", degraded: "#ff7f0e", dead: "#d62728" };
   function utilisation(node, rows) {
     clear(node);
-    if (!rows.length) { node.appendChild(el("p", "no resource rows yet")); return; }
+    if (!rows.length) { node.appendChild(el("p", "no resource rows yet", "empty")); return; }
+    const legend = el("p", null, "legend");
+    Object.keys(HEALTH).forEach(function (k) { legend.appendChild(el("span", k, "health-" + k)); });
+    node.appendChild(legend);
     const h = 18 * rows.length + 10, w = 720;
     const s = frame(w, h);
     rows.forEach(function (r, i) {
@@ -209,9 +174,10 @@
       const y = 5 + i * 18;
       s.appendChild(svg("rect", { x: 150, y: y, width: 250, height: 12, fill: "#eee" }));
       s.appendChild(svg("rect", { x: 150, y: y, width: cap ? 250 * Math.min(1, act / cap) : 0, height: 12,
-        fill: r.state === "ready" ? "#2ca02c" : (r.state === "dead" ? "#d62728" : "#ff7f0e") }));
+        fill: HEALTH[r.state] || HEALTH.degraded }));
       const t = svg("text", { x: 0, y: y + 10 });
-      t.textContent = short(r.pool + "/" + r.resource_id, 22) + " " + act + "/" + cap + " " + r.state;
+      const used = cap ? " (" + Math.round(100 * act / cap) + " %)" : "";
+      t.textContent = short(r.pool + "/" + r.resource_id, 22) + " " + act + "/" + cap + used + " " + r.state;
       s.appendChild(t);
       const budget = budgetText(st);
       if (budget) {
@@ -220,20 +186,115 @@
     });
     node.appendChild(s);
   }
-  async function curves() {
-    const node = document.getElementById("curves");
-    const input = document.getElementById("curve-pipeline");
-    const pid = input.value;
-    if (!pid) { clear(node); node.appendChild(el("p", "type a pipeline id")); return; }
-    const k = await get("/curves", { pipeline_id: pid });
-    const series = [];
-    for (const key of (k.keys || []).slice(0, 5)) {
-      const c = await get("/curves", { pipeline_id: pid, key: key, limit: 1000 });
-      series.push({ name: key, points: c.rows.filter(function (p) { return typeof p.value === "number"; })
-        .map(function (p) { return [p.step, p.value]; }) });
+  // throughput and error rate, then latency percentiles, per time bucket of the run's span
+  function timeline(tl) {
+    const buckets = tl.buckets || [];
+    const xs = buckets.map(function (b) { return b.t; });
+    const pick = function (k) { return buckets.map(function (b) { return b[k]; }); };
+    const through = document.getElementById("throughput"), lat = document.getElementById("latency");
+    if (!buckets.length) {
+      [through, lat].forEach(function (n) { clear(n); n.appendChild(el("p", "no attempts yet", "empty")); });
+      return;
     }
-    lineChart(node, series, 420, 160);
+    const width = tl.width_s ? " per " + H.ms(tl.width_s * 1000) + " bucket" : "";
+    document.getElementById("bucket").textContent = width;
+    H.time(through, ["attempts/s", "failed/s", "error rate"], ["y", "y", "%"],
+      xs, [pick("per_s"), buckets.map(function (b) { return b.failed / (tl.width_s || 1); }), pick("error_rate")]);
+    H.time(lat, ["p50", "p95", "p99"], ["ms", "ms", "ms"], xs, [pick("p50_ms"), pick("p95_ms"), pick("p99_ms")]);
   }
+  // metric curves: the figure appears only for a run or pipeline that records some
+  async function curves(pid, label) {
+    const fig = document.getElementById("curves-figure"), node = document.getElementById("curves");
+    const scopes = pid ? ["", pid] : [""];
+    for (const scope of scopes) {
+      const k = await get("/curves", { pipeline_id: scope });
+      const keys = (k.keys || []).slice(0, 5);
+      if (!keys.length) continue;
+      const steps = {}, values = keys.map(function () { return {}; });
+      for (let i = 0; i < keys.length; i++) {
+        const c = await get("/curves", { pipeline_id: scope, key: keys[i], limit: 1000 });
+        c.rows.forEach(function (p) {
+          if (typeof p.value === "number") { steps[p.step] = true; values[i][p.step] = p.value; }
+        });
+      }
+      const xs = Object.keys(steps).map(Number).sort(function (a, b) { return a - b; });
+      const ys = values.map(function (v) { return xs.map(function (x) { return x in v ? v[x] : null; }); });
+      document.getElementById("curve-scope").textContent = scope ? "pipeline " + short(label || scope, 24) : "run";
+      fig.hidden = false;
+      H.steps(node, keys.map(function (key) { return short(key, 24); }), xs, ys);
+      return;
+    }
+    fig.hidden = true;
+  }
+
+  // -- the pipelines table: filters, order and keyset pages -----------------------------------------
+  const filters = { state: "", task: "", error_class: "", q: "", sort: "created", order: "asc" };
+  // the cursors of the pages before this one (the first page has none): "previous" pops one
+  const pages = { before: [], after: "", next: null };
+  function pipelineLink(p) {
+    const a = el("a", p.key);
+    a.href = "#/pipeline/" + encodeURIComponent(p.pipeline_id);
+    return a;
+  }
+  function pipelineDuration(p) {
+    return typeof p.started_at === "number" && typeof p.finished_at === "number"
+      ? H.seconds(p.finished_at - p.started_at) : "";
+  }
+  async function loadPipelines() {
+    const q = { limit: 50 };
+    Object.keys(filters).forEach(function (k) { if (filters[k]) q[k] = filters[k]; });
+    if (pages.after) q.after = pages.after;
+    const pl = await get("/pipelines", q);
+    pages.next = pl.next;
+    const columns = [["pipeline", pipelineLink],
+      ["name", function (p) { return p.name; }], ["state", function (p) { return p.state; }],
+      ["tasks", function (p) { return p.n_tasks_done + "/" + p.n_tasks_total; }],
+      ["attempts", function (p) { return H.count(p.attempts_total); }],
+      ["duration", pipelineDuration],
+      ["metrics", function (p) { return short(p.reported_metrics, 120); }]];
+    // the route column appears once a pipeline shown has a ledger row (a store of schema 2,
+    // or a run without jumps, has none)
+    if (pl.rows.some(hasLedger)) {
+      columns.splice(3, 0, ["route", function (p) { return route(p.handoffs); }]);
+    }
+    table(document.getElementById("pipelines"), columns, pl.rows);
+    if (!pl.rows.length) {
+      const tr = el("tr"), td = el("td", "no pipeline matches", "empty");
+      td.setAttribute("colspan", String(columns.length));
+      tr.appendChild(td);
+      document.getElementById("pipelines").appendChild(tr);
+    }
+    document.getElementById("page-number").textContent = "page " + (pages.before.length + 1);
+    document.getElementById("page-prev").disabled = !pages.before.length;
+    document.getElementById("page-next").disabled = !pl.next;
+    return pl;
+  }
+  function showError(err) { document.getElementById("status").textContent = String(err); }
+  function repage(how) {
+    if (how === "next" && pages.next) { pages.before.push(pages.after); pages.after = pages.next; }
+    else if (how === "prev" && pages.before.length) { pages.after = pages.before.pop(); }
+    else if (how === "first") { pages.before = []; pages.after = ""; }
+    loadPipelines().catch(showError);
+  }
+  function bindFilters() {
+    Object.keys(filters).forEach(function (k) {
+      const input = document.getElementById("filter-" + k);
+      input.addEventListener("change", function () { filters[k] = input.value.trim(); repage("first"); });
+    });
+    document.getElementById("page-next").addEventListener("click", function () { repage("next"); });
+    document.getElementById("page-prev").addEventListener("click", function () { repage("prev"); });
+    document.getElementById("page-first").addEventListener("click", function () { repage("first"); });
+  }
+  // the task filter offers the run's task names (read from the store: option text, never markup)
+  function taskOptions(names) {
+    const select = document.getElementById("filter-task");
+    const have = Array.prototype.map.call(select.options, function (o) { return o.value; });
+    names.forEach(function (name) {
+      if (have.indexOf(name) < 0) { const o = el("option", short(name, 40)); o.value = name; select.appendChild(o); }
+    });
+  }
+
+  let painted = false;
   async function refresh() {
     try {
       const st = await get("/stats");
@@ -252,40 +313,38 @@
       const share = ds && (ds.total !== st.pipelines.total ||
         JSON.stringify(ds.by_state) !== JSON.stringify(st.pipelines.by_state));
       const whose = selected === "latest" ? " (latest run's share)" : " (this run's share)";
-      card(cards, "pipelines" + (share ? whose : ""), st.pipelines.total);
+      card(cards, "pipelines" + (share ? whose : ""), H.count(st.pipelines.total));
       Object.keys(st.pipelines.by_state).forEach(function (k) {
-        card(cards, k + (share ? whose : ""), st.pipelines.by_state[k]);
+        card(cards, k + (share ? whose : ""), H.count(st.pipelines.by_state[k]));
       });
       if (ds) {
-        card(cards, "dataset (all runs)", ds.total);
-        Object.keys(ds.by_state).forEach(function (k) { card(cards, k + " (all runs)", ds.by_state[k]); });
+        card(cards, "dataset (all runs)", H.count(ds.total));
+        Object.keys(ds.by_state).forEach(function (k) { card(cards, k + " (all runs)", H.count(ds.by_state[k])); });
       }
-      card(cards, "attempts", st.attempts_total);
+      card(cards, "attempts", H.count(st.attempts_total));
       // like `watch` and `report`: the count appears once the run has committed a jump
-      if (Number(st.handoffs_total) > 0) card(cards, "handoffs", st.handoffs_total);
-      card(cards, "events", st.events_total);
-      card(cards, "in flight", st.in_flight);
-      card(cards, "parked", st.parked);
-      card(cards, "p50 ms", st.latency_ms.p50);
-      card(cards, "p95 ms", st.latency_ms.p95);
-      card(cards, "attempts/s", st.throughput.attempts_per_s_recent);
+      if (Number(st.handoffs_total) > 0) card(cards, "handoffs", H.count(st.handoffs_total));
+      card(cards, "events", H.count(st.events_total));
+      card(cards, "in flight", H.count(st.in_flight));
+      card(cards, "parked", H.count(st.parked));
+      card(cards, "p50 latency", H.ms(st.latency_ms.p50));
+      card(cards, "p95 latency", H.ms(st.latency_ms.p95));
+      card(cards, "attempts/s", H.number(st.throughput.attempts_per_s_recent));
       if (st.eta_s !== null && st.eta_s !== undefined) card(cards, "eta", duration(st.eta_s));
       const m = document.getElementById("metrics");
       clear(m);
       if (st.reported_metrics) {
+        const shown = function (v) { return typeof v === "number" ? H.number(v) : short(v, 40); };
         Object.keys(st.reported_metrics.run).forEach(function (k) {
-          card(m, k, short(st.reported_metrics.run[k], 40));
+          card(m, k, shown(st.reported_metrics.run[k]));
         });
         Object.keys(st.reported_metrics.pipelines).forEach(function (k) {
           const s = st.reported_metrics.pipelines[k];
-          card(m, k + " (latest of " + s.pipelines + ")", short(s.latest, 40));
+          card(m, k + " (latest of " + H.count(s.pipelines) + ")", shown(s.latest));
         });
       }
-      lineChart(document.getElementById("throughput"),
-        [{ name: "attempts/s",
-           points: st.throughput_series.map(function (p) { return [p.t, p.per_s]; }) }], 420, 160);
-      barChart(document.getElementById("latency"), st.latency_histogram.map(function (b) {
-        return [b.le_ms === null ? "\u221e" : compact(b.le_ms), b.count]; }), 420, 160);
+      document.getElementById("metrics-section").hidden = !m.firstChild;
+      timeline(await get("/timeline"));
       table(document.getElementById("events"), [["id", function (e) { return e.event_id; }],
         ["kind", function (e) { return e.kind; }], ["pipeline", function (e) { return e.pipeline_id; }],
         ["pool", function (e) { return e.pool; }], ["data", function (e) { return short(e.data, 160); }]],
@@ -299,30 +358,22 @@
         ["where", function (e) { return short(e.last_frame, 200); }],
         ["traceback", function (e) { return tracebackLink(e.pipeline_id); }]], errs.rows);
       const byName = (st.tasks && st.tasks.by_name) || {};
+      taskOptions(Object.keys(byName));
       table(document.getElementById("tasks"), [["task", function (t) { return t.name; }],
         ["states", function (t) { return stateCounts(t.states); }]],
         Object.keys(byName).map(function (k) { return { name: k, states: byName[k] }; }));
-      const pl = await get("/pipelines", { limit: 50 });
-      const columns = [["pipeline", function (p) { return p.key; }],
-        ["name", function (p) { return p.name; }], ["state", function (p) { return p.state; }],
-        ["tasks", function (p) { return p.n_tasks_done + "/" + p.n_tasks_total; }],
-        ["attempts", function (p) { return p.attempts_total; }],
-        ["metrics", function (p) { return short(p.reported_metrics, 120); }]];
-      // the route column appears once a pipeline shown has a ledger row (a store of schema 2,
-      // or a run without jumps, has none)
-      if (pl.rows.some(hasLedger)) {
-        columns.splice(3, 0, ["route", function (p) { return route(p.handoffs); }]);
-      }
-      table(document.getElementById("pipelines"), columns, pl.rows);
-      const input = document.getElementById("curve-pipeline");
-      if (!input.value && pl.rows.length) input.value = pl.rows[0].pipeline_id;
-      await curves();
+      const pl = await loadPipelines();
+      await curves(pl.rows.length ? pl.rows[0].pipeline_id : "", pl.rows.length ? pl.rows[0].key : "");
     } catch (err) {
-      document.getElementById("status").textContent = String(err);
+      showError(err);
+      // what the first paint could not load says so instead of loading forever
+      document.querySelectorAll(".loading").forEach(function (n) { n.textContent = "could not load"; });
+    } finally {
+      if (!painted) { painted = true; document.body.removeAttribute("aria-busy"); }
     }
   }
   document.addEventListener("DOMContentLoaded", function () {
-    document.getElementById("curve-pipeline").addEventListener("change", curves);
+    bindFilters();
     refresh();
     setInterval(refresh, 2000);
   });
