@@ -34,11 +34,17 @@ def _downgrade(path: Path, version: int, *statements: str) -> None:
         conn.close()
 
 
+def downgrade_to_v6(path: Path) -> None:
+    """What a file written before schema version 7 looks like: no ``task_logs``."""
+    _downgrade(path, 6, "DROP TABLE task_logs")
+
+
 def downgrade_to_v5(path: Path) -> None:
     """What a file written before schema version 6 looks like: a unique index on the key table's
     ids, no ``pipeline_ids`` and no high mark (the views of schema 4 rebuilt around the table)."""
     from pyattacker_plugins.store_sqlite import schema
 
+    downgrade_to_v6(path)
     _downgrade(
         path,
         5,

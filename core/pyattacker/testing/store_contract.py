@@ -30,6 +30,7 @@ from pyattacker.plugins.api import PAGE_KINDS, StoreBase, iter_rows
 from pyattacker.plugins.store_base import OPTIONAL_READS
 from pyattacker.plugins.store_stats import compute_stats
 from pyattacker.store.location import open_store
+from pyattacker.testing.log_contract import LogContract
 from pyattacker.testing.rows import (
     artifact,
     attempt,
@@ -115,7 +116,7 @@ def _stats_rows(store: Store) -> None:
     )
 
 
-class StoreContract:
+class StoreContract(LogContract):
     """The contract suite; see the module docstring for how to use it."""
 
     #: where a fresh store lives; ``{tmp}`` is replaced by a new temporary folder per test

@@ -47,6 +47,8 @@ class SqliteStore(CommitPath, RunRepair, RowReads, StoreAggregates, StoreBase):
     supports_handoffs = True
     #: ``commit_behind`` may return before the log is synced (``synchronous=full``)
     commits_behind = True
+    #: stores ``Batch.logs`` (schema 7)
+    keeps_logs = True
 
     def __init__(
         self,
