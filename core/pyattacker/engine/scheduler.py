@@ -22,6 +22,7 @@ from pyattacker.engine.control import Control
 from pyattacker.engine.outcomes import Outcomes
 from pyattacker.engine.signals import SignalGuard
 from pyattacker.engine.state import Group, PipelineState, RunState
+from pyattacker.engine.tasklog import end_attempt_log
 from pyattacker.engine.telemetry import Telemetry
 from pyattacker.engine.workqueue import EMPTY, WorkQueue
 from pyattacker.errors import (
@@ -183,6 +184,8 @@ class Scheduler:
                         error = exc
                     except BaseException as exc:  # a stop of the run, or the attempt's failure
                         error = self._base_exception(state, ctx, t0, wall0, exc)
+                    if run.task_logs:  # (empty unless some attempt logged a line)
+                        end_attempt_log(run, state)
                     n_leaked = 0
                     if ctx.held_leases:
                         leaked = ctx.reclaim_now()
