@@ -44,6 +44,7 @@ CORE_COMMANDS: dict[str, LazyCommand] = {
         ("report", "pyattacker.cli.views:report_command"),
         ("export", "pyattacker.cli.views:export_command"),
         ("watch", "pyattacker.cli.views:watch_command"),
+        ("logs", "pyattacker.cli.logs:logs_command"),
         ("plugins", "pyattacker.cli.plugins:plugins_command"),
     )
 }
@@ -51,7 +52,7 @@ CORE_COMMANDS: dict[str, LazyCommand] = {
 _CLICK_INPUT_CODES = (1, 2)
 PANELS = {
     "Run pipelines": ["run", "resume", "demo"],
-    "Look at results": ["report", "watch", "export", "serve"],
+    "Look at results": ["report", "watch", "logs", "export", "serve"],
     "Check the setup": ["validate", "init", "plugins", "bench"],
 }
 
