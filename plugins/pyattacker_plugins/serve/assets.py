@@ -20,6 +20,8 @@ STATIC: dict[str, tuple[str, str]] = {
     "/": ("text/html; charset=utf-8", "index.html"),
     "/app.js": ("text/javascript; charset=utf-8", "app.js"),
     "/app.css": ("text/css; charset=utf-8", "app.css"),
+    "/pipeline.html": ("text/html; charset=utf-8", "pipeline.html"),
+    "/pipeline.js": ("text/javascript; charset=utf-8", "pipeline.js"),
 }
 
 

@@ -88,6 +88,23 @@
     });
     return link;
   }
+  // the pipeline's own page (pipeline.html): attempts, leases, artifacts, logs
+  function pipelineLink(pipelineId, text) {
+    const link = el("a", text);
+    link.href = "/pipeline.html?" + new URLSearchParams({ pipeline_id: pipelineId }).toString();
+    return link;
+  }
+  // failures by error class (/failures): a count and one example each
+  async function failureGroups() {
+    const f = await get("/failures");
+    table(document.getElementById("failure-groups"), [["error", function (g) { return g.error_type; }],
+      ["class", function (g) { return g.error_class; }],
+      ["count", function (g) { return g.count; }],
+      ["tasks", function (g) { return short(g.tasks, 120); }],
+      ["example", function (g) { return pipelineLink(g.example.pipeline_id, g.example.key); }],
+      ["message", function (g) { return short(g.example.error_message, 300); }],
+      ["where", function (g) { return short(g.example.last_frame, 200); }]], f.groups);
+  }
   // task states per task name, as `watch` and `report` print them: handed_off=4 succeeded=6
   function stateCounts(states) {
     const box = el("span", null, "states");
@@ -302,8 +319,9 @@
       table(document.getElementById("tasks"), [["task", function (t) { return t.name; }],
         ["states", function (t) { return stateCounts(t.states); }]],
         Object.keys(byName).map(function (k) { return { name: k, states: byName[k] }; }));
+      await failureGroups();
       const pl = await get("/pipelines", { limit: 50 });
-      const columns = [["pipeline", function (p) { return p.key; }],
+      const columns = [["pipeline", function (p) { return pipelineLink(p.pipeline_id, p.key); }],
         ["name", function (p) { return p.name; }], ["state", function (p) { return p.state; }],
         ["tasks", function (p) { return p.n_tasks_done + "/" + p.n_tasks_total; }],
         ["attempts", function (p) { return p.attempts_total; }],
