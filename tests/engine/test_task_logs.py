@@ -138,3 +138,31 @@ def test_shell_run_streams_its_output_to_the_attempts_log() -> None:
     texts = _texts([row])
     assert ("stdout", "out1") in texts and ("stderr", "err1") in texts and ("stdout", "no newline") in texts
     assert row.task_name == "shell_run" and row.attempt == 1
+
+
+def test_two_runners_in_one_process_keep_their_own_logging_lines() -> None:
+    import threading
+
+    def make(tag: str) -> Any:
+        @task(name=f"t_{tag}")
+        async def body(value: Any) -> Any:
+            for _ in range(3):
+                logging.getLogger("both").warning("%s %s", tag, value["i"])
+                await asyncio.sleep(0)
+            return value
+
+        return body
+
+    stores = {tag: RecordingStore() for tag in ("a", "b")}
+
+    def go(tag: str) -> None:
+        Runner(store=stores[tag], handle_signals=False).run(pipeline(f"p{tag}", make(tag)).map(seeds(20)))
+
+    threads = [threading.Thread(target=go, args=(tag,)) for tag in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    for tag, store in stores.items():
+        texts = [text for _s, text in _texts(store.logs())]
+        assert len(texts) == 60 and all(text.startswith(f"both: {tag} ") for text in texts), (tag, texts[:5])

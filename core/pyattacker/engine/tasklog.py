@@ -129,6 +129,8 @@ class LogCapture(logging.Handler):
         state = getattr(task, "held", None) if type(task) is self.worker_type else None
         if state is None or state.attempt == 0 or state.seq >= state.n:  # between attempts
             return
+        if self.run.active.get(state.spec.key) is not state.spec:  # another runner's worker
+            return
         try:
             text = self.format(record)
         except Exception:  # a bad format string fails the record, never the task
