@@ -20,6 +20,7 @@ __all__ = [
     "Batch",
     "EventRecord",
     "HandoffRecord",
+    "LogRecord",
     "MetricPoint",
     "MetricRecord",
     "NoteRecord",
@@ -183,6 +184,30 @@ class EventRecord(msgspec.Struct, kw_only=True, gc=False):
     event_id: int | None = None
 
 
+class LogRecord(msgspec.Struct, kw_only=True, gc=False):
+    """The log of one attempt (``ctx.log``, Python ``logging`` in the task, ``shell_run`` output),
+    stored as one row with the attempt's commit: never a write per line.
+
+    ``lines`` are ``(ts, stream, text)``; ``stream`` is ``log``, a logging level name, ``stdout``
+    or ``stderr``. An attempt keeps at most ``run.log_bytes_per_attempt`` bytes of text: the
+    first lines are kept, the rest counted in ``dropped_lines`` / ``dropped_bytes``.
+    ``log_id`` is assigned by the store (ascending in commit order): the offset a follower
+    resumes after.
+    """
+
+    run_id: str
+    pipeline_id: str
+    task_run_id: str
+    task_name: str
+    seq: int
+    attempt: int
+    ts: float
+    lines: list[tuple[float, str, str]] = []
+    dropped_lines: int = 0
+    dropped_bytes: int = 0
+    log_id: int | None = None
+
+
 class ArtifactRecord(msgspec.Struct, kw_only=True, gc=False):
     """A task output (or the seed at ``seq=-1``): content-addressed, written when produced.
 
@@ -279,7 +304,8 @@ class Batch:
     metrics, resources. Progress: after the pipeline upserts, set ``cursor`` and
     ``attempts_total`` of an existing pipeline row (an unknown id is ignored). Appends:
     attempts, events, metric points (a point whose ``op_id`` exists is ignored), handoffs
-    (``handoff_id`` assigned like ``attempt_id``). ``finals_cleared``: pipeline ids whose stored
+    (``handoff_id`` assigned like ``attempt_id``), task logs (``log_id`` as read back; a store
+    that keeps no logs drops them). ``finals_cleared``: pipeline ids whose stored
     artifacts lose their final flag before this batch's artifacts are written (a pipeline with
     control flow keeps exactly one final artifact). ``resets``: applied before this batch's
     tasks and artifacts (the new traversal's rows in the same batch stay); an unknown pipeline
@@ -292,6 +318,7 @@ class Batch:
         "events",
         "finals_cleared",
         "handoffs",
+        "logs",
         "metric_points",
         "metrics",
         "pipelines",
@@ -315,6 +342,8 @@ class Batch:
         self.metric_points: list[MetricPoint] = []
         self.resources: list[ResourceRecord] = []
         self.handoffs: list[HandoffRecord] = []
+        #: attempts' logs, one row per attempt that wrote any (see ``LogRecord``)
+        self.logs: list[LogRecord] = []
         self.finals_cleared: list[str] = []
         #: pipelines with control flow that start again from the seed (see ``PipelineReset``)
         self.resets: list[PipelineReset] = []
@@ -332,6 +361,7 @@ class Batch:
             + len(self.metric_points)
             + len(self.resources)
             + len(self.handoffs)
+            + len(self.logs)
             + len(self.finals_cleared)
             + len(self.resets)
         )

@@ -19,6 +19,7 @@ from pyattacker.model import (
     Batch,
     EventRecord,
     HandoffRecord,
+    LogRecord,
     MetricPoint,
     MetricRecord,
     NoteRecord,
@@ -29,6 +30,7 @@ from pyattacker.model import (
 )
 from pyattacker.plugins.api import PAGE_KINDS, StoreBase, StoreOpenerBase
 from pyattacker.plugins.run_notes import config_note, next_note
+from pyattacker.plugins.store_base import select_logs
 from pyattacker.plugins.store_queries import PipelineQuery, TimeBucket, bucket_attempts, select_pipelines
 from pyattacker.plugins.store_stats import count_states
 
@@ -46,6 +48,7 @@ class MemoryStore(StoreBase):
     supports_handoffs = True
     #: keeps every revision of each run's notes
     supports_notes = True
+    keeps_logs = True
 
     def __init__(self, location: str = ":memory:") -> None:
         self.location = location
@@ -57,6 +60,7 @@ class MemoryStore(StoreBase):
         self._attempts: list[AttemptRecord] = []
         self._events: list[EventRecord] = []
         self._handoffs: list[HandoffRecord] = []
+        self._logs: list[LogRecord] = []
         #: per pipeline: its ledger rows, and the ids of its artifacts marked final (what
         #: ``finals_cleared`` unmarks): a jump and a finish cost no scan of every stored row
         self._ledger: dict[str, list[HandoffRecord]] = {}
@@ -81,6 +85,7 @@ class MemoryStore(StoreBase):
         attempts = [_copy(a) for a in batch.attempts]
         events = [_copy(e) for e in batch.events]
         handoffs = [_copy(h) for h in batch.handoffs]
+        logs = [msgspec.structs.replace(g, lines=list(g.lines)) for g in batch.logs]
         metrics = [_copy(m) for m in batch.metrics]
         points = [_copy(p) for p in batch.metric_points]
         resources = [_copy(r) for r in batch.resources]
@@ -122,6 +127,9 @@ class MemoryStore(StoreBase):
             h.handoff_id = original_h.handoff_id = len(self._handoffs) + 1
             self._handoffs.append(h)
             self._ledger.setdefault(h.pipeline_id, []).append(h)
+        for original_g, g in zip(batch.logs, logs, strict=True):
+            g.log_id = original_g.log_id = len(self._logs) + 1
+            self._logs.append(g)
         for m in metrics:
             self._metrics[(m.run_id, m.pipeline_id, m.name)] = m
         for pt in points:
@@ -202,6 +210,18 @@ class MemoryStore(StoreBase):
         return sum(
             1 for h in self._handoffs if h.operation == "forward" and (run_id is None or h.run_id == run_id)
         )
+
+    def logs(
+        self,
+        *,
+        run_id: str | None = None,
+        pipeline_id: str | None = None,
+        task: str | None = None,
+        after: int | None = None,
+        limit: int = 1000,
+    ) -> list[LogRecord]:
+        start = 0 if after is None else max(0, after)  # log_id n sits at index n - 1
+        return select_logs(self._logs[start:], run_id, pipeline_id, task, after, limit)
 
     def get_run(self, run_id: str) -> RunRecord | None:
         row = self._runs.get(run_id)

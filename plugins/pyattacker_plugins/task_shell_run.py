@@ -5,6 +5,8 @@ A list is executed directly; a string goes through ``/bin/sh -c``. The result is
 ``{"returncode": int, "stdout": str, "stderr": str, "json": Any}`` where ``stdout`` is always
 the decoded text and ``json`` is stdout parsed as JSON when (and only when) it is one JSON
 document, else ``None`` (a stable shape is easier to consume than a type that depends on output).
+Each line of stdout and stderr also goes to the attempt's log as it arrives (``ctx.log``,
+streams ``stdout`` / ``stderr``; ``pyattacker logs`` shows them).
 
 The child runs in its own process group (``start_new_session=True``). On timeout, on
 cancellation (including cancellation while the process is being created) and after a normal
@@ -16,9 +18,10 @@ zombies behind. With ``check`` a non-zero exit raises ``ShellCommandError``
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -30,6 +33,8 @@ from pyattacker.plugins.hookspecs import Register
 __all__ = ["ShellCommandError", "kill_group", "run_command", "shell_run"]
 
 _TAIL = 2000
+#: ``(stream, line)``: a line of the command's output ("stdout" or "stderr"), as it arrives
+OnLine = Callable[[str, str], Any]
 
 
 class ShellCommandError(PyAttackerError):
@@ -110,16 +115,42 @@ async def _feed_stdin(stdin: asyncio.StreamWriter, data: bytes) -> None:
         stdin.close()
 
 
-async def _exchange(proc: asyncio.subprocess.Process, data: bytes) -> tuple[bytes, bytes]:
+async def _drain(stream: asyncio.StreamReader, name: str, on_line: OnLine | None) -> bytes:
+    """Everything ``stream`` gives until EOF; each complete line also goes to ``on_line`` as it
+    arrives (the last one at EOF even without its newline)."""
+    if on_line is None:
+        return await stream.read()
+    chunks: list[bytes] = []
+    partial = b""
+    while chunk := await stream.read(65536):
+        chunks.append(chunk)
+        *lines, partial = (partial + chunk).split(b"\n")
+        for line in lines:
+            on_line(name, line.decode(errors="replace"))
+    if partial:
+        on_line(name, partial.decode(errors="replace"))
+    return b"".join(chunks)
+
+
+async def _exchange(
+    proc: asyncio.subprocess.Process, data: bytes, on_line: OnLine | None
+) -> tuple[bytes, bytes]:
     """Feed stdin while draining stdout and stderr (no pipe can fill up), then reap the child."""
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    _, out, err = await asyncio.gather(_feed_stdin(proc.stdin, data), proc.stdout.read(), proc.stderr.read())
+    _, out, err = await asyncio.gather(
+        _feed_stdin(proc.stdin, data),
+        _drain(proc.stdout, "stdout", on_line),
+        _drain(proc.stderr, "stderr", on_line),
+    )
     await proc.wait()
     return out, err
 
 
-async def run_command(command: str | list[str], data: bytes, timeout_s: float | None) -> tuple[int, str, str]:
-    """Run ``command`` with ``data`` on stdin; ``(returncode, stdout, stderr)``; never leaks processes."""
+async def run_command(
+    command: str | list[str], data: bytes, timeout_s: float | None, on_line: OnLine | None = None
+) -> tuple[int, str, str]:
+    """Run ``command`` with ``data`` on stdin; ``(returncode, stdout, stderr)``; never leaks
+    processes. ``on_line(stream, line)`` gets each line of output as it arrives."""
     creation = asyncio.ensure_future(_spawn(command))
     try:
         proc = await asyncio.shield(creation)
@@ -132,7 +163,7 @@ async def run_command(command: str | list[str], data: bytes, timeout_s: float | 
             await _kill_and_reap(late)
         raise
     try:
-        out, err = await asyncio.wait_for(_exchange(proc, data), timeout_s)
+        out, err = await asyncio.wait_for(_exchange(proc, data, on_line), timeout_s)
     except TimeoutError:
         await _kill_and_reap(proc)
         raise TimeoutError(
@@ -154,6 +185,10 @@ def _parse_json(text: str) -> Any:
         return None
 
 
+def _log_line(ctx: Any, stream: str, line: str) -> None:
+    ctx.log(line, stream=stream)
+
+
 @factory_task
 def shell_run(command: str | list[str], timeout_s: float = 60, check: bool = True) -> TaskSpec:
     """Build the task; the command is checked here so ``validate`` reports a bad one."""
@@ -163,12 +198,14 @@ def shell_run(command: str | list[str], timeout_s: float = 60, check: bool = Tru
     if not isinstance(check, bool):
         raise ConfigError(f"shell_run: check must be true or false, got {check!r}")
 
-    async def run(value: Any) -> dict[str, Any]:
+    async def run(value: Any, ctx: Any) -> dict[str, Any]:
         try:
             data = msgspec.json.encode(value)
         except (TypeError, msgspec.EncodeError) as exc:
             raise ConfigError(f"shell_run: the input is not JSON-encodable: {exc}") from None
-        code, out, err = await run_command(argv, data, float(timeout_s))
+
+        on_line = None if ctx is None else functools.partial(_log_line, ctx)
+        code, out, err = await run_command(argv, data, float(timeout_s), on_line)
         if check and code != 0:
             raise ShellCommandError(code, err)
         return {"returncode": code, "stdout": out, "stderr": err, "json": _parse_json(out)}

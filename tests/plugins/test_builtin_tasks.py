@@ -99,17 +99,17 @@ def test_shell_run_json_roundtrip() -> None:
     spec = _factory("shell_run")(
         command=[sys.executable, "-c", "import json,sys; print(json.dumps(json.load(sys.stdin)))"]
     )
-    result = asyncio.run(spec.fn({"a": [1, 2]}))
+    result = asyncio.run(spec.fn({"a": [1, 2]}, None))
     assert result["returncode"] == 0 and result["json"] == {"a": [1, 2]}
     shell = _factory("shell_run")(command="cat; echo oops >&2; exit 3", check=False)
-    out = asyncio.run(shell.fn("hi"))
+    out = asyncio.run(shell.fn("hi", None))
     assert out == {"returncode": 3, "stdout": '"hi"', "stderr": "oops\n", "json": "hi"}
 
 
 def test_shell_run_check_raises() -> None:
     spec = _factory("shell_run")(command="exit 4")
     with pytest.raises(Exception, match="command exited with 4") as info:
-        asyncio.run(spec.fn(None))
+        asyncio.run(spec.fn(None, None))
     assert getattr(info.value, "error_class", None) == "command_failed"
 
 
@@ -117,7 +117,7 @@ def test_shell_run_timeout_kills_the_process_group(tmp_path: Path) -> None:
     marker = tmp_path / "pids"
     spec = _factory("shell_run")(command=[sys.executable, "-c", SPAWNER, str(marker)], timeout_s=1.0)
     with pytest.raises(TimeoutError, match="timed out"):
-        asyncio.run(spec.fn({}))
+        asyncio.run(spec.fn({}, None))
     pids = _pids(marker)
     assert len(pids) == 2
     assert _wait_gone(pids), f"still running: {[p for p in pids if _alive(p)]}"
@@ -128,7 +128,7 @@ def test_shell_run_cancellation_kills_the_process_group(tmp_path: Path) -> None:
     spec = _factory("shell_run")(command=[sys.executable, "-c", SPAWNER, str(marker)], timeout_s=60)
 
     async def main() -> list[int]:
-        job = asyncio.ensure_future(spec.fn({}))
+        job = asyncio.ensure_future(spec.fn({}, None))
         for _ in range(200):
             await asyncio.sleep(0.05)
             if marker.exists() and marker.read_text().strip():
@@ -147,7 +147,7 @@ def test_shell_run_cancelled_while_spawning_leaves_nothing(tmp_path: Path) -> No
     spec = _factory("shell_run")(command=[sys.executable, "-c", SPAWNER, str(marker)], timeout_s=60)
 
     async def main() -> None:
-        job = asyncio.ensure_future(spec.fn({}))
+        job = asyncio.ensure_future(spec.fn({}, None))
         await asyncio.sleep(0)  # the task has started creating the process
         job.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -34,8 +34,14 @@ def _downgrade(path: Path, version: int, *statements: str) -> None:
         conn.close()
 
 
+def downgrade_to_v7(path: Path) -> None:
+    """What a file written before schema version 8 looks like: no ``task_logs``."""
+    _downgrade(path, 7, "DROP TABLE task_logs")
+
+
 def downgrade_to_v6(path: Path) -> None:
-    """What a file written before schema version 7 looks like: no ``run_notes``."""
+    """What a file written before schema version 7 looks like: no ``run_notes`` (nor ``task_logs``)."""
+    downgrade_to_v7(path)
     _downgrade(path, 6, "DROP TABLE run_notes")
 
 

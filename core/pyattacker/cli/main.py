@@ -47,6 +47,7 @@ CORE_COMMANDS: dict[str, LazyCommand] = {
         ("runs", "pyattacker.cli.runs:runs_command"),
         ("compare", "pyattacker.cli.runs:compare_command"),
         ("note", "pyattacker.cli.runs:note_command"),
+        ("logs", "pyattacker.cli.logs:logs_command"),
         ("plugins", "pyattacker.cli.plugins:plugins_command"),
     )
 }
@@ -54,7 +55,7 @@ CORE_COMMANDS: dict[str, LazyCommand] = {
 _CLICK_INPUT_CODES = (1, 2)
 PANELS = {
     "Run pipelines": ["run", "resume", "demo"],
-    "Look at results": ["report", "runs", "compare", "note", "watch", "export", "serve"],
+    "Look at results": ["report", "runs", "compare", "note", "watch", "logs", "export", "serve"],
     "Check the setup": ["validate", "init", "plugins", "bench"],
 }
 

@@ -63,6 +63,7 @@ class RunSection(msgspec.Struct, kw_only=True):
     stop_after_s: PositiveFloat | None = None
     stall_after_s: PositiveFloat | None = 60.0
     max_handoffs: PositiveInt = 1000
+    log_bytes_per_attempt: PositiveInt = 65536
     retry_succeeded: bool = False
     fresh_restart: bool = False
     seed: int = 0

@@ -19,6 +19,7 @@ import msgspec
 
 from pyattacker.digest import digest_bytes
 from pyattacker.engine.metrics import MetricRejected, check_points, check_value
+from pyattacker.engine.tasklog import write_line
 from pyattacker.errors import PoolNotFound
 from pyattacker.model import Batch, MetricPoint, MetricRecord
 
@@ -334,6 +335,21 @@ class TaskContext(msgspec.Struct, eq=False):
             )
         except Exception as exc:  # defensive: emit must never fail a task
             log.warning("pyattacker: ctx.emit(%r) dropped: %s", kind, exc)
+
+    def log(self, message: Any, *args: Any, stream: str = "log") -> bool:
+        """Write a line to this attempt's log (``%``-formatted with ``args``, as ``logging``
+        does; several lines if it holds newlines). Stored with the attempt's commit, never a
+        write per line; ``pyattacker logs`` and the viewer show it. Returns False (and keeps
+        nothing) once the attempt has ended."""
+        if not isinstance(stream, str) or not stream or len(stream) > 32:
+            raise TypeError(f"ctx.log(stream=...): a name of 1 to 32 characters, got {stream!r}")
+        text = str(message)
+        if args:
+            try:
+                text %= args
+            except (TypeError, ValueError) as exc:
+                text = f"{text} {args!r} (log arguments do not fit: {exc})"
+        return write_line(self._run, self._state, self.seq, self.attempt, stream, text)
 
     def _reject(self, what: str, exc: Exception) -> bool:
         self.metric_failures += 1

@@ -29,11 +29,12 @@ from pyattacker.engine.metrics import MetricRejected, check_value
 from pyattacker.engine.outcomes import FinishedCallback, Outcomes
 from pyattacker.engine.report import RunReport
 from pyattacker.engine.resume import Resumer
-from pyattacker.engine.scheduler import Scheduler
+from pyattacker.engine.scheduler import Scheduler, Worker
 from pyattacker.engine.settings import RunConfig
 from pyattacker.engine.signals import SignalGuard
 from pyattacker.engine.stall import StallWatch
 from pyattacker.engine.state import PipelineState, RunState
+from pyattacker.engine.tasklog import LogCapture, end_all
 from pyattacker.engine.telemetry import Telemetry, pool_stats
 from pyattacker.engine.workqueue import WorkQueue
 from pyattacker.errors import ConfigError, PoolNotFound, StoreUnavailable
@@ -387,6 +388,7 @@ class _Run:
             now=run.mono,
         )
         recorder.on_sink_error = telemetry.sink_failed
+        capture = LogCapture(run, Worker)
         run_row = self._start(telemetry.run_row(self.backend))
         telemetry.attach_pools()
         if cfg.handle_signals:
@@ -402,6 +404,7 @@ class _Run:
         timer = loop.call_later(cfg.stop_after_s, run.stop, "stop_after_s") if cfg.stop_after_s else None
         outer_cancel = False
         assert run.complete is not None
+        capture.install()  # removed in the ``finally`` below
         try:
             await run.complete.wait()
         except asyncio.CancelledError:
@@ -424,6 +427,7 @@ class _Run:
                 run.grace_timer.cancel()
             self.signals.restore()
             telemetry.detach_pools()
+            capture.remove()
         report = self._finish(run_row)
         if outer_cancel:
             raise asyncio.CancelledError()
@@ -475,6 +479,7 @@ class _Run:
             data={"status": status, "duration_ms": duration_ms, "stop_reason": run.stop_reason},
         )
         run.counters["sink_errors"] = recorder.sink_errors
+        end_all(run)
         final = Batch()
         run_row.status = status
         run_row.ended_at = ended

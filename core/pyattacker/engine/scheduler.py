@@ -14,7 +14,7 @@ import functools
 import heapq
 import itertools
 import logging
-from typing import Any
+from typing import Any, cast
 
 from pyattacker.engine.checkpoint import Checkpointer, error_text, format_traceback
 from pyattacker.engine.context import _ENDED, TaskContext
@@ -22,6 +22,7 @@ from pyattacker.engine.control import Control
 from pyattacker.engine.outcomes import Outcomes
 from pyattacker.engine.signals import SignalGuard
 from pyattacker.engine.state import Group, PipelineState, RunState
+from pyattacker.engine.tasklog import end_attempt_log
 from pyattacker.engine.telemetry import Telemetry
 from pyattacker.engine.workqueue import EMPTY, WorkQueue
 from pyattacker.errors import (
@@ -128,11 +129,9 @@ class Scheduler:
         return worker
 
     async def work(self, queue: Queue) -> None:
-        """One worker: drive each pipeline it takes through its tasks, inline (every suspension
-        of a task body passes through each coroutine above it, so a coroutine of its own per
-        pipeline or per attempt would cost on every one)."""
-        me = asyncio.current_task()
-        assert isinstance(me, Worker)
+        """One worker: drive each pipeline it takes through its tasks, inline (a coroutine per
+        pipeline or attempt would cost on every suspension of a task body, which passes through it)."""
+        me = cast(Worker, asyncio.current_task())  # (started by ``_start_worker``)
         run, outcomes, checkpoints = self.run, self.outcomes, self.checkpoints
         mono, wall, counters = run.mono, run.wall, run.counters
         while True:
@@ -183,6 +182,8 @@ class Scheduler:
                         error = exc
                     except BaseException as exc:  # a stop of the run, or the attempt's failure
                         error = self._base_exception(state, ctx, t0, wall0, exc)
+                    if run.task_logs:  # (empty unless some attempt logged a line)
+                        end_attempt_log(run, state)
                     n_leaked = 0
                     if ctx.held_leases:
                         leaked = ctx.reclaim_now()

@@ -83,6 +83,8 @@ class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     events: str = "standard"
     meta: dict[str, Any] = {}
     max_handoffs: int = 1000
+    #: bytes of log text an attempt keeps (``ctx.log``, ``logging``, ``shell_run``); the rest is counted
+    log_bytes_per_attempt: int = 65536
 
     def __post_init__(self) -> None:
         if self.journal not in JOURNALS:
@@ -95,6 +97,7 @@ class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         _positive_int("stop_after_failures", self.stop_after_failures, allow_none=True)
         _positive_int("write_batch", self.write_batch)
         _positive_int("max_handoffs", self.max_handoffs)
+        _positive_int("log_bytes_per_attempt", self.log_bytes_per_attempt)
         _positive_number("heartbeat_s", self.heartbeat_s)
         _positive_number("grace_s", self.grace_s, allow_zero=True)
         _positive_number("stale_after_s", self.stale_after_s)

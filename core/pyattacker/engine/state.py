@@ -17,6 +17,7 @@ from pyattacker.model import ArtifactRecord, HandoffRecord, PipelineRecord
 if TYPE_CHECKING:
     from pyattacker.engine.runner import Runner
     from pyattacker.engine.settings import RunConfig
+    from pyattacker.engine.tasklog import AttemptLog
     from pyattacker.engine.telemetry import Telemetry
     from pyattacker.flow.chain import PipelineSpec
     from pyattacker.plugins.store_base import StoreBase
@@ -168,6 +169,8 @@ class RunState:
         self.owns_signals = False
         #: pipelines skipped as succeeded without an event each (one ``run.skipped`` at the end)
         self.skipped_quietly = 0
+        #: the log of each pipeline's running attempt, for those that wrote a line (``tasklog``)
+        self.task_logs: dict[PipelineState, AttemptLog] = {}
         #: a future done from the start: what ``async with ctx.acquire()`` awaits on its way out
         self.finished_future: asyncio.Future[None] | None = None
 

@@ -20,11 +20,14 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+import msgspec
+
 from pyattacker.errors import ConfigError, PluginError, StoreFeatureUnsupported
 from pyattacker.model import (
     ArtifactRecord,
     Batch,
     HandoffRecord,
+    LogRecord,
     MetricPoint,
     MetricRecord,
     NoteRecord,
@@ -48,6 +51,7 @@ __all__ = [
     "Totals",
     "adapt_store",
     "iter_rows",
+    "select_logs",
     "location_path",
     "split_scheme",
 ]
@@ -133,6 +137,8 @@ class StoreBase(ABC):
       subclass that defines ``commit_behind`` gets ``commits_behind = True`` unless it says.
     * ``supports_notes``: ``write_note`` keeps a new revision of a run's notes (without it,
       a run's notes are its config's ``run.notes``, read-only).
+    * ``keeps_logs``: ``commit`` stores ``Batch.logs`` and ``logs()`` reads them back; a store
+      without it drops them (the run still works, ``pyattacker logs`` shows nothing).
     """
 
     location: str = ""
@@ -144,6 +150,7 @@ class StoreBase(ABC):
     supports_handoffs: ClassVar[bool] = False
     commits_behind: ClassVar[bool] = False
     supports_notes: ClassVar[bool] = False
+    keeps_logs: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A class that defines ``commit_behind`` and says nothing of ``commits_behind`` means it."""
@@ -227,6 +234,21 @@ class StoreBase(ABC):
             for h in self.handoffs(p.pipeline_id)
             if h.operation == "forward" and (run_id is None or h.run_id == run_id)
         )
+
+    # -- task logs ----------------------------------------------------------------------------------
+    def logs(
+        self,
+        *,
+        run_id: str | None = None,
+        pipeline_id: str | None = None,
+        task: str | None = None,
+        after: int | None = None,
+        limit: int = 1000,
+    ) -> list[LogRecord]:
+        """Up to ``limit`` attempts' logs with ``log_id > after``, in ``log_id`` order, of
+        ``run_id`` (the writing run), ``pipeline_id`` and task name ``task`` when given. Empty
+        for a store that keeps no logs (``keeps_logs``)."""
+        return []
 
     # -- aggregates (a report over a store) ---------------------------------------------------------
     def pipeline_summaries(self, run_id: str | None = None) -> Iterable[Summary]:
@@ -455,7 +477,7 @@ class _AdaptedStore(StoreBase):
         self.location = str(getattr(inner, "location", ""))
         self.read_only = bool(getattr(inner, "read_only", False))
         self.lost_contents = getattr(inner, "lost_contents", None)
-        for name in (*REQUIRED_METHODS, *OPTIONAL_READS):
+        for name in (*REQUIRED_METHODS, *OPTIONAL_READS, "logs"):
             method = getattr(inner, name, None)
             if callable(method):
                 setattr(self, name, method)
@@ -471,6 +493,7 @@ class _AdaptedStore(StoreBase):
         self.supports_notes = getattr(cls, "supports_notes", False) is True  # type: ignore[misc]
         behind = getattr(cls, "commit_behind", None)
         self.commits_behind = behind is not None  # type: ignore[misc]
+        self.keeps_logs = getattr(cls, "keeps_logs", False) is True  # type: ignore[misc]
         if behind is not None:
             self.commit_behind = inner.commit_behind  # type: ignore[method-assign]
         self._ledger = getattr(inner, "has_ledger", self.supports_handoffs) is not False
@@ -530,6 +553,33 @@ def adapt_store(obj: Any, where: str = "store") -> StoreBase:
             " (see pyattacker.plugins.api.StoreBase)"
         )
     return _AdaptedStore(obj)
+
+
+def select_logs(
+    rows: Iterable[LogRecord],
+    run_id: str | None,
+    pipeline_id: str | None,
+    task: str | None,
+    after: int | None,
+    limit: int,
+) -> list[LogRecord]:
+    """``StoreBase.logs`` over rows held in ``log_id`` order (the memory and JSONL stores)."""
+    out: list[LogRecord] = []
+    if limit <= 0:
+        return out
+    for row in rows:
+        if after is not None and (row.log_id or 0) <= after:
+            continue
+        if run_id is not None and row.run_id != run_id:
+            continue
+        if pipeline_id is not None and row.pipeline_id != pipeline_id:
+            continue
+        if task is not None and row.task_name != task:
+            continue
+        out.append(msgspec.structs.replace(row, lines=list(row.lines)))
+        if len(out) >= limit:
+            break
+    return out
 
 
 # -- openers --------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pyattacker.model import (
     AttemptRecord,
     Batch,
     EventRecord,
+    LogRecord,
     MetricPoint,
     MetricRecord,
     PipelineRecord,
@@ -25,6 +26,7 @@ __all__ = [
     "batch_of",
     "commit",
     "event",
+    "log_row",
     "metric",
     "pipeline",
     "point",
@@ -118,3 +120,18 @@ def commit(store: Store, **rows: list[Any]) -> Batch:
     b = batch_of(**rows)
     store.commit(b)
     return b
+
+
+def log_row(pid: str, seq: int = 0, run_id: str = "r1", n: int = 1, **kw: Any) -> LogRecord:
+    """An attempt's log with ``lines`` (default: one line of each stream)."""
+    return LogRecord(
+        run_id=run_id,
+        pipeline_id=pid,
+        task_run_id=f"{pid}:{seq}",
+        task_name=kw.pop("task_name", f"t{seq}"),
+        seq=seq,
+        attempt=n,
+        ts=kw.pop("ts", 1.0),
+        lines=kw.pop("lines", [(1.0, "log", "hello"), (1.5, "stderr", "<b>é</b>")]),
+        **kw,
+    )

@@ -31,6 +31,7 @@ from pyattacker.plugins.store_base import OPTIONAL_READS
 from pyattacker.plugins.store_queries import PIPELINE_SORTS, PipelineQuery, pipeline_sort_value
 from pyattacker.plugins.store_stats import compute_stats
 from pyattacker.store.location import open_store
+from pyattacker.testing.log_contract import LogContract
 from pyattacker.testing.notes_contract import NotesContract
 from pyattacker.testing.rows import (
     artifact,
@@ -157,7 +158,7 @@ def _find_all(store: Store, query: PipelineQuery, size: int) -> list[str]:
     return seen
 
 
-class StoreContract(NotesContract):
+class StoreContract(NotesContract, LogContract):
     """The contract suite; see the module docstring for how to use it."""
 
     #: where a fresh store lives; ``{tmp}`` is replaced by a new temporary folder per test

@@ -14,10 +14,10 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from pyattacker.plugins.store_base import StoreBase
+from pyattacker.plugins.store_base import StoreBase, iter_rows
 from pyattacker.views.common import read_only_store
 
-__all__ = ["attach_tracebacks", "last_frame", "last_frame_text", "with_tracebacks"]
+__all__ = ["attach_tracebacks", "group_failures", "last_frame", "last_frame_text", "with_tracebacks"]
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<function>.*)$')
 #: the events that show a pipeline's failure (the task's last failed attempt, the pipeline's end)
@@ -73,6 +73,36 @@ def with_tracebacks(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
         tb = found.get((e["store"], e["pipeline_id"]))
         out.append({**e, "last_frame": last_frame(tb), "traceback": tb})
     return out
+
+
+def group_failures(store: StoreBase, run_id: str | None) -> list[dict[str, Any]]:
+    """The failed pipelines of ``run_id`` (None: every run) grouped by the class of the error
+    that failed them (``error_type``, with the runner's ``error_class`` for it), largest group
+    first: ``{"error_type", "error_class", "count", "tasks": {task: count}, "example": {...}}``;
+    the example is the group's first failure in page order, with its last frame."""
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for p in iter_rows(store, "pipelines", run_id=run_id, state="failed"):
+        name = (p.error_type or "unknown", p.error_class or "unknown")
+        group = groups.get(name)
+        if group is None:
+            group = groups[name] = {
+                "error_type": name[0],
+                "error_class": name[1],
+                "count": 0,
+                "tasks": {},
+                "example": {
+                    "pipeline_id": p.pipeline_id,
+                    "key": p.key,
+                    "run_id": p.run_id,
+                    "failed_task": p.failed_task,
+                    "error_message": p.error_message,
+                    "last_frame": last_frame_text(p.traceback),
+                },
+            }
+        group["count"] += 1
+        task = p.failed_task or "?"
+        group["tasks"][task] = group["tasks"].get(task, 0) + 1
+    return sorted(groups.values(), key=lambda g: (-g["count"], g["error_type"], g["error_class"]))
 
 
 def _ends_the_pipeline(kind: str, row: dict[str, Any], p: Any) -> bool:

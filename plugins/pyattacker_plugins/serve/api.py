@@ -23,15 +23,16 @@ from typing import Any
 from pyattacker import ConfigError
 from pyattacker.errors import StoreUnavailable
 from pyattacker.model import PIPELINE_STATES
-from pyattacker.plugins.store_base import StoreBase, iter_rows
+from pyattacker.plugins.store_base import StoreBase
 from pyattacker.views.common import ALL_RUNS, RunChoice, choose_run, open_view, to_plain
 from pyattacker.views.compare import compare_in_store
-from pyattacker.views.failures import last_frame, last_frame_text
+from pyattacker.views.failures import last_frame_text
 from pyattacker.views.live import LiveDigest, snapshot
 from pyattacker.views.runs import store_runs
 
 from .assets import STATIC
 from .dashboard_api import ParamError, pipeline_query, sort_key, timeline
+from .drilldown import failure_groups, log_page, pipeline_detail
 from .shared_answers import ANSWER_TTL_S, SharedAnswers
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Api", "ApiError", "prometheus_text", "single_values"]
@@ -171,12 +172,14 @@ class Api:
             "/errors": self.errors,
             "/curves": self.curves,
             "/timeline": self.timeline,
+            "/failures": self.failures,
+            "/logs": self.logs,
         }
         self.routes.update({"/runs": self.runs, "/compare": self.compare})
 
     @property
     def paths(self) -> list[str]:
-        return [*STATIC, "/healthz", *self.routes]
+        return [*STATIC, "/healthz", "/logs/stream", *self.routes]
 
     def digest(self, run_id: str | None) -> LiveDigest:
         with self._lock:
@@ -344,19 +347,54 @@ class Api:
 
     def pipeline(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         """One pipeline in full (``pipeline_id`` required): its row with the whole traceback of
-        the error that failed it and that traceback's last frame, its tasks and its ledger."""
+        the error that failed it and that traceback's last frame, its tasks, ledger, attempts,
+        metrics, artifacts and first page of logs (``drilldown.pipeline_detail``)."""
         pid = params.get("pipeline_id")
         if not pid:
             raise ApiError(400, "parameter 'pipeline_id' is required")
         p = store.lookup_pipelines([pid]).get(pid)
         if p is None:
             raise ApiError(404, f"no pipeline {pid!r} in this store")
-        row = to_plain(p)
-        row["last_frame"] = last_frame(p.traceback)
-        row["n_tasks_done"] = p.cursor
-        row["tasks"] = [to_plain(t) for t in iter_rows(store, "tasks", pipeline_id=pid)]
-        row["handoffs"] = [to_plain(h) for h in _ledgers(store, [pid]).get(pid, ())]
-        return row
+        return pipeline_detail(store, p)
+
+    def failures(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+        """The run's failures grouped by error class, with counts and an example each."""
+        return failure_groups(store, choice.run_id)
+
+    def logs(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+        """A page of task logs (``pipeline_id``, ``task``, ``run_id`` filter; ``after``: a
+        ``log_id``, the previous page's ``next``)."""
+        after = _int_param(params, "after", 0)
+        return log_page(
+            store,
+            params.get("pipeline_id") or None,
+            params.get("run_id") or None,
+            params.get("task") or None,
+            after or None,
+            _limit(params),
+        )
+
+    def stream_filters(
+        self, pairs: list[tuple[str, str]], last_event_id: str | None
+    ) -> tuple[dict[str, Any], int]:
+        """The filters and the offset of a ``/logs/stream`` request: ``Last-Event-ID`` (a
+        reconnecting browser's) wins over ``after``; either must be a log id (400 otherwise)."""
+        params = single_values(pairs)
+        if last_event_id is not None and last_event_id.strip():
+            params["after"] = last_event_id.strip()
+        after = _int_param(params, "after", 0)
+        filters = {
+            "pipeline_id": params.get("pipeline_id") or None,
+            "run_id": params.get("run_id") or None,
+            "task": params.get("task") or None,
+        }
+        return filters, after
+
+    @contextmanager
+    def store_for_stream(self) -> Iterator[StoreBase]:
+        """A read-only connection for one stream (a 503 when the store cannot be read)."""
+        with self._store() as store:
+            yield store
 
     def resources(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         limit = _limit(params)

@@ -28,6 +28,8 @@ STATIC: dict[str, tuple[str, str]] = {
     # uPlot (MIT, static/vendor/uplot/LICENSE), vendored: the viewer loads nothing from elsewhere
     "/vendor/uplot/uPlot.iife.min.js": ("text/javascript; charset=utf-8", "vendor/uplot/uPlot.iife.min.js"),
     "/vendor/uplot/uPlot.min.css": ("text/css; charset=utf-8", "vendor/uplot/uPlot.min.css"),
+    "/pipeline.html": ("text/html; charset=utf-8", "pipeline.html"),
+    "/pipeline.js": ("text/javascript; charset=utf-8", "pipeline.js"),
 }
 
 

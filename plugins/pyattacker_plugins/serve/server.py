@@ -29,6 +29,7 @@ from pyattacker.views.common import read_only_store
 
 from .api import Api, ApiError
 from .assets import STATIC, read_asset
+from .drilldown import SSE_HOLD_S, log_stream
 from .security import MAX_QUERY_BYTES, SECURITY_HEADERS, Guard
 from .shared_answers import ANSWER_TTL_S
 
@@ -53,6 +54,8 @@ _PROM_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _FORMATS = ("", "json", "prometheus")
 #: the methods the viewer answers (the ``Allow`` header of every 405)
 _ALLOW = "GET, HEAD"
+#: task logs as Server-Sent Events (answered by the handler itself: a response that streams)
+STREAM_PATH = "/logs/stream"
 
 
 class ViewerServer(ThreadingHTTPServer):
@@ -77,11 +80,14 @@ class ViewerServer(ThreadingHTTPServer):
         max_connections: int = MAX_CONNECTIONS,
         answer_ttl_s: float = ANSWER_TTL_S,
         request_deadline_s: float = REQUEST_DEADLINE_S,
+        sse_hold_s: float = SSE_HOLD_S,
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {max_connections}")
         self.max_connections = max_connections
         self.request_deadline_s = request_deadline_s
+        #: how long one ``/logs/stream`` response stays open before the browser reconnects
+        self.sse_hold_s = sse_hold_s
         self._busy = _busy_answer(max_connections)
         self._active = 0
         self._slots_lock = threading.Lock()
@@ -345,6 +351,9 @@ class _Handler(BaseHTTPRequestHandler):
             content_type, name = STATIC[path]
             self._send(200, read_asset(name), content_type)
             return
+        if path == STREAM_PATH:
+            self._stream_logs(pairs)
+            return
         try:
             params = self.server.api.params(path, pairs)
             if path == "/metrics" and self._wants_prometheus(params):
@@ -357,6 +366,31 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(500, {"error": f"{type(exc).__name__}: {exc}"})
 
     do_HEAD = do_GET
+
+    def _stream_logs(self, pairs: list[tuple[str, str]]) -> None:
+        """``/logs/stream``: task logs as Server-Sent Events, resumed after ``Last-Event-ID``.
+        The response ends after ``sse_hold_s`` (the browser reconnects); the connection closes
+        with it. Bad parameters are a 400 and an unreadable store a 503, before any event."""
+        api = self.server.api
+        try:
+            filters, after = api.stream_filters(pairs, self.headers.get("Last-Event-ID"))
+            with api.store_for_stream() as store:
+                self.close_connection = True
+                self.send_response(200)
+                for name, value in SECURITY_HEADERS.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                if self.command == "HEAD":
+                    return
+                for chunk in log_stream(store, filters, after or None, hold_s=self.server.sse_hold_s):
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+        except ApiError as exc:
+            self._json(exc.status, exc.body)
+        except (ConnectionError, TimeoutError):  # the client went away: the stream just ends
+            return
 
     def _wants_prometheus(self, params: dict[str, str]) -> bool:
         """``format=prometheus``, or a Prometheus scraper's Accept header when no format is

@@ -18,6 +18,7 @@ from pyattacker.model import (
     AttemptRecord,
     EventRecord,
     HandoffRecord,
+    LogRecord,
     MetricPoint,
     MetricRecord,
     PipelineRecord,
@@ -105,6 +106,8 @@ class Index:
         #: pipeline id -> its control ledger (handoff ids count across pipelines)
         self.ledgers: dict[str, list[HandoffRecord]] = {}
         self.handoffs_total = 0
+        #: attempts' logs in ``log_id`` order (log id n at index n - 1)
+        self.logs: list[LogRecord] = []
         #: run id -> its ``forward`` ledger rows (what a live view's refresh counts)
         self.jumps_by_run: dict[str, int] = {}
         #: pipeline id -> ids of its artifacts marked final (what an ``unfinal`` line unmarks)
@@ -127,6 +130,7 @@ class Index:
             "point": self._point,
             "resource": self._resource,
             "handoff": self._handoff,
+            "log": self._log,
             "unfinal": self._unfinal,
             "reset": self._reset,
         }
@@ -194,6 +198,11 @@ class Index:
         self.ledgers.setdefault(row.pipeline_id, []).append(row)
         if row.operation == "forward":
             self.jumps_by_run[row.run_id] = self.jumps_by_run.get(row.run_id, 0) + 1
+
+    def _log(self, e: Entry) -> None:
+        row: LogRecord = e.record
+        row.log_id = len(self.logs) + 1
+        self.logs.append(row)
 
     def _unfinal(self, e: Entry) -> None:
         for artifact_id in self.finals.pop(e.record.pipeline_id, ()):

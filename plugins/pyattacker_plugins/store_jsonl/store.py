@@ -27,6 +27,7 @@ from pyattacker.model import (
     ArtifactRecord,
     Batch,
     HandoffRecord,
+    LogRecord,
     MetricPoint,
     MetricRecord,
     NoteRecord,
@@ -36,6 +37,7 @@ from pyattacker.model import (
 )
 from pyattacker.plugins.api import PAGE_KINDS, StoreBase
 from pyattacker.plugins.run_notes import config_note, next_note
+from pyattacker.plugins.store_base import select_logs
 from pyattacker.plugins.store_queries import PipelineQuery, TimeBucket, bucket_attempts, select_pipelines
 from pyattacker.plugins.store_stats import count_states
 from pyattacker.store.writer_lock import WriterLock
@@ -73,6 +75,7 @@ _KINDS = (
     ("attempts", "attempt"),
     ("events", "event"),
     ("handoffs", "handoff"),
+    ("logs", "log"),
     ("metrics", "metric"),
     ("metric_points", "point"),
     ("resources", "resource"),
@@ -135,6 +138,7 @@ class JsonlStore(StoreBase):
 
     #: keeps a control ledger and applies ``Batch.resets`` (a ``reset`` line)
     supports_handoffs = True
+    keeps_logs = True
     #: ``commit_behind`` may return before the journal is synced (see ``sync_behind``)
     commits_behind = True
     #: keeps every revision of each run's notes (``notes.jsonl``)
@@ -310,6 +314,8 @@ class JsonlStore(StoreBase):
                 event.event_id = i
             for i, handoff in enumerate(batch.handoffs, self._index.handoffs_total + 1):
                 handoff.handoff_id = i
+            for i, row in enumerate(batch.logs, len(self._index.logs) + 1):
+                row.log_id = i
             try:
                 data, entries = self._encode(batch)
                 self._append(fd, data)
@@ -320,6 +326,8 @@ class JsonlStore(StoreBase):
                     event.event_id = None
                 for handoff in batch.handoffs:
                     handoff.handoff_id = None
+                for row in batch.logs:
+                    row.log_id = None
                 if isinstance(exc, Exception):
                     raise StoreUnavailable(
                         f"store {self.path}: commit failed, nothing written ({type(exc).__name__}: {exc})"
@@ -425,6 +433,20 @@ class JsonlStore(StoreBase):
         with self._mutex:
             self._refresh()
             return [copy(h) for h in self._index.ledgers.get(pipeline_id, ())]
+
+    def logs(
+        self,
+        *,
+        run_id: str | None = None,
+        pipeline_id: str | None = None,
+        task: str | None = None,
+        after: int | None = None,
+        limit: int = 1000,
+    ) -> list[LogRecord]:
+        with self._mutex:
+            self._refresh()
+            rows = self._index.logs
+            return select_logs(rows[max(0, after or 0) :], run_id, pipeline_id, task, after, limit)
 
     def count_handoffs(self, run_id: str | None = None) -> int:
         """Handoffs committed by ``run_id`` (restarts of a traversal are not counted)."""

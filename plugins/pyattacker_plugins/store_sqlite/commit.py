@@ -38,6 +38,7 @@ from .rows import (
     RowCodec,
 )
 from .statements import Statement, write_rows
+from .task_logs import insert_logs
 from .wal_bound import WalBound
 
 __all__ = ["KEY_TAIL_MAX", "CommitPath"]
@@ -223,6 +224,8 @@ class CommitPath(StoreConnection):
                     spans += run_spans.spans_of("events", batch.events, self._next_event_id)
                 if spans:
                     conn.executemany(run_spans.UPSERT, spans)
+                if batch.logs:
+                    insert_logs(conn, batch.logs)
                 conn.execute("COMMIT")
             except BaseException as exc:
                 self._rollback(conn)

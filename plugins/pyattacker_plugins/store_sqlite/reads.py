@@ -21,6 +21,7 @@ from pyattacker.errors import CorruptRow
 from pyattacker.model import (
     ArtifactRecord,
     HandoffRecord,
+    LogRecord,
     MetricPoint,
     MetricRecord,
     PipelineRecord,
@@ -48,6 +49,8 @@ from .read_sql import (
 )
 from .rows import ARTIFACTS, HANDOFFS, METRIC_POINTS, METRICS, PIPELINES, RESOURCES, RUNS, RowCodec
 from .state_lookup import StateLookup
+from .task_logs import TABLE as LOGS_TABLE
+from .task_logs import decode_log, select_logs_sql
 
 __all__ = ["RowReads"]
 
@@ -182,6 +185,22 @@ class RowReads(StoreConnection):
             return []
         rows = self._query(children_sql("handoffs", 1, self._ids_for((pipeline_id,))), (pipeline_id,))
         return [HANDOFFS.decode(row) for row in rows]
+
+    @_names_store
+    def logs(
+        self,
+        *,
+        run_id: str | None = None,
+        pipeline_id: str | None = None,
+        task: str | None = None,
+        after: int | None = None,
+        limit: int = 1000,
+    ) -> list[LogRecord]:
+        """Attempts' logs after ``after`` in ``log_id`` order (none in a file older than schema 8)."""
+        if not self._has_table(LOGS_TABLE):
+            return []
+        sql, params = select_logs_sql(run_id, pipeline_id, task, after, limit)
+        return [decode_log(row) for row in self._query(sql, params)]
 
     @_names_store
     def get_run(self, run_id: str) -> RunRecord | None:

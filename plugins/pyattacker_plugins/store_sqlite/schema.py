@@ -51,7 +51,7 @@ __all__ = [
 APPLICATION = "pyattacker"
 #: "PYAT" as a big-endian 32-bit integer, stored in the file header.
 APPLICATION_ID = 0x50594154
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 _REAL = {
     "started_at", "ended_at", "heartbeat_at", "pid_started_at", "created_at", "finished_at", "ts",
@@ -238,12 +238,24 @@ def _notes_step() -> tuple[str, ...]:
     )
 
 
+def _v8_task_logs() -> tuple[str, ...]:
+    """Version 8: attempts' logs (``LogRecord``), one row per attempt that wrote any, its lines one
+    JSON text. Read by pipeline (the index) or after a ``log_id`` (the rowid: a follower's offset)."""
+    return (
+        "CREATE TABLE task_logs (log_id INTEGER PRIMARY KEY, run_id TEXT NOT NULL,"
+        " pipeline_id TEXT NOT NULL, task_run_id TEXT NOT NULL, task_name TEXT NOT NULL,"
+        " seq INTEGER NOT NULL, attempt INTEGER NOT NULL, ts REAL NOT NULL,"
+        " dropped_lines INTEGER NOT NULL, dropped_bytes INTEGER NOT NULL, lines_json TEXT NOT NULL)",
+        "CREATE INDEX task_logs_by_pipeline ON task_logs (pipeline_id, log_id)",
+    )
+
+
 #: tables that came with a version after 1: a file of an older version lacks them by design
-ADDED_TABLES = {"handoffs": 3, "run_spans": 5, "pipeline_ids": 6, "run_notes": 7}
+ADDED_TABLES = {"handoffs": 3, "run_spans": 5, "pipeline_ids": 6, "run_notes": 7, "task_logs": 8}
 
 #: version -> statements that bring a file from ``version - 1`` to ``version``
 MIGRATIONS: dict[int, tuple[str, ...]] = {
-    1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _notes_step(),
+    1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _notes_step(), 8: _v8_task_logs(),
 }  # fmt: skip
 
 

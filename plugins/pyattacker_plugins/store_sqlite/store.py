@@ -49,6 +49,8 @@ class SqliteStore(CommitPath, RunRepair, RowReads, StoreAggregates, RunNotes, Da
     supports_handoffs = True
     #: ``commit_behind`` may return before the log is synced (``synchronous=full``)
     commits_behind = True
+    #: stores ``Batch.logs`` (schema 8)
+    keeps_logs = True
 
     def __init__(
         self,

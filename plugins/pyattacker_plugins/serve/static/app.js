@@ -87,6 +87,23 @@
     });
     return link;
   }
+  // the pipeline's own page (pipeline.html): attempts, leases, artifacts, logs
+  function pipelineLink(pipelineId, text) {
+    const link = el("a", text);
+    link.href = "/pipeline.html?" + new URLSearchParams({ pipeline_id: pipelineId }).toString();
+    return link;
+  }
+  // failures by error class (/failures): a count and one example each
+  async function failureGroups() {
+    const f = await get("/failures");
+    table(document.getElementById("failure-groups"), [["error", function (g) { return g.error_type; }],
+      ["class", function (g) { return g.error_class; }],
+      ["count", function (g) { return g.count; }],
+      ["tasks", function (g) { return short(g.tasks, 120); }],
+      ["example", function (g) { return pipelineLink(g.example.pipeline_id, g.example.key); }],
+      ["message", function (g) { return short(g.example.error_message, 300); }],
+      ["where", function (g) { return short(g.example.last_frame, 200); }]], f.groups);
+  }
   // task states per task name, as `watch` and `report` print them: handed_off=4 succeeded=6
   function stateCounts(states) {
     const box = el("span", null, "states");
@@ -231,11 +248,6 @@
   const filters = { state: "", task: "", error_class: "", q: "", sort: "created", order: "asc" };
   // the cursors of the pages before this one (the first page has none): "previous" pops one
   const pages = { before: [], after: "", next: null };
-  function pipelineLink(p) {
-    const a = el("a", p.key);
-    a.href = "#/pipeline/" + encodeURIComponent(p.pipeline_id);
-    return a;
-  }
   function pipelineDuration(p) {
     return typeof p.started_at === "number" && typeof p.finished_at === "number"
       ? H.seconds(p.finished_at - p.started_at) : "";
@@ -246,7 +258,7 @@
     if (pages.after) q.after = pages.after;
     const pl = await get("/pipelines", q);
     pages.next = pl.next;
-    const columns = [["pipeline", pipelineLink],
+    const columns = [["pipeline", function (p) { return pipelineLink(p.pipeline_id, p.key); }],
       ["name", function (p) { return p.name; }], ["state", function (p) { return p.state; }],
       ["tasks", function (p) { return p.n_tasks_done + "/" + p.n_tasks_total; }],
       ["attempts", function (p) { return H.count(p.attempts_total); }],
@@ -362,6 +374,7 @@
       table(document.getElementById("tasks"), [["task", function (t) { return t.name; }],
         ["states", function (t) { return stateCounts(t.states); }]],
         Object.keys(byName).map(function (k) { return { name: k, states: byName[k] }; }));
+      await failureGroups();
       const pl = await loadPipelines();
       await curves(pl.rows.length ? pl.rows[0].pipeline_id : "", pl.rows.length ? pl.rows[0].key : "");
     } catch (err) {
