@@ -78,7 +78,7 @@ class MemoryStore(StoreBase):
         points = [_copy(p) for p in batch.metric_points]
         resources = [_copy(r) for r in batch.resources]
         progress = list(batch.progress)
-        resets = [(r.pipeline_id, range(r.slots)) for r in batch.resets]
+        resets = [(r.pipeline_id, range(r.start, r.slots)) for r in batch.resets]
         # nothing below can fail
         for run in runs:
             self._runs[run.run_id] = run

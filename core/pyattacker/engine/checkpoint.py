@@ -224,7 +224,8 @@ class Checkpointer:
         return AttemptRecord(
             run_id=self.run.run_id,
             pipeline_id=state.spec.key,
-            task_run_id=ctx.task_run_id,
+            # a revisit's attempts are told apart by the visit (the task row is the slot's)
+            task_run_id=f"{ctx.task_run_id}#{ctx.visit}" if ctx.visit else ctx.task_run_id,
             task_name=ctx.task.name,
             seq=state.seq,
             attempt=ctx.attempt,

@@ -207,7 +207,7 @@ class Index:
         pid = reset.pipeline_id
         finals = self.finals.get(pid)
         removed = False
-        for seq in range(reset.slots):
+        for seq in range(reset.start, reset.slots):
             slot = f"{pid}:{seq}"
             removed = self.tasks.pop(slot, None) is not None or removed
             if self.artifacts.pop(slot, None) is not None:
