@@ -74,7 +74,9 @@ def test_rewind_reruns_the_target_with_the_value_and_a_new_visit(where: Where) -
     tasks = {t.seq: t.state for t in rows(store, "tasks", pipeline_id=pid)}
     assert tasks == {0: "succeeded", 1: "succeeded", 2: "succeeded"}
     ids = sorted(a.task_run_id for a in rows(store, "attempts", pipeline_id=pid))
-    assert ids == sorted([f"{pid}:0", f"{pid}:0#1", f"{pid}:0#2", f"{pid}:1", f"{pid}:1#1", f"{pid}:1#2", f"{pid}:2"])
+    assert ids == sorted(
+        [f"{pid}:0", f"{pid}:0#1", f"{pid}:0#2", f"{pid}:1", f"{pid}:1#1", f"{pid}:1#2", f"{pid}:2"]
+    )
     assert store.get_artifact(pid, 0) is not None and store.get_artifact(pid, 0).is_final is False
 
 
@@ -129,18 +131,26 @@ def test_an_undeclared_rewind_fails_naming_the_edge() -> None:
         rep = r.run(plan.map(seeds(1)))
     assert rep.failed == 1
     (p,) = rows(store, "pipelines")
-    assert "rewound to 'report' (seq 2), which pipeline.control.rewind does not declare" in (p.error_message or "")
+    assert "rewound to 'report' (seq 2), which pipeline.control.rewind does not declare" in (
+        p.error_message or ""
+    )
 
 
 @pytest.mark.parametrize(
     ("control", "message"),
     [
         ({"rewind": {"judge": ["ask"]}}, "control.max_handoffs: required once rewind or retry_all"),
-        ({"retry_all": ["judge"], "max_handoffs": 0}, "control.max_handoffs: must be a positive integer, got 0"),
+        (
+            {"retry_all": ["judge"], "max_handoffs": 0},
+            "control.max_handoffs: must be a positive integer, got 0",
+        ),
         ({"retry_all": ["judge"], "max_handoffs": True}, "got True"),
         ({"retry_all": ["judge"], "max_handoffs": 3.0}, "got 3.0"),
         ({"retry_all": ["judge"], "max_handoffs": "3"}, "got '3'"),
-        ({"rewind": {"judge": ["report"]}, "max_handoffs": 3}, "control.rewind['judge'][0]: target 'report' (seq 2) is not earlier"),
+        (
+            {"rewind": {"judge": ["report"]}, "max_handoffs": 3},
+            "control.rewind['judge'][0]: target 'report' (seq 2) is not earlier",
+        ),
         ({"rewind": {"judge": ["judge"]}, "max_handoffs": 3}, "is not earlier than the source"),
         ({"rewind": {"judge": ["end"]}, "max_handoffs": 3}, "'end' is no rewind target"),
         ({"rewind": {"judge": ["ask"], 1: ["ask"]}, "max_handoffs": 3}, "declares seq 1 ('judge') again"),

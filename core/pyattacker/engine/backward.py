@@ -137,7 +137,9 @@ class Backward:
         made history; one whose bytes are not stored is left out)."""
         seqs = {i for i, t in enumerate(state.tasks) if t.name == name}
         if not seqs:
-            raise FatalError(f"ctx.history({name!r}): no task of pipeline {state.spec.template.name!r} is named so")
+            raise FatalError(
+                f"ctx.history({name!r}): no task of pipeline {state.spec.template.name!r} is named so"
+            )
         spec, n = state.spec, state.n
         out: list[Any] = []
         for index, row in enumerate(self.store.handoffs(spec.key)):

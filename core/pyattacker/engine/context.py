@@ -152,8 +152,6 @@ class TaskContext(msgspec.Struct, eq=False):
     metric_failures: int = 0
     _rng: random.Random | None = None
     _steps: dict[str, int] | None = None
-    #: how many times this task was re-entered by backward moves (0: its first visit)
-    visit: int = 0
 
     def __repr__(self) -> str:
         return f"TaskContext(task_run_id={self.task_run_id!r}, attempt={self.attempt})"
@@ -198,6 +196,13 @@ class TaskContext(msgspec.Struct, eq=False):
             seed = digest_bytes(where.encode())
             self._rng = random.Random(int(seed, 16))
         return self._rng
+
+    @property
+    def visit(self) -> int:
+        """How many times this task was re-entered by backward moves (0: its first visit); a
+        resume continues the pending visit."""
+        traversal = self._state.traversal
+        return 0 if traversal is None else traversal.visits[self.seq]
 
     def history(self, task: str | None = None) -> list[Any]:
         """What earlier visits of ``task`` (default: this task) produced, oldest first: the

@@ -442,6 +442,8 @@ class Control:
         ledger, value, entry = jump
         run = self.run
         run.counters["handoffs"] += 1
+        if ledger.operation != "forward":
+            run.counters["rewinds" if ledger.operation == "rewind" else "retry_alls"] += 1
         state.ledger_rows += 1
         if state.traversal is not None:
             state.traversal.apply(ledger.operation, ledger.from_seq, ledger.to_seq, ledger.reason)

@@ -156,8 +156,6 @@ class Scheduler:
                     ctx = TaskContext(
                         run, state, state.seq, state.attempt, spec, spec.name, f"{state.spec.key}:{state.seq}"
                     )
-                    if state.traversal is not None:
-                        ctx.visit = state.traversal.visits[state.seq]
                     t0, wall0 = mono(), wall()
                     if state.task_started is None:
                         state.task_started = t0

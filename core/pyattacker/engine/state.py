@@ -45,6 +45,8 @@ COUNTERS = (
     "metric_failures",
     "sink_errors",
     "handoffs",
+    "rewinds",
+    "retry_alls",
 )
 
 

@@ -241,7 +241,11 @@ class ControlPlan:
         else:
             seqs = [i for i, name in enumerate(self.names) if name == target]
             if len(seqs) != 1:
-                why = "which is no task of the pipeline" if not seqs else f"a name the chain repeats (seqs {seqs})"
+                why = (
+                    "which is no task of the pipeline"
+                    if not seqs
+                    else f"a name the chain repeats (seqs {seqs})"
+                )
                 raise FatalError(f"{here} rewound to {target!r}, {why}")
             seq = seqs[0]
         allowed = None if back is None else back.rewind.get(source)

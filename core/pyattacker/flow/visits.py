@@ -19,7 +19,15 @@ from collections.abc import Iterable
 
 from pyattacker.model import HandoffRecord
 
-__all__ = ["BACKWARD_OPS", "Traversal", "history_seq", "visit_numbers"]
+__all__ = [
+    "BACKWARD_OPS",
+    "Traversal",
+    "attempt_visit",
+    "handoffs_label",
+    "history_seq",
+    "slot_visits",
+    "visit_numbers",
+]
 
 #: ledger operations that re-enter earlier tasks
 BACKWARD_OPS = frozenset(("rewind", "retry_all"))
@@ -85,3 +93,33 @@ def visit_numbers(ledger: Iterable[HandoffRecord], n: int) -> list[tuple[int, in
         dest = row.to_seq
         out.append((src, trav.visits[dest] if dest is not None and 0 <= dest < n else None))
     return out
+
+
+def slot_visits(ledger: Iterable[HandoffRecord], n: int) -> tuple[list[int], dict[int, int]]:
+    """The visit each task slot is at now, and ``{history seq: visit}`` of the outputs the
+    backward moves kept (``history_seq``): what a view shows next to those rows."""
+    trav = Traversal(n, None, True)
+    kept: dict[int, int] = {}
+    for index, row in enumerate(ledger):
+        if row.operation in BACKWARD_OPS and row.to_seq is not None:
+            for seq in range(row.to_seq, min(row.from_seq, n)):
+                kept[history_seq(index, n, seq)] = trav.visits[seq]
+        trav.apply(row.operation, row.from_seq, row.to_seq, row.reason)
+    return trav.visits, kept
+
+
+def attempt_visit(task_run_id: str) -> int:
+    """The visit an attempt row belongs to (revisits' ids end in ``#visit``)."""
+    _, sep, tail = task_run_id.rpartition("#")
+    return int(tail) if sep and tail.isdigit() else 0
+
+
+def handoffs_label(total: int, by_operation: dict[str, int] | None = None) -> str:
+    """`` handoffs=N`` for a summary line, with the split by operation once a backward move is
+    among them (`` handoffs=5 (forward=1 rewind=3 retry_all=1)``); "" for none."""
+    if not total:
+        return ""
+    ops = by_operation or {}
+    if any(op != "forward" for op in ops):
+        return f" handoffs={total} (" + " ".join(f"{op}={n}" for op, n in sorted(ops.items())) + ")"
+    return f" handoffs={total}"

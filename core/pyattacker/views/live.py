@@ -439,6 +439,7 @@ def snapshot(
         "attempts_total": stats.get("attempts_total", 0),
         "events_total": stats.get("events_total", 0),
         "handoffs_total": stats.get("handoffs_total", 0),
+        "handoffs_by_operation": stats.get("handoffs_by_operation", {}),
         "counters": counters,
         "in_flight": in_flight,
         "parked": len(digest.parked),

@@ -25,6 +25,7 @@ from pyattacker.errors import StoreUnavailable
 from pyattacker.model import PIPELINE_STATES
 from pyattacker.plugins.store_base import StoreBase, iter_rows
 from pyattacker.views.common import ALL_RUNS, RunChoice, choose_run, open_view, to_plain
+from pyattacker.views.export_visits import ledger_rows
 from pyattacker.views.failures import last_frame, last_frame_text
 from pyattacker.views.live import LiveDigest, snapshot
 
@@ -319,7 +320,8 @@ class Api:
                 m.name: m.value for m in store.metrics(run_id=p.run_id, pipeline_id=p.pipeline_id)
             }
             # a pipeline that jumped: its cursor is a position, and the ledger says where it went
-            row["handoffs"] = [to_plain(h) for h in ledgers.get(p.pipeline_id, ())]
+            # (with the visits: backward moves re-enter tasks)
+            row["handoffs"] = ledger_rows(ledgers.get(p.pipeline_id, []), p.n_tasks_total)
             out.append(row)
         return {"run_id": choice.run_id, "rows": out, "limit": limit, "next": nxt}
 
@@ -336,7 +338,7 @@ class Api:
         row["last_frame"] = last_frame(p.traceback)
         row["n_tasks_done"] = p.cursor
         row["tasks"] = [to_plain(t) for t in iter_rows(store, "tasks", pipeline_id=pid)]
-        row["handoffs"] = [to_plain(h) for h in _ledgers(store, [pid]).get(pid, ())]
+        row["handoffs"] = ledger_rows(_ledgers(store, [pid]).get(pid, []), p.n_tasks_total)
         return row
 
     def resources(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:

@@ -106,7 +106,7 @@ class Index:
         self.ledgers: dict[str, list[HandoffRecord]] = {}
         self.handoffs_total = 0
         #: run id -> its ``forward`` ledger rows (what a live view's refresh counts)
-        self.jumps_by_run: dict[str, int] = {}
+        self.jumps_by_run: dict[str, dict[str, int]] = {}
         #: pipeline id -> ids of its artifacts marked final (what an ``unfinal`` line unmarks)
         self.finals: dict[str, set[str]] = {}
         # page order plus the row's id last (the id is the dict key the row is stored under)
@@ -192,8 +192,9 @@ class Index:
         self.handoffs_total += 1
         row.handoff_id = self.handoffs_total
         self.ledgers.setdefault(row.pipeline_id, []).append(row)
-        if row.operation == "forward":
-            self.jumps_by_run[row.run_id] = self.jumps_by_run.get(row.run_id, 0) + 1
+        if row.operation != "restart":
+            ops = self.jumps_by_run.setdefault(row.run_id, {})
+            ops[row.operation] = ops.get(row.operation, 0) + 1
 
     def _unfinal(self, e: Entry) -> None:
         for artifact_id in self.finals.pop(e.record.pipeline_id, ()):
