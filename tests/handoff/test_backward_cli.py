@@ -52,7 +52,9 @@ def test_the_judge_loop_runs_and_every_view_shows_the_rewinds(tmp_path: Path) ->
     assert "handoffs=6 (rewind=6)" in watched.stdout
     results = _jsonl(_cli(tmp_path, "export", store, "-", "--rows", "results", "--format", "jsonl").stdout)
     assert sorted(r["result"]["tries"] for r in results) == [1, 1, 2, 2, 3, 3]
-    pipelines = _jsonl(_cli(tmp_path, "export", store, "-", "--rows", "pipelines", "--format", "jsonl").stdout)
+    pipelines = _jsonl(
+        _cli(tmp_path, "export", store, "-", "--rows", "pipelines", "--format", "jsonl").stdout
+    )
     looped = [p for p in pipelines if len(p["handoffs"]) == 2]
     assert len(looped) == 2
     for p in looped:
@@ -65,7 +67,9 @@ def test_the_judge_loop_runs_and_every_view_shows_the_rewinds(tmp_path: Path) ->
     assert sorted(t["visit"] for t in tasks if t["name"] == "ask") == [0, 0, 1, 1, 2, 2]
     attempts = _jsonl(_cli(tmp_path, "export", store, "-", "--rows", "attempts", "--format", "jsonl").stdout)
     assert sorted(a["visit"] for a in attempts if a["task_name"] == "judge") == [0] * 6 + [1] * 4 + [2] * 2
-    artifacts = _jsonl(_cli(tmp_path, "export", store, "-", "--rows", "artifacts", "--format", "jsonl").stdout)
+    artifacts = _jsonl(
+        _cli(tmp_path, "export", store, "-", "--rows", "artifacts", "--format", "jsonl").stdout
+    )
     assert sum(1 for a in artifacts if a["seq"] < -1) == 6
     with serving(store, "t0ken") as (port, _url):
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -100,7 +104,9 @@ def test_the_run_ceiling_caps_the_loop(tmp_path: Path) -> None:
     ran = _cli(tmp_path, "run", "-c", str(config))
     assert ran.returncode != 0
     store = str(tmp_path / "runs" / "judge_loop.db")
-    pipelines = _jsonl(_cli(tmp_path, "export", store, "-", "--rows", "pipelines", "--format", "jsonl").stdout)
+    pipelines = _jsonl(
+        _cli(tmp_path, "export", store, "-", "--rows", "pipelines", "--format", "jsonl").stdout
+    )
     failed = [p for p in pipelines if p["state"] == "failed"]
     assert len(failed) == 2  # the two seeds that need a second rewind
     assert all("control budget exhausted" in p["error_message"] for p in failed)
