@@ -179,3 +179,23 @@ def test_handoff_constructors() -> None:
     with pytest.raises(FatalError, match="not 'end'"):
         Handoff.rewind("end", 1)
     assert msgspec.json.encode(Handoff.retry_all().reason) == b'""'
+
+
+def test_fresh_restart_resets_the_budget_and_keeps_history(where: Where) -> None:
+    _reset(rewinds=4)
+    with where.runner() as r:
+        assert r.run(LOOP.map(seeds(1))).succeeded == 1
+    # a new traversal: every task gets its next visit (5), and three more rewinds are allowed
+    # although the first traversal used four of the five
+    _reset(rewinds=8)
+    with where.runner(fresh_restart=True, retry_succeeded=True) as r:
+        rep = r.run(LOOP.map(seeds(1)))
+    assert rep.succeeded == 1, rep.summary()
+    assert [v for t, v, _a in LOG if t == "ask"] == [5, 6, 7, 8]
+    store = where.read()
+    (final,) = next(iter(final_values(store).values()))
+    kept = [h["answer"] for h in final["report"]["earlier"]]
+    assert kept == [f"try {v}" for v in (0, 1, 2, 3, 5, 6, 7)]  # both traversals' history
+    (pid,) = {p.pipeline_id for p in rows(store, "pipelines")}
+    ops = [h.operation for h in ledger_of(store, pid)]
+    assert ops == ["rewind"] * 4 + ["restart"] + ["rewind"] * 3
