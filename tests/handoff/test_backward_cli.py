@@ -10,6 +10,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from pyattacker.store.location import open_store
+from pyattacker.views.export import iter_kind
 from tests.support import REPO
 from tests.support.cli import cli
 from tests.support.views import serving
@@ -36,22 +38,31 @@ def _jsonl(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines()]
 
 
-def test_the_judge_loop_runs_and_every_view_shows_the_rewinds(tmp_path: Path) -> None:
+def _ran(tmp_path: Path) -> str:
+    """The example run once: its store."""
     config = _example(tmp_path)
-    checked = _cli(tmp_path, "validate", "-c", str(config))
-    assert checked.returncode == 0, checked.stderr
-    assert 'control: {"rewind": {"judge": ["ask"]}, "max_handoffs": 2}' in checked.stdout
     ran = _cli(tmp_path, "run", "-c", str(config))
     assert ran.returncode == 0, ran.stderr
     # seeds 0..5 need i % 3 rewinds: 0+1+2+0+1+2
     assert "handoffs 6 (rewind 6)" in ran.stdout
-    store = str(tmp_path / "runs" / "judge_loop.db")
+    return str(tmp_path / "runs" / "judge_loop.db")
+
+
+def test_the_judge_loop_runs_and_the_summaries_count_the_rewinds(tmp_path: Path) -> None:
+    checked = _cli(tmp_path, "validate", "-c", str(_example(tmp_path)))
+    assert checked.returncode == 0, checked.stderr
+    assert 'control: {"rewind": {"judge": ["ask"]}, "max_handoffs": 2}' in checked.stdout
+    store = _ran(tmp_path)
     shown = _cli(tmp_path, "report", store)
     assert "handoffs=6 (rewind=6)" in shown.stdout and "task ask: succeeded=6" in shown.stdout
     watched = _cli(tmp_path, "watch", store, "--iterations", "1")
     assert "handoffs=6 (rewind=6)" in watched.stdout
     results = _jsonl(_cli(tmp_path, "export", store, "-", "--rows", "results", "--format", "jsonl").stdout)
     assert sorted(r["result"]["tries"] for r in results) == [1, 1, 2, 2, 3, 3]
+
+
+def test_exports_and_the_viewer_show_visits(tmp_path: Path) -> None:
+    store = _ran(tmp_path)
     pipelines = _jsonl(
         _cli(tmp_path, "export", store, "-", "--rows", "pipelines", "--format", "jsonl").stdout
     )
@@ -63,14 +74,16 @@ def test_the_judge_loop_runs_and_every_view_shows_the_rewinds(tmp_path: Path) ->
         assert {t["name"]: t["visit"] for t in p["tasks"]} == {"fetch": 0, "ask": 2, "judge": 2, "report": 0}
         kept = sorted(a["visit"] for a in p["artifacts"] if a["seq"] < -1)
         assert kept == [0, 1]  # ask's answers of its first two visits, kept as history
-    tasks = _jsonl(_cli(tmp_path, "export", store, "-", "--rows", "tasks", "--format", "jsonl").stdout)
+    reader = open_store(store, read_only=True)
+    try:  # the other row kinds in process (the command writes what ``iter_kind`` yields)
+        tasks = list(iter_kind(reader, "tasks"))
+        attempts = list(iter_kind(reader, "attempts"))
+        artifacts = list(iter_kind(reader, "artifacts"))
+    finally:
+        reader.close()
     assert sorted(t["visit"] for t in tasks if t["name"] == "ask") == [0, 0, 1, 1, 2, 2]
-    attempts = _jsonl(_cli(tmp_path, "export", store, "-", "--rows", "attempts", "--format", "jsonl").stdout)
     assert sorted(a["visit"] for a in attempts if a["task_name"] == "judge") == [0] * 6 + [1] * 4 + [2] * 2
-    artifacts = _jsonl(
-        _cli(tmp_path, "export", store, "-", "--rows", "artifacts", "--format", "jsonl").stdout
-    )
-    assert sum(1 for a in artifacts if a["seq"] < -1) == 6
+    assert sorted(a["visit"] for a in artifacts if a["seq"] < -1) == [0, 0, 0, 0, 1, 1]
     with serving(store, "t0ken") as (port, _url):
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         try:

@@ -20,6 +20,7 @@ from pyattacker.digest import digest_bytes
 from pyattacker.engine.context import TaskContext
 from pyattacker.engine.state import PipelineState, RunState
 from pyattacker.errors import ArtifactBackendUnavailable, ArtifactCodecError, error_class_of, safe_str
+from pyattacker.flow.visits import visit_id
 from pyattacker.model import (
     OK_DECISION,
     ArtifactRecord,
@@ -225,7 +226,7 @@ class Checkpointer:
             run_id=self.run.run_id,
             pipeline_id=state.spec.key,
             # a revisit's attempts are told apart by the visit (the task row is the slot's)
-            task_run_id=f"{ctx.task_run_id}#{ctx.visit}" if ctx.visit else ctx.task_run_id,
+            task_run_id=ctx.task_run_id if state.traversal is None else visit_id(ctx.task_run_id, ctx.visit),
             task_name=ctx.task.name,
             seq=state.seq,
             attempt=ctx.attempt,

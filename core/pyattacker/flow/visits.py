@@ -26,6 +26,7 @@ __all__ = [
     "handoffs_label",
     "history_seq",
     "slot_visits",
+    "visit_id",
     "visit_numbers",
 ]
 
@@ -123,3 +124,8 @@ def handoffs_label(total: int, by_operation: dict[str, int] | None = None) -> st
     if any(op != "forward" for op in ops):
         return f" handoffs={total} (" + " ".join(f"{op}={n}" for op, n in sorted(ops.items())) + ")"
     return f" handoffs={total}"
+
+
+def visit_id(task_run_id: str, visit: int) -> str:
+    """The id of a revisit's attempt rows: ``pipeline:seq#visit`` (the first visit keeps the slot id)."""
+    return f"{task_run_id}#{visit}" if visit else task_run_id

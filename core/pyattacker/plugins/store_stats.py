@@ -51,5 +51,4 @@ def compute_stats(store: StoreBase, run_id: str | None = None) -> dict[str, Any]
         "attempts_total": store.count_rows("attempts", run_id),
         "events_total": store.count_rows("events", run_id),
         "handoffs_total": store.count_handoffs(run_id),
-        "handoffs_by_operation": store.handoffs_by_operation(run_id),
     }

@@ -234,7 +234,6 @@ def _stats(conn: sqlite3.Connection, run_id: str | None, ledger: bool, spans: bo
         "attempts_total": attempts,
         "events_total": events,
         "handoffs_total": sum(by_operation.values()),
-        "handoffs_by_operation": by_operation,
     }
 
 
