@@ -103,6 +103,10 @@ class Backward:
         if entry_art is not None:
             batch.artifacts.append(entry_art)
         state.record.cursor = to_seq
+        if state.traversal is not None:  # the re-entered slots' outputs are history now
+            outputs = state.traversal.outputs
+            for seq_ in [s for s in outputs if s >= to_seq]:
+                del outputs[seq_]
         checkpoints.close(state, ctx, t0, wall0, ended, now, "handed_off", {}, None, None, True)
         return ledger, value, entry_art
 
@@ -111,12 +115,16 @@ class Backward:
         (the move at ledger row ``index`` is about to reset those slots). A slot a forward edge
         skipped, or an unreadable row, has nothing to keep."""
         key, n = state.spec.key, state.n
+        traversal = state.traversal
+        staged = {} if traversal is None else traversal.outputs
         out: list[ArtifactRecord] = []
         for seq in range(start, stop):
-            try:
-                art = self.store.get_artifact(key, seq)
-            except CorruptRow:
-                continue
+            art = staged.get(seq)
+            if art is None:  # written before this process resumed the pipeline
+                try:
+                    art = self.store.get_artifact(key, seq)
+                except CorruptRow:
+                    continue
             if art is None:
                 continue
             slot = history_seq(index, n, seq)

@@ -98,6 +98,9 @@ class Checkpointer:
             record.state = "succeeded"
             record.finished_at = now
         attempt = self.close(state, ctx, t0, wall0, ended, now, "succeeded", OK_DECISION, seed, art, last)
+        traversal = state.traversal
+        if traversal is not None and traversal.track_visits:  # kept for a move back (history)
+            traversal.outputs[seq] = art
         if run.trace:  # the attempt row already records this success
             run.telemetry.event(  # type: ignore[union-attr]
                 "task.succeeded",

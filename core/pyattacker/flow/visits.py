@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pyattacker.model import HandoffRecord
+from pyattacker.model import ArtifactRecord, HandoffRecord
 
 __all__ = [
     "BACKWARD_OPS",
@@ -45,10 +45,13 @@ def history_seq(ledger_index: int, n: int, seq: int) -> int:
 class Traversal:
     """Per-task visit numbers and the budget used, for one pipeline with control."""
 
-    __slots__ = ("limit", "track_visits", "used", "visits")
+    __slots__ = ("limit", "outputs", "track_visits", "used", "visits")
 
     def __init__(self, n: int, limit: int | None, track_visits: bool) -> None:
         self.visits = [0] * n
+        #: the artifact rows this process staged for the current visits, by seq: what a backward
+        #: move keeps as history without reading them back (a resumed run reads the older ones)
+        self.outputs: dict[int, ArtifactRecord] = {}
         self.used = 0
         #: the effective budget (None: unbounded, a forward-only pipeline without max_handoffs)
         self.limit = limit
