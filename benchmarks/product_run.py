@@ -67,8 +67,29 @@ async def _jump(value: Any, ctx: Any) -> Any:
     return Handoff.to(_LAST, f"{value}|t{ctx.seq}")
 
 
+async def _back(value: Any, ctx: Any) -> Any:
+    """The rewind workload's second task: as ``_work``; on its first visit it sends its value
+    back to ``t0``, so each pipeline runs t0, t1, t0, t1 with one rewind."""
+    async with ctx.acquire():
+        await asyncio.sleep(_LATENCY_S)
+    if ctx.visit == 0:
+        return Handoff.rewind("t0", f"{value}|back")
+    return f"{value}|t{ctx.seq}"
+
+
 #: the task ``_jump`` hands off to (set with the template)
 _LAST = "t2"
+
+
+def build_rewind_template() -> PipelineTemplate:
+    """``t0, t1`` where ``t1`` rewinds to ``t0`` once: four task runs, one of them a move back,
+    against a plain chain of four tasks (three checkpoints and the last output)."""
+    return pipeline(
+        "bench-rewind",
+        task(_work, name="t0", resource="apis"),
+        task(_back, name="t1", resource="apis"),
+        control={"rewind": {"t1": ["t0"]}, "max_handoffs": 1},
+    )
 
 
 def build_template(n_tasks: int = 3, handoff: bool = False) -> PipelineTemplate:
@@ -139,6 +160,7 @@ def run(
     settings: dict[str, Any] | None = None,
     sigma: float = 0.0,
     resources: int = 1,
+    rewind: bool = False,
 ) -> dict[str, Any]:
     """Run pipelines ``lo..lo+n`` into ``store`` and return the summary dict (not printed).
 
@@ -154,8 +176,9 @@ def run(
             raise ValueError("log-normal latencies need a plain chain from seed 0")
         _LATENCIES = lognormal_latencies(n, tasks, _LATENCY_S, sigma)
         ideal = ideal_makespan(_LATENCIES, n, tasks, concurrency)
-    template = build_template(tasks, handoff)
-    ran_tasks = 2 if handoff else tasks  # per pipeline: a jump skips the tasks between
+    template = build_rewind_template() if rewind else build_template(tasks, handoff)
+    # per pipeline: a jump skips the tasks between; a rewind runs both tasks twice
+    ran_tasks = 4 if rewind else 2 if handoff else tasks
     t_start_epoch = time.time()
     cpu0 = time.process_time()
     sys0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
@@ -188,6 +211,7 @@ def run(
         "n": n,
         "tasks": ran_tasks,
         "handoff": handoff,
+        "rewind": rewind,
         "concurrency": concurrency,
         "latency_ms": latency_ms,
         "sleep0": latency_ms == 0,
@@ -243,6 +267,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the first task hands every seed to the last one (two tasks run per pipeline)",
     )
     ap.add_argument(
+        "--rewind",
+        action="store_true",
+        help="two tasks, the second rewinding to the first once (four tasks run per pipeline)",
+    )
+    ap.add_argument(
         "--set",
         action="append",
         default=[],
@@ -280,6 +309,7 @@ def main(argv: list[str] | None = None) -> None:
         settings=settings,
         sigma=args.sigma,
         resources=args.resources,
+        rewind=args.rewind,
     )
     summary["settings"] = settings
     print(json.dumps(summary))

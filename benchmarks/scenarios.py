@@ -501,9 +501,14 @@ def build(
             [
                 Variant("chain2", product(n, extra=("--tasks", "2")), note="2 tasks, a checkpoint between"),
                 Variant("handoff", product(n, extra=("--handoff",)), note="t0 hands off to t2, t1 skipped"),
+                Variant("chain4", product(n, extra=("--tasks", "4")), note="4 tasks, 3 checkpoints between"),
+                Variant("rewind", product(n, extra=("--rewind",)), note="t0, t1 rewinds to t0, t0, t1"),
             ],
-            [Ratio("handoff / chain2 (pipelines/s)", "handoff", "pipelines_per_s", den="chain2")],
-            reported=[("chain2", "cpu_us_per_task"), ("handoff", "cpu_us_per_task")],
+            [
+                Ratio("handoff / chain2 (pipelines/s)", "handoff", "pipelines_per_s", den="chain2"),
+                Ratio("rewind / chain4 (pipelines/s)", "rewind", "pipelines_per_s", den="chain4"),
+            ],
+            reported=[(v, "cpu_us_per_task") for v in ("chain2", "handoff", "chain4", "rewind")],
         )
 
     if name == "demo":

@@ -287,7 +287,7 @@ class PipelineReset(msgspec.Struct, kw_only=True, gc=False):
 
     A traversal of such a chain writes only the slots it visits, so rows an earlier traversal
     left in a slot the new one skips would be counted as if this one ran them. The store
-    deletes the pipeline's task rows and its artifacts at ``seq`` ``0 .. slots - 1`` (the
+    deletes the pipeline's task rows and its artifacts at ``seq`` ``start .. slots - 1`` (the
     chain's outputs, ids ``pipeline_id:seq``); the seed (``seq -1``) and the handed-over entries
     (``seq >= slots``, named by ledger rows) stay, as do attempts, events and the ledger.
     """
@@ -295,6 +295,8 @@ class PipelineReset(msgspec.Struct, kw_only=True, gc=False):
     pipeline_id: str
     #: the chain's length (``len(template.tasks)``)
     slots: int
+    #: the first slot deleted: ``0`` from the seed; a rewind's target keeps the slots before it
+    start: int = 0
 
 
 class Batch:

@@ -90,7 +90,7 @@ class MemoryStore(StoreBase):
         points = [_copy(p) for p in batch.metric_points]
         resources = [_copy(r) for r in batch.resources]
         progress = list(batch.progress)
-        resets = [(r.pipeline_id, range(r.slots)) for r in batch.resets]
+        resets = [(r.pipeline_id, range(r.start, r.slots)) for r in batch.resets]
         # nothing below can fail
         for run in runs:
             self._runs[run.run_id] = run
@@ -207,9 +207,14 @@ class MemoryStore(StoreBase):
         return [_copy(h) for h in self._ledger.get(pipeline_id, ())]
 
     def count_handoffs(self, run_id: str | None = None) -> int:
-        return sum(
-            1 for h in self._handoffs if h.operation == "forward" and (run_id is None or h.run_id == run_id)
-        )
+        return sum(self.handoffs_by_operation(run_id).values())
+
+    def handoffs_by_operation(self, run_id: str | None = None) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for h in self._handoffs:
+            if h.operation != "restart" and (run_id is None or h.run_id == run_id):
+                out[h.operation] = out.get(h.operation, 0) + 1
+        return dict(sorted(out.items()))
 
     def logs(
         self,

@@ -302,7 +302,10 @@ def test_the_cli_asks_before_the_run_begins_so_a_refused_run_writes_nothing() ->
         ({"edges": {"ask": []}}, "must be a non-empty list of destinations"),
         ({"edges": {"ask": [True]}}, "a destination is a task name, a seq or 'end', got bool"),
         ({"edges": {9: ["end"]}}, "seq 9 is outside the chain's 4 tasks"),
-        ({"edges": {"ask": ["end"]}, "rewind": {"report": ["ask"]}}, "control.rewind: backward traversal"),
+        (
+            {"edges": {"ask": ["end"]}, "rewind": {"report": ["ask"]}},
+            "control.max_handoffs: required once rewind or retry_all is declared",
+        ),
         ({"edges": {"ask": ["end"]}, "mode": "x"}, "control.mode: unknown field"),
         ({"edges": {}}, "control.edges: must be a non-empty mapping"),
     ],

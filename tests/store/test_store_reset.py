@@ -211,3 +211,33 @@ def test_a_jsonl_reader_that_does_not_know_a_line_kind_refuses_the_journal(
     assert f"line {reset_line + 1} is corrupt (unknown line kind 'reset': a newer pyattacker" in str(
         info.value
     )
+
+
+def test_a_reset_from_a_rewind_target_keeps_the_slots_before_it(
+    store_factory: StoreFactory, store: Store
+) -> None:
+    """``PipelineReset.start``: a rewind to seq 2 drops slots 2.. and keeps 0, 1, the seed, the
+    entries and the history copies below the seed; reopened, the file says the same."""
+    _traversal(store, "p1")
+    commit(store, artifacts=[artifact("p1", -7, b"kept")])
+    commit(store, resets=[PipelineReset(pipeline_id="p1", slots=SLOTS, start=2)])
+    views = [store] + ([store_factory.open(read_only=True)] if store_factory.persistent else [])
+    for view in views:
+        assert [s for s, _run in _tasks(view, "p1")] == [0, 1]
+        assert [s for s, _p, _f in _artifacts(view, "p1")] == [-7, -1, 0, 1, 4, 5]
+
+
+def test_handoffs_are_counted_by_operation(store: Store) -> None:
+    def move(op: str, run_id: str = "r1") -> HandoffRecord:
+        return HandoffRecord(
+            pipeline_id="p1", run_id=run_id, from_seq=2, from_task="t2", to_seq=0, to_task="t0",
+            entry_seq=4, entry_artifact_id="p1:4", entry_reused=False, operation=op,
+        )  # fmt: skip
+
+    commit(store, runs=[run("r1")], pipelines=[pipeline("p1")])
+    commit(store, handoffs=[move("forward"), move("rewind"), move("rewind"), move("retry_all", "r2")])
+    commit(store, handoffs=[_restart("p1")])
+    assert store.handoffs_by_operation() == {"forward": 1, "retry_all": 1, "rewind": 2}  # type: ignore[attr-defined]
+    assert store.handoffs_by_operation("r1") == {"forward": 1, "rewind": 2}  # type: ignore[attr-defined]
+    assert store.count_handoffs() == 4  # type: ignore[attr-defined]  # a restart is no handoff
+    assert store.stats()["handoffs_total"] == 4  # type: ignore[attr-defined]

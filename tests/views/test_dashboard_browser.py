@@ -499,3 +499,36 @@ def test_dashboard_draws_a_jump_on_the_next_poll_while_the_run_writes(
     finally:
         LIVE["go"].set()
         writer.join(60)
+
+
+@task
+def _ask(x: Any, ctx: Any) -> Any:
+    return {"try": ctx.visit}
+
+
+@task
+def _judge(a: Any, ctx: Any) -> Any:
+    if ctx.visit < 2:
+        return Handoff.rewind("ask", {"feedback": ctx.visit}, reason="too vague")
+    return a
+
+
+def test_dashboard_route_shows_rewinds_with_their_visits(tmp_path: Path) -> None:
+    """A judge loop's route: each rewind with the visit it left and the one it entered."""
+    store = str(tmp_path / "loop.db")
+    loop = pipeline(
+        "loop",
+        _ask.with_overrides(name="ask"),
+        _judge.with_overrides(name="judge"),
+        control={"rewind": {"judge": ["ask"]}, "max_handoffs": 3},
+    )
+    with Runner(store=store, handle_signals=False) as runner:
+        assert runner.run(loop.map_keyed([("k0", 0)])).succeeded == 1
+    with serving(store, TOKEN) as (_port, url):
+        page = _page(render(url, budget_ms=3000))
+    rows = _pipelines(page)
+    assert rows["k0"]["route"].text == "judge#0 ↺ ask#1 · judge#1 ↺ ask#2"
+    first, second = _hops(rows["k0"]["route"])
+    assert first[1] == {"hop", "backward"}
+    assert "rewind: judge (seq 1) → ask (seq 0)" in first[2] and "visits: left 0, entered 1" in first[2]
+    assert "reason: too vague" in second[2]

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pyattacker.cli.common import out, print_rich, warn
-from pyattacker.engine.report import RunReport
+from pyattacker.engine.report import RunReport, handoff_operations
 from pyattacker.errors import ExitCode, PyAttackerError, StoreUnavailable
 
 __all__ = ["HealthLog", "execute", "finish", "summary_table"]
@@ -90,6 +90,9 @@ def summary_table(
         f"  interrupted {c.get('pipelines_interrupted', 0)}  skipped {c.get('skipped', 0)}",
     )
     handoffs = f"  handoffs {c['handoffs']}" if c.get("handoffs") else ""
+    ops = handoff_operations(c)
+    if handoffs and set(ops) - {"forward"}:  # the split once a backward move is among them
+        handoffs += " (" + " ".join(f"{op} {n}" for op, n in sorted(ops.items())) + ")"
     table.add_row("attempts", f"total {c.get('attempts', 0)}  retries {c.get('retries', 0)}{handoffs}")
     seconds = report.duration_ms / 1000
     done = c.get("pipelines_succeeded", 0) + c.get("pipelines_failed", 0)

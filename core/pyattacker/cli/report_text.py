@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pyattacker.flow.visits import handoffs_label
 from pyattacker.views.failures import last_frame_text, with_tracebacks
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def report_text(
     out.append(f"duration_ms: p50={d['p50']} p95={d['p95']} max={d['max']}")
     for name, states_ in st["tasks"]["by_name"].items():
         out.append(f"  task {name}: " + " ".join(f"{k}={v}" for k, v in states_.items()))
-    handoffs = f" handoffs={st['handoffs_total']}" if st.get("handoffs_total") else ""
+    handoffs = handoffs_label(st.get("handoffs_total", 0), st.get("handoffs_by_operation"))
     out.append(f"attempts: total={st['attempts_total']}{handoffs}  source_events={st['source_events_total']}")
     if rep.repair_failures:
         out.append(f"Terminal repair failures: {len(rep.repair_failures)} pipeline(s)")

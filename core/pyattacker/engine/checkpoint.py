@@ -20,6 +20,7 @@ from pyattacker.digest import digest_bytes
 from pyattacker.engine.context import TaskContext
 from pyattacker.engine.state import PipelineState, RunState
 from pyattacker.errors import ArtifactBackendUnavailable, ArtifactCodecError, error_class_of, safe_str
+from pyattacker.flow.visits import visit_id
 from pyattacker.model import (
     OK_DECISION,
     ArtifactRecord,
@@ -97,6 +98,9 @@ class Checkpointer:
             record.state = "succeeded"
             record.finished_at = now
         attempt = self.close(state, ctx, t0, wall0, ended, now, "succeeded", OK_DECISION, seed, art, last)
+        traversal = state.traversal
+        if traversal is not None and traversal.track_visits:  # kept for a move back (history)
+            traversal.outputs[seq] = art
         if run.trace:  # the attempt row already records this success
             run.telemetry.event(  # type: ignore[union-attr]
                 "task.succeeded",
@@ -224,7 +228,8 @@ class Checkpointer:
         return AttemptRecord(
             run_id=self.run.run_id,
             pipeline_id=state.spec.key,
-            task_run_id=ctx.task_run_id,
+            # a revisit's attempts are told apart by the visit (the task row is the slot's)
+            task_run_id=ctx.task_run_id if state.traversal is None else visit_id(ctx.task_run_id, ctx.visit),
             task_name=ctx.task.name,
             seq=state.seq,
             attempt=ctx.attempt,

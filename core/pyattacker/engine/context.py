@@ -188,11 +188,31 @@ class TaskContext(msgspec.Struct, eq=False):
 
     @property
     def rng(self) -> random.Random:
-        """Seeded by (pipeline, seq, attempt): a replay draws the same numbers."""
+        """Seeded by (pipeline, seq, attempt, and the visit after a backward move): a replay
+        draws the same numbers, a new visit new ones."""
         if self._rng is None:
-            seed = digest_bytes(f"{self.pipeline_id}|{self.seq}|{self.attempt}".encode())
+            where = f"{self.pipeline_id}|{self.seq}|{self.attempt}"
+            if self.visit:
+                where = f"{where}|{self.visit}"
+            seed = digest_bytes(where.encode())
             self._rng = random.Random(int(seed, 16))
         return self._rng
+
+    @property
+    def visit(self) -> int:
+        """How many times this task was re-entered by backward moves (0: its first visit); a
+        resume continues the pending visit."""
+        traversal = self._state.traversal
+        return 0 if traversal is None else traversal.visits[self.seq]
+
+    def history(self, task: str | None = None) -> list[Any]:
+        """What earlier visits of ``task`` (default: this task) produced, oldest first: the
+        outputs a ``Handoff.rewind`` or ``Handoff.retry_all`` made history. Reads the store;
+        empty for a pipeline that never moved backward."""
+        control = self._run.control
+        if control is None:
+            return []
+        return control.history(self._state, self.task_name if task is None else task)
 
     @property
     def seed(self) -> int:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from pyattacker.engine.backward import Backward
 from pyattacker.engine.checkpoint import Checkpointer
 from pyattacker.engine.outcomes import Outcomes
 from pyattacker.engine.resume import Problem, Resumer
@@ -29,6 +30,7 @@ from pyattacker.engine.state import PipelineState, RunState
 from pyattacker.engine.telemetry import Telemetry
 from pyattacker.errors import ArtifactCodecError, CorruptRow, FatalError, StoreFeatureUnsupported
 from pyattacker.flow.handoff import UNSET, Handoff
+from pyattacker.flow.visits import BACKWARD_OPS, Traversal
 from pyattacker.model import ArtifactRecord, HandoffRecord, PipelineRecord, PipelineReset
 
 if TYPE_CHECKING:
@@ -52,6 +54,8 @@ class Resumption(msgspec.Struct, kw_only=True):
     reset: bool = False
     handoff: HandoffRecord | None = None
     ledger_rows: int = 0
+    #: visits and budget (None: the pipeline declares neither a budget nor a backward move)
+    traversal: Any = None
 
     def via(self) -> dict[str, Any]:
         """What ``pipeline.resumed`` adds when the pipeline resumes at a jump's destination."""
@@ -99,7 +103,7 @@ def require_ledger(store: StoreBase, template: PipelineTemplate, missing: str | 
 
 def _current(ledger: list[HandoffRecord]) -> HandoffRecord | None:
     """The jump the current traversal last committed (None: none since the last restart)."""
-    if ledger and ledger[-1].operation == "forward":
+    if ledger and ledger[-1].operation != "restart":
         return ledger[-1]
     return None
 
@@ -121,6 +125,7 @@ class Control:
         self.resumer = resumer
         self.checkpoints = checkpoints
         self.outcomes = outcomes
+        self.backward = Backward(run, resumer, checkpoints)
         #: what the store lacks to run a pipeline with control ("" if nothing; asked once, by
         #: the first pipeline with control)
         self._missing: str | None = None
@@ -137,6 +142,23 @@ class Control:
     def resume(
         self, spec: PipelineSpec, row: PipelineRecord | None, resumable: bool, why: str
     ) -> Resumption | None:
+        """``plan`` (below) with the pipeline's visits and budget replayed from its ledger."""
+        ledger: list[HandoffRecord] = self.store.handoffs(spec.key)
+        out = self.plan(spec, row, resumable, why, ledger)
+        control = spec.template.control
+        if out is not None and control is not None and control.max_handoffs is not None:
+            limit = min(control.max_handoffs, self.run.config.max_handoffs)
+            out.traversal = Traversal.replay(ledger, len(spec.template.tasks), limit, control.backward)
+        return out
+
+    def plan(
+        self,
+        spec: PipelineSpec,
+        row: PipelineRecord | None,
+        resumable: bool,
+        why: str,
+        ledger: list[HandoffRecord],
+    ) -> Resumption | None:
         """Start of a pipeline with control flow (None: settled here, nothing to run).
 
         ``resumable``: the stored row may continue (not succeeded, not a fresh restart); ``why``
@@ -145,7 +167,6 @@ class Control:
         The ledger is read even without a row: a row deleted by hand leaves its jumps behind, and
         without a restart row the next resume would honour one the new traversal never took."""
         resumer = self.resumer
-        ledger: list[HandoffRecord] = self.store.handoffs(spec.key)
         if row is None and not ledger:  # nothing to honour (a fresh pipeline, the usual case)
             # a seed row without a pipeline row or a ledger: the row was deleted by hand after a
             # traversal without a jump, whose other rows were not (see ``reset`` below)
@@ -174,7 +195,7 @@ class Control:
                     out = self.after_jump(spec, row, jump)
                 elif row.cursor > 0:
                     out.start, out.value = resumer.load_checkpoint(spec, row)
-        if out.start == 0 and ledger and ledger[-1].operation != "restart":
+        if out.start == 0 and ledger and ledger[-1].operation != "restart" and out.entry is None:
             out.restart = why if not resumable else "checkpoint_unusable"
         # every start from the seed over an earlier traversal (here there is one: a row, or a
         # ledger whose row was deleted by hand), not only the first after a jump: the rows of a
@@ -202,6 +223,13 @@ class Control:
         control = spec.template.control
         n = len(spec.template.tasks)
         to = n if jump.to_seq is None else jump.to_seq
+        if control is not None and jump.operation in BACKWARD_OPS:
+            back = control.back
+            if back is None:
+                return False
+            if jump.operation == "retry_all":
+                return to == 0 and jump.from_seq in back.retry_all
+            return to in back.rewind.get(jump.from_seq, ())
         return control is not None and to in control.edges.get(jump.from_seq, ())
 
     def after_jump(self, spec: PipelineSpec, row: PipelineRecord, jump: HandoffRecord) -> Resumption:
@@ -243,6 +271,7 @@ class Control:
     def opened(self, state: PipelineState, plan: Resumption, discarded: int) -> None:
         """The pipeline takes the plan's entry and ledger count; its reset waits for ``admitted``."""
         state.entry, state.ledger_rows = plan.entry, plan.ledger_rows
+        state.traversal = plan.traversal
         if plan.reset:
             self._resets[state.spec.key] = (plan.restart, discarded)
 
@@ -282,6 +311,8 @@ class Control:
                 )
             )
             state.ledger_rows += 1
+            if state.traversal is not None:
+                state.traversal.apply("restart", cursor, 0, restart)
         batch.pipelines.append(msgspec.structs.replace(state.record))
         state.row_written = True
 
@@ -314,6 +345,15 @@ class Control:
             )
         to_seq = control.destination(seq, directive)
         is_end = to_seq == n
+        traversal = state.traversal
+        if traversal is not None and not is_end and traversal.exhausted():
+            raise FatalError(
+                f"control budget exhausted: task {task.name!r} (seq {seq}) of pipeline {key!r} cannot"
+                f" {directive.op.replace('_', '-')}: its traversal has used all {traversal.limit}"
+                " handoffs (max_handoffs: the smaller of pipeline.control's and run's)"
+            )
+        if directive.op != "forward":
+            return self.backward.stage(state, ctx, directive, to_seq, t0, wall0)
         ended = run.mono()
         now = wall0 + (ended - t0)
         reused = directive.value is UNSET
@@ -402,7 +442,11 @@ class Control:
         ledger, value, entry = jump
         run = self.run
         run.counters["handoffs"] += 1
+        if ledger.operation != "forward":
+            run.counters["rewinds" if ledger.operation == "rewind" else "retry_alls"] += 1
         state.ledger_rows += 1
+        if state.traversal is not None:
+            state.traversal.apply(ledger.operation, ledger.from_seq, ledger.to_seq, ledger.reason)
         if run.trace:  # the ledger row records the jump; ``events: all`` repeats it as an event
             self.event(
                 "pipeline.handoff",
@@ -435,3 +479,7 @@ class Control:
         artifact."""
         state.jump = None
         self.outcomes.succeeded(state, entry, handed_off=True)
+
+    def history(self, state: PipelineState, name: str) -> list[Any]:
+        """``ctx.history(name)``: what earlier visits of task ``name`` produced."""
+        return self.backward.history(state, name)

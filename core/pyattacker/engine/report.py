@@ -7,8 +7,9 @@ from typing import Any
 import msgspec
 
 from pyattacker.errors import ExitCode
+from pyattacker.flow.visits import handoffs_label
 
-__all__ = ["RunReport"]
+__all__ = ["RunReport", "handoff_operations"]
 
 
 class RunReport(msgspec.Struct, kw_only=True):
@@ -81,7 +82,7 @@ class RunReport(msgspec.Struct, kw_only=True):
             f"pipelines: succeeded={c.get('pipelines_succeeded', 0)} failed={c.get('pipelines_failed', 0)}"
             f" interrupted={c.get('pipelines_interrupted', 0)} skipped={c.get('skipped', 0)}",
             f"attempts: total={c.get('attempts', 0)} retries={c.get('retries', 0)}"
-            + (f" handoffs={c['handoffs']}" if c.get("handoffs") else ""),
+            + handoffs_label(c.get("handoffs", 0), handoff_operations(c)),
             f"duration: {self.duration_ms / 1000:.2f}s",
         ]
         if c.get("leases_leaked"):
@@ -93,3 +94,11 @@ class RunReport(msgspec.Struct, kw_only=True):
         if self.store:
             parts.append(f"store: {self.store}")
         return "\n".join(parts)
+
+
+def handoff_operations(counters: dict[str, int]) -> dict[str, int]:
+    """The run's handoffs by operation (from its counters)."""
+    backward = counters.get("rewinds", 0) + counters.get("retry_alls", 0)
+    ops = {"forward": counters.get("handoffs", 0) - backward}
+    ops.update(rewind=counters.get("rewinds", 0), retry_all=counters.get("retry_alls", 0))
+    return {op: n for op, n in ops.items() if n}

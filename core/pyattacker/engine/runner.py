@@ -369,7 +369,7 @@ class _Run:
         checkpoints = Checkpointer(run, codecs, backend)
         outcomes = Outcomes(run, telemetry, checkpoints, runner.on_pipeline_finished)
         resumer = Resumer(run, telemetry, codecs, backend)
-        control = resumer.control = Control(run, telemetry, resumer, checkpoints, outcomes)
+        control = resumer.control = run.control = Control(run, telemetry, resumer, checkpoints, outcomes)
         self.scheduler = Scheduler(run, telemetry, checkpoints, outcomes, control, self.signals)
         self.admission = Admission(run, telemetry, resumer, outcomes, self.scheduler.staff)
         self.sinks = runner._resolve_sinks()

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any
 from pyattacker.model import ArtifactRecord, HandoffRecord, PipelineRecord
 
 if TYPE_CHECKING:
+    from pyattacker.engine.control import Control
     from pyattacker.engine.runner import Runner
     from pyattacker.engine.settings import RunConfig
     from pyattacker.engine.tasklog import AttemptLog
     from pyattacker.engine.telemetry import Telemetry
     from pyattacker.flow.chain import PipelineSpec
+    from pyattacker.flow.visits import Traversal
     from pyattacker.plugins.store_base import StoreBase
     from pyattacker.store.recorder import Recorder
 
@@ -44,6 +46,8 @@ COUNTERS = (
     "metric_failures",
     "sink_errors",
     "handoffs",
+    "rewinds",
+    "retry_alls",
 )
 
 
@@ -65,6 +69,7 @@ class PipelineState:
         "task_started",
         "task_started_wall",
         "tasks",
+        "traversal",
         "value",
         "write_seed",
     )
@@ -94,6 +99,8 @@ class PipelineState:
         #: a jump staged and not yet durable: ``(ledger row, the destination's value, entry
         #: artifact)``; the group commit carrying it moves the pipeline (``Control.landed``)
         self.jump: tuple[HandoffRecord, Any, ArtifactRecord | None] | None = None
+        #: visits and budget of a pipeline with a budget or backward moves (None: neither)
+        self.traversal: Traversal | None = None
 
     @property
     def task_name(self) -> str:
@@ -137,6 +144,8 @@ class RunState:
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self.recorder: Recorder | None = None
         self.telemetry: Telemetry | None = None
+        #: the handoff path (``ctx.history()`` reads earlier visits through it)
+        self.control: Control | None = None
         #: ``events: all``: one event per task, lease and skip (else only the rare ones)
         self.trace = False
         self.stopping = False

@@ -6,8 +6,9 @@ silent jump). The declaration is resolved once, at build, into a ``ControlPlan``
 numbers: the runner checks a directive against it with one dict lookup, and the plan's
 fingerprint joins the chain's identity, so changing the allowed jumps is a different pipeline.
 
-Only forward jumps exist in this version: a destination is strictly later than its source, so
-a pipeline still runs each of its tasks at most once per traversal and needs no budget.
+Forward jumps go strictly later. The backward tier (``Handoff.rewind`` to a strictly earlier
+task, ``Handoff.retry_all`` from the seed; ``pyattacker.flow.backward``) re-enters tasks, so a
+pipeline that declares it needs a budget (``max_handoffs``) and counts visits.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from pyattacker.errors import FatalError, PipelineBuildError
+from pyattacker.flow.backward import BACKWARD_KEYS, BackwardPlan, check_backward
 
 __all__ = ["END", "UNSET", "ControlPlan", "Handoff", "check_control", "resolve_control"]
 
 #: the destination that finishes the pipeline (its value becomes the final artifact)
 END: Final = "end"
-#: keys of ``control`` that belong to backward traversal, which this version does not have
-_BACKWARD_KEYS = ("rewind", "retry_all", "max_handoffs")
+#: the operations a ``Handoff`` carries
+OPERATIONS = ("forward", "rewind", "retry_all")
 
 
 class _Unset:
@@ -44,12 +46,12 @@ class Handoff:
     Final: the runner recognises a directive by its exact type (one test per task's return).
     """
 
-    __slots__ = ("reason", "target", "value")
+    __slots__ = ("op", "reason", "target", "value")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         raise TypeError("Handoff cannot be subclassed: the runner recognises it by its exact type")
 
-    def __init__(self, target: str | int, value: Any = UNSET, reason: str = "") -> None:
+    def __init__(self, target: str | int, value: Any = UNSET, reason: str = "", op: str = "forward") -> None:
         # a task name, the usual target, costs one test (a task may hand off once per seed)
         if type(target) is not str:
             if isinstance(target, bool) or not isinstance(target, str | int):
@@ -60,9 +62,12 @@ class Handoff:
             raise FatalError("Handoff target must not be empty")
         if type(reason) is not str and not isinstance(reason, str):
             raise FatalError(f"Handoff reason must be a string, got {type(reason).__name__}")
+        if op not in OPERATIONS:
+            raise FatalError(f"Handoff operation must be one of {OPERATIONS}, got {op!r}")
         self.target = target
         self.value = value
         self.reason = reason
+        self.op = op
 
     @classmethod
     def to(cls, target: str | int, value: Any = UNSET, reason: str = "") -> Handoff:
@@ -75,9 +80,22 @@ class Handoff:
         """Finish the pipeline now; ``value`` (or this task's input) is its final artifact."""
         return cls(END, value, reason)
 
+    @classmethod
+    def rewind(cls, target: str | int, value: Any, reason: str = "") -> Handoff:
+        """Go back to ``target``, a strictly earlier task, which runs again (a new visit) with
+        ``value`` (explicit: ``None`` is a value); it and its successors rerun."""
+        if target == END:
+            raise FatalError("Handoff.rewind target must be an earlier task, not 'end'")
+        return cls(target, value, reason, "rewind")
+
+    @classmethod
+    def retry_all(cls, reason: str = "") -> Handoff:
+        """Start the pipeline again at its first task, from the seed decoded afresh."""
+        return cls(0, UNSET, reason, "retry_all")
+
     @property
     def operation(self) -> str:
-        return "forward"
+        return self.op
 
     @property
     def is_end(self) -> bool:
@@ -88,17 +106,24 @@ class Handoff:
         return self.value is UNSET
 
     def __repr__(self) -> str:
-        what = "input" if self.reuses_input else "value"
         why = f", reason={self.reason!r}" if self.reason else ""
-        return f"Handoff.to({self.target!r}, <{what}>{why})"
+        if self.op == "retry_all":
+            return f"Handoff.retry_all({why[2:]})"
+        what = "input" if self.reuses_input else "value"
+        name = "to" if self.op == "forward" else self.op
+        return f"Handoff.{name}({self.target!r}, <{what}>{why})"
 
 
 class ControlPlan:
     """The allowed jumps of one chain, by seq: ``edges[source] = destinations`` (``n`` = END)."""
 
-    __slots__ = ("_routes", "edges", "n", "names")
+    __slots__ = ("_routes", "back", "edges", "n", "names")
 
-    def __init__(self, edges: Mapping[int, Sequence[int]], names: Sequence[str]) -> None:
+    def __init__(
+        self, edges: Mapping[int, Sequence[int]], names: Sequence[str], back: BackwardPlan | None = None
+    ) -> None:
+        #: the backward declarations (None: forward only)
+        self.back = back
         self.n = len(names)
         self.names = tuple(names)
         self.edges: dict[int, frozenset[int]] = {s: frozenset(d) for s, d in sorted(edges.items())}
@@ -115,18 +140,49 @@ class ControlPlan:
                 if name != END and self.names.count(name) == 1:
                     self._routes[source, name] = seq
 
+    @property
+    def backward(self) -> bool:
+        """Whether tasks may re-enter earlier ones (visits and a budget are kept)."""
+        return self.back is not None and self.back.any_backward
+
+    @property
+    def max_handoffs(self) -> int | None:
+        return None if self.back is None else self.back.max_handoffs
+
     def fingerprint(self) -> list[list[Any]]:
         """Resolved seqs, sorted: how the edges were spelled does not change the identity."""
-        return [[s, sorted(d)] for s, d in self.edges.items()]
+        out: list[list[Any]] = [[s, sorted(d)] for s, d in self.edges.items()]
+        back = self.back
+        if back is not None and (back.any_backward or back.max_handoffs is not None):
+            out.append(
+                [
+                    "backward",
+                    [[s, sorted(t)] for s, t in back.rewind.items()],
+                    sorted(back.retry_all),
+                    back.max_handoffs,
+                ]
+            )
+        return out
 
     def describe(self) -> dict[str, Any]:
         """The effective declaration: names where they are unique, seqs for repeated or reserved ones."""
-        return {
-            "edges": {
+        out: dict[str, Any] = {}
+        if self.edges:
+            out["edges"] = {
                 self._label(s): [END if d == self.n else self._label(d) for d in sorted(ds)]
                 for s, ds in self.edges.items()
             }
-        }
+        back = self.back
+        if back is not None:
+            if back.rewind:
+                out["rewind"] = {
+                    self._label(s): [self._label(t) for t in sorted(ts)] for s, ts in back.rewind.items()
+                }
+            if back.retry_all:
+                out["retry_all"] = [self._label(s) for s in sorted(back.retry_all)]
+            if back.max_handoffs is not None:
+                out["max_handoffs"] = back.max_handoffs
+        return out
 
     def _label(self, seq: int) -> str | int:
         name = self.names[seq]
@@ -134,8 +190,10 @@ class ControlPlan:
 
     def destination(self, source: int, handoff: Handoff) -> int:
         """The seq ``handoff`` leads to from task ``source`` (``n`` for END), or ``FatalError``
-        when the target is unknown, ambiguous or not a declared edge."""
+        when the target is unknown, ambiguous or not a declared edge (or backward move)."""
         target = handoff.target
+        if handoff.op != "forward":
+            return self._backward(source, handoff)
         seq = self._routes.get((source, target))
         if seq is not None:
             return seq
@@ -163,6 +221,42 @@ class ControlPlan:
             )
         return seq
 
+    def _backward(self, source: int, handoff: Handoff) -> int:
+        """The target of a rewind or retry-all from ``source``, or ``FatalError`` naming the
+        undeclared move."""
+        here = f"task {self.names[source]!r} (seq {source})"
+        back = self.back
+        if handoff.op == "retry_all":
+            if back is None or source not in back.retry_all:
+                raise FatalError(
+                    f"{here} returned Handoff.retry_all(), which pipeline.control.retry_all does not"
+                    " declare for it"
+                )
+            return 0
+        target = handoff.target
+        if isinstance(target, int):
+            if target >= self.n:
+                raise FatalError(f"{here} rewound to seq {target}, outside the chain's {self.n} tasks")
+            seq = target
+        else:
+            seqs = [i for i, name in enumerate(self.names) if name == target]
+            if len(seqs) != 1:
+                why = (
+                    "which is no task of the pipeline"
+                    if not seqs
+                    else f"a name the chain repeats (seqs {seqs})"
+                )
+                raise FatalError(f"{here} rewound to {target!r}, {why}")
+            seq = seqs[0]
+        allowed = None if back is None else back.rewind.get(source)
+        if allowed is None or seq not in allowed:
+            declared = [self._label(t) for t in sorted(allowed or ())]
+            raise FatalError(
+                f"{here} rewound to {self.names[seq]!r} (seq {seq}), which pipeline.control.rewind"
+                f" does not declare (declared from it: {declared or 'nothing'})"
+            )
+        return seq
+
 
 def check_control(data: Any, names: Sequence[str], path: str, errors: list[str]) -> ControlPlan | None:
     """Validate a ``control`` declaration against the chain's task ``names``; every problem is
@@ -172,15 +266,13 @@ def check_control(data: Any, names: Sequence[str], path: str, errors: list[str])
         return None
     start = len(errors)
     for key in data:
-        if key in _BACKWARD_KEYS:
-            errors.append(
-                f"{path}.{key}: backward traversal (rewind, retry_all, max_handoffs) is not"
-                " supported in this version; only forward edges are"
-            )
-        elif key != "edges":
-            errors.append(f"{path}.{key}: unknown field (expected: edges)")
+        if key != "edges" and key not in BACKWARD_KEYS:
+            errors.append(f"{path}.{key}: unknown field (expected: edges, rewind, retry_all, max_handoffs)")
+    back = check_backward(data, names, path, errors, _source_seq)
     edges = data.get("edges")
-    if not isinstance(edges, Mapping) or not edges:
+    if edges is None and (back.any_backward or "max_handoffs" in data):
+        edges = {}
+    elif not isinstance(edges, Mapping) or not edges:
         errors.append(f"{path}.edges: must be a non-empty mapping of source task -> [destinations]")
         return None
     resolved: dict[int, list[int]] = {}
@@ -200,7 +292,8 @@ def check_control(data: Any, names: Sequence[str], path: str, errors: list[str])
         resolved[source] = _destinations(raw_dests, source, names, where, errors)
     if len(errors) > start:
         return None
-    return ControlPlan(resolved, names)
+    has_back = back.any_backward or back.max_handoffs is not None
+    return ControlPlan(resolved, names, back if has_back else None)
 
 
 def resolve_control(data: Any, names: Sequence[str], path: str = "control") -> ControlPlan:

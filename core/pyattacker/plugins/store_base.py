@@ -225,15 +225,20 @@ class StoreBase(ABC):
         return []
 
     def count_handoffs(self, run_id: str | None = None) -> int:
-        """Handoffs (``forward`` ledger rows) committed by ``run_id`` (None: by every run)."""
+        """Handoffs (ledger rows other than ``restart``: forward jumps, rewinds, retry-alls)
+        committed by ``run_id`` (None: by every run)."""
+        return sum(self.handoffs_by_operation(run_id).values())
+
+    def handoffs_by_operation(self, run_id: str | None = None) -> dict[str, int]:
+        """``{operation: count}`` of the handoffs ``count_handoffs`` counts (no zero entries)."""
+        out: dict[str, int] = {}
         if not self.has_ledger:
-            return 0
-        return sum(
-            1
-            for p in iter_rows(self, "pipelines")
-            for h in self.handoffs(p.pipeline_id)
-            if h.operation == "forward" and (run_id is None or h.run_id == run_id)
-        )
+            return out
+        for p in iter_rows(self, "pipelines"):
+            for h in self.handoffs(p.pipeline_id):
+                if h.operation != "restart" and (run_id is None or h.run_id == run_id):
+                    out[h.operation] = out.get(h.operation, 0) + 1
+        return dict(sorted(out.items()))
 
     # -- task logs ----------------------------------------------------------------------------------
     def logs(
@@ -461,9 +466,9 @@ OPTIONAL_READS = (
     "close", "lookup_pipelines", "get_artifact", "get_run", "handoffs", "count_handoffs",
     "pipeline_summaries", "pipeline_totals", "pipeline_counts", "task_counts", "count_rows", "stats",
     "lookup_states", "attempt_summaries", "event_summaries", "rows_by_pipeline", "metrics_by_pipeline",
-    "final_artifacts", "task_leases", "point_pipelines", "run_note", "run_notes", "write_note",
-    "run_state_counts", "spec_digests", "task_durations", "metric_summary", "find_pipelines",
-    "attempt_timeline",
+    "final_artifacts", "task_leases", "point_pipelines", "handoffs_by_operation", "run_note",
+    "run_notes", "write_note", "run_state_counts", "spec_digests", "task_durations", "metric_summary",
+    "find_pipelines", "attempt_timeline",
 )  # fmt: skip
 
 

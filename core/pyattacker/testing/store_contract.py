@@ -633,6 +633,7 @@ class StoreContract(NotesContract, LogContract):
             "get_run": (("r1",), ("nope",)),
             "handoffs": (("p1",),),
             "count_handoffs": ((None,), ("r1",)),
+            "handoffs_by_operation": ((None,), ("r1",)),
             "pipeline_summaries": ((None,), ("r1",), ("r2",), ("nope",)),
             "pipeline_totals": ((None,), ("r1",), ("nope",)),
             "pipeline_counts": ((None,), ("r1",), ("r2",), ("nope",)),

@@ -17,9 +17,8 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
-import msgspec
-
 from pyattacker.errors import ConfigError
+from pyattacker.flow.visits import attempt_visit
 from pyattacker.model import ArtifactRecord, PipelineRecord
 from pyattacker.plugins.store_base import StoreBase, iter_rows
 from pyattacker.store.codecs import CodecRegistry
@@ -35,6 +34,7 @@ from pyattacker.views.common import (
     render_payload,
     to_plain,
 )
+from pyattacker.views.export_visits import Visits, ledger_rows, with_artifact_visits, with_task_visits
 from pyattacker.views.failures import attach_tracebacks
 from pyattacker.views.fold import state_rank
 from pyattacker.views.shard_report import shard_stores
@@ -126,6 +126,8 @@ def _pipeline_head(p: PipelineRecord) -> dict[str, Any]:
 
 def _nested_pipeline(p: PipelineRecord, children: _Children, codecs: Any) -> dict[str, Any]:
     row = _pipeline_head(p)
+    ledger = children.rows("handoffs", p)
+    visits = Visits({p.pipeline_id: ledger} if ledger else {}, {p.pipeline_id: p.n_tasks_total})
     row["tasks"] = [
         {
             "name": t.name,
@@ -139,14 +141,19 @@ def _nested_pipeline(p: PipelineRecord, children: _Children, codecs: Any) -> dic
             "error_type": t.error_type,
             "error_message": t.error_message,
             "output_artifact_id": t.output_artifact_id,
+            "visit": visits.task(p.pipeline_id, t.seq),
         }
         for t in children.rows("tasks", p)
     ]
-    row["artifacts"] = [_artifact_row(a, codecs) for a in children.rows("artifacts", p)]
+    row["artifacts"] = [
+        {**_artifact_row(a, codecs), "visit": visits.artifact(p.pipeline_id, a.seq)}
+        for a in children.rows("artifacts", p)
+    ]
     row["metrics"] = {m.name: m.value for m in children.rows("metrics", p)}
     # the control ledger: with handoffs the cursor is a position in the chain, not a count of
     # tasks done, and these rows say which tasks were skipped and what the destinations received
-    row["handoffs"] = [msgspec.structs.asdict(h) for h in children.rows("handoffs", p)]
+    # (with the visits each move left and entered: backward moves re-enter tasks)
+    row["handoffs"] = ledger_rows(ledger, p.n_tasks_total)
     return row
 
 
@@ -217,10 +224,12 @@ def _tasks_with_leases(store: StoreBase, page: list[Any]) -> Iterator[dict[str, 
     if not page:
         return
     last = store.task_leases(list(dict.fromkeys(t.pipeline_id for t in page)))
+    rows = []
     for task in page:
         row = to_plain(task)
         row["leases"] = last.get(task.task_run_id, [])
-        yield row
+        rows.append(row)
+    yield from with_task_visits(store, rows)
 
 
 def _tasks(store: StoreBase, run_id: str | None) -> Iterator[dict[str, Any]]:
@@ -300,7 +309,16 @@ def iter_kind(
         yield from _pipelines_with_children(store, kind, run_id, codecs, keep)
     elif kind == "tasks":
         yield from attach_tracebacks(store, kind, _tasks(store, run_id))
-    elif kind in ("attempts", "events"):
+    elif kind == "attempts":
+        yield from attach_tracebacks(
+            store,
+            kind,
+            (
+                {**to_plain(a), "visit": attempt_visit(a.task_run_id)}
+                for a in iter_rows(store, kind, run_id=run_id)
+            ),
+        )
+    elif kind == "events":
         yield from attach_tracebacks(
             store, kind, (to_plain(row) for row in iter_rows(store, kind, run_id=run_id))
         )
@@ -308,9 +326,14 @@ def iter_kind(
         owned = (
             None if run_id is None else {p.pipeline_id for p in iter_rows(store, "pipelines", run_id=run_id)}
         )
+        page: list[dict[str, Any]] = []
         for a in iter_rows(store, "artifacts"):
             if owned is None or a.pipeline_id in owned:
-                yield _artifact_row(a, codecs)
+                page.append(_artifact_row(a, codecs))
+                if len(page) >= CHILD_BATCH:
+                    yield from with_artifact_visits(store, page)
+                    page = []
+        yield from with_artifact_visits(store, page)
     elif kind == "metrics":
         for m in store.metrics(run_id=run_id):
             yield to_plain(m)

@@ -18,7 +18,7 @@ import msgspec
 from pyattacker.model import PipelineRecord
 from pyattacker.plugins.store_stats import duration_summary
 
-__all__ = ["Folded", "MergedReport", "SourceInfo", "slim_row", "state_rank", "wins"]
+__all__ = ["Folded", "MergedReport", "SourceInfo", "add_operations", "slim_row", "state_rank", "wins"]
 
 _RANK = {"succeeded": 4, "failed": 3, "interrupted": 2, "pending": 1, "canceled": 0}
 #: one shared string per known state: a folded entry does not keep a copy per pipeline
@@ -97,6 +97,7 @@ class MergedReport:
         self.source_events_total = 0
         #: handoffs the selected runs committed (a sum over the stores, like the events)
         self.handoffs_total = 0
+        self.handoffs_by_operation: dict[str, int] = {}
         self.repair_failures: dict[str, dict[str, Any]] = {}
         self.run_metrics: dict[str, dict[str, Any]] = {}
         self.pipeline_metrics: dict[str, dict[str, Any]] = {}
@@ -194,6 +195,7 @@ class MergedReport:
             "attempts_total": self.attempts_total,
             "source_events_total": self.source_events_total,
             "handoffs_total": self.handoffs_total,
+            "handoffs_by_operation": dict(sorted(self.handoffs_by_operation.items())),
             "duplicates": self.duplicates,
         }
 
@@ -248,3 +250,9 @@ class MergedReport:
 def slim_row(row: PipelineRecord) -> PipelineRecord:
     """Drop the traceback: a report holds every row in memory and never prints it."""
     return msgspec.structs.replace(row, traceback=None) if row.traceback else row
+
+
+def add_operations(into: dict[str, int], more: dict[str, int]) -> None:
+    """Add handoff counts by operation (``handoffs_by_operation`` of another store or shard)."""
+    for op, n in more.items():
+        into[op] = into.get(op, 0) + n

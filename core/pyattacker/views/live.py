@@ -439,6 +439,10 @@ def snapshot(
         "attempts_total": stats.get("attempts_total", 0),
         "events_total": stats.get("events_total", 0),
         "handoffs_total": stats.get("handoffs_total", 0),
+        # the split by operation is asked only of a run that has handoffs (one small query)
+        "handoffs_by_operation": store.handoffs_by_operation(choice.run_id)
+        if stats.get("handoffs_total")
+        else {},
         "counters": counters,
         "in_flight": in_flight,
         "parked": len(digest.parked),

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from pyattacker.plugins.store_base import StoreBase, iter_rows
 from pyattacker.views.common import RunChoice, choose_run, read_only_store
-from pyattacker.views.fold import MergedReport, SourceInfo, slim_row
+from pyattacker.views.fold import MergedReport, SourceInfo, add_operations, slim_row
 from pyattacker.views.shard_report import shard_part, shards_report
 from pyattacker.views.store_report import read_extras, source_info, store_report
 
@@ -115,6 +115,7 @@ def _read_rows(
     info.events_total = store.count_rows("events", choice.run_id)
     report.source_events_total += info.events_total
     report.handoffs_total += store.count_handoffs(choice.run_id)
+    add_operations(report.handoffs_by_operation, store.handoffs_by_operation(choice.run_id))
 
 
 def _read_details(

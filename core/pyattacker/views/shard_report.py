@@ -18,6 +18,7 @@ from pyattacker.model import RunRecord
 from pyattacker.plugins.store_base import StoreBase
 from pyattacker.shard.plan import parse_shard, shard_index, shard_layouts, shard_store_pattern
 from pyattacker.views.common import choose_run, read_only_store
+from pyattacker.views.fold import add_operations
 from pyattacker.views.store_report import StoreReport, TaskCounts, Totals, store_report_of
 
 __all__ = [
@@ -57,6 +58,7 @@ class ShardsReport(StoreReport):
             self.sources.append(part.sources[0])
             self.source_events_total += part.source_events_total
             self.handoffs_total += part.handoffs_total
+            add_operations(self.handoffs_by_operation, part.handoffs_by_operation)
             for pid, row in part.details.items():
                 self.details[pid] = row
                 self._origin[pid] = index

@@ -107,6 +107,7 @@ def store_report_of(
     info.rows = sum(by_state.values())
     info.events_total = report.source_events_total = store.count_rows("events", choice.run_id)
     report.handoffs_total = store.count_handoffs(choice.run_id)
+    report.handoffs_by_operation = store.handoffs_by_operation(choice.run_id)
     for row in iter_rows(store, "pipelines", run_id=choice.run_id, state="failed"):
         report.details[row.pipeline_id] = slim_row(row)
     if task_counts:

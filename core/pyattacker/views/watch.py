@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console, Group
 from rich.text import Text
 
+from pyattacker.flow.visits import handoffs_label
 from pyattacker.plugins.store_base import StoreBase
 from pyattacker.views.common import choose_run, open_view
 from pyattacker.views.live import LiveDigest, snapshot
@@ -156,7 +157,7 @@ def render_snapshot(snap: dict[str, Any]) -> Group:
 
     lines.extend(_pool_lines(snap["pools"]))
     counters = snap["counters"]
-    handoffs = f" handoffs={snap['handoffs_total']}" if snap.get("handoffs_total") else ""
+    handoffs = handoffs_label(snap.get("handoffs_total", 0), snap.get("handoffs_by_operation"))
     attempts = Text(f"attempts total={snap['attempts_total']} events={snap['events_total']}{handoffs}")
     if counters.get("retries"):
         attempts.append(f" retries={counters['retries']}")

@@ -26,6 +26,7 @@ from pyattacker.model import PIPELINE_STATES
 from pyattacker.plugins.store_base import StoreBase
 from pyattacker.views.common import ALL_RUNS, RunChoice, choose_run, open_view, to_plain
 from pyattacker.views.compare import compare_in_store
+from pyattacker.views.export_visits import ledger_rows
 from pyattacker.views.failures import last_frame_text
 from pyattacker.views.live import LiveDigest, snapshot
 from pyattacker.views.runs import store_runs
@@ -337,7 +338,8 @@ class Api:
                 m.name: m.value for m in store.metrics(run_id=p.run_id, pipeline_id=p.pipeline_id)
             }
             # a pipeline that jumped: its cursor is a position, and the ledger says where it went
-            row["handoffs"] = [to_plain(h) for h in ledgers.get(p.pipeline_id, ())]
+            # (with the visits: backward moves re-enter tasks)
+            row["handoffs"] = ledger_rows(ledgers.get(p.pipeline_id, []), p.n_tasks_total)
             out.append(row)
         return {"run_id": choice.run_id, "rows": out, "limit": limit, "next": nxt}
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from pyattacker.plugins.store_base import StoreBase, iter_rows
 from pyattacker.views.common import to_plain
+from pyattacker.views.export_visits import ledger_rows
 from pyattacker.views.failures import group_failures, last_frame
 
 __all__ = ["SSE_HOLD_S", "SSE_POLL_S", "failure_groups", "log_page", "log_stream", "pipeline_detail"]
@@ -62,7 +63,7 @@ def pipeline_detail(store: StoreBase, p: Any) -> dict[str, Any]:
     row["last_frame"] = last_frame(p.traceback)
     row["n_tasks_done"] = p.cursor
     row["tasks"] = [to_plain(t) for t in iter_rows(store, "tasks", pipeline_id=pid)]
-    row["handoffs"] = [to_plain(h) for h in store.rows_by_pipeline("handoffs", [pid]).get(pid, ())]
+    row["handoffs"] = ledger_rows(store.rows_by_pipeline("handoffs", [pid]).get(pid, []), p.n_tasks_total)
     attempts = list(iter_rows(store, "attempts", pipeline_id=pid))
     row["attempts_shown"] = min(len(attempts), MAX_ATTEMPTS)
     row["attempts"] = [to_plain(a) for a in attempts[-MAX_ATTEMPTS:]]

@@ -109,7 +109,7 @@ class Index:
         #: attempts' logs in ``log_id`` order (log id n at index n - 1)
         self.logs: list[LogRecord] = []
         #: run id -> its ``forward`` ledger rows (what a live view's refresh counts)
-        self.jumps_by_run: dict[str, int] = {}
+        self.jumps_by_run: dict[str, dict[str, int]] = {}
         #: pipeline id -> ids of its artifacts marked final (what an ``unfinal`` line unmarks)
         self.finals: dict[str, set[str]] = {}
         # page order plus the row's id last (the id is the dict key the row is stored under)
@@ -196,8 +196,9 @@ class Index:
         self.handoffs_total += 1
         row.handoff_id = self.handoffs_total
         self.ledgers.setdefault(row.pipeline_id, []).append(row)
-        if row.operation == "forward":
-            self.jumps_by_run[row.run_id] = self.jumps_by_run.get(row.run_id, 0) + 1
+        if row.operation != "restart":
+            ops = self.jumps_by_run.setdefault(row.run_id, {})
+            ops[row.operation] = ops.get(row.operation, 0) + 1
 
     def _log(self, e: Entry) -> None:
         row: LogRecord = e.record
@@ -216,7 +217,7 @@ class Index:
         pid = reset.pipeline_id
         finals = self.finals.get(pid)
         removed = False
-        for seq in range(reset.slots):
+        for seq in range(reset.start, reset.slots):
             slot = f"{pid}:{seq}"
             removed = self.tasks.pop(slot, None) is not None or removed
             if self.artifacts.pop(slot, None) is not None:

@@ -450,10 +450,18 @@ class JsonlStore(StoreBase):
 
     def count_handoffs(self, run_id: str | None = None) -> int:
         """Handoffs committed by ``run_id`` (restarts of a traversal are not counted)."""
+        return sum(self.handoffs_by_operation(run_id).values())
+
+    def handoffs_by_operation(self, run_id: str | None = None) -> dict[str, int]:
+        """``{operation: count}`` of the handoffs of ``run_id`` (None: every run)."""
         with self._mutex:
             self._refresh()
-            counts = self._index.jumps_by_run
-            return sum(counts.values()) if run_id is None else counts.get(run_id, 0)
+            out: dict[str, int] = {}
+            for run, ops in self._index.jumps_by_run.items():
+                if run_id is None or run == run_id:
+                    for op, count in ops.items():
+                        out[op] = out.get(op, 0) + count
+            return dict(sorted(out.items()))
 
     def pipeline_counts(self, run_id: str | None = None) -> dict[str, int]:
         """``{state: count}`` of the pipeline rows of ``run_id``, counted in the index the

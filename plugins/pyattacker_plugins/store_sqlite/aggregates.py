@@ -146,10 +146,19 @@ class StoreAggregates(StoreConnection):
         """Handoffs committed by ``run_id`` (restarts of a traversal are not counted)."""
         if not self.has_ledger:
             return 0
+        return sum(self.handoffs_by_operation(run_id).values())
+
+    def handoffs_by_operation(self, run_id: str | None = None) -> dict[str, int]:
+        """``{operation: count}`` of the handoffs of ``run_id`` (restart rows are not handoffs)."""
+        if not self.has_ledger:
+            return {}
         and_run, params = _run_filter(run_id, " AND")
-        return int(
-            self._query(f"SELECT COUNT(*) FROM handoffs WHERE operation = 'forward'{and_run}", params)[0][0]
+        rows = self._query(
+            "SELECT operation, COUNT(*) FROM handoffs WHERE operation != 'restart'"
+            f"{and_run} GROUP BY operation ORDER BY operation",
+            params,
         )
+        return {str(op): int(n) for op, n in rows}
 
     def attempt_summaries(
         self, run_id: str | None, after: int | None, limit: int
@@ -220,12 +229,15 @@ def _stats(conn: sqlite3.Connection, run_id: str | None, ledger: bool, spans: bo
         by_name.setdefault(name, {})[state] = n
     attempts = conn.execute(count_sql("attempts", run_id is not None, spans), params).fetchone()[0]
     events = conn.execute(count_sql("events", run_id is not None, spans), params).fetchone()[0]
-    handoffs = 0
+    by_operation: dict[str, int] = {}
     if ledger:
         and_run, _ = _run_filter(run_id, " AND")
-        handoffs = conn.execute(
-            f"SELECT COUNT(*) FROM handoffs WHERE operation = 'forward'{and_run}", params
-        ).fetchone()[0]
+        rows = conn.execute(
+            "SELECT operation, COUNT(*) FROM handoffs WHERE operation != 'restart'"
+            f"{and_run} GROUP BY operation ORDER BY operation",
+            params,
+        )
+        by_operation = {str(op): int(n) for op, n in rows}
     return {
         "pipelines": {
             "total": sum(by_state.values()),
@@ -235,7 +247,7 @@ def _stats(conn: sqlite3.Connection, run_id: str | None, ledger: bool, spans: bo
         "tasks": {"by_name": by_name},
         "attempts_total": attempts,
         "events_total": events,
-        "handoffs_total": handoffs,
+        "handoffs_total": sum(by_operation.values()),
     }
 
 

@@ -120,8 +120,8 @@ _PROGRESS = f"UPDATE {_OR} pipelines SET cursor = ?, attempts_total = ? WHERE pk
 #: a pipeline's earlier final artifacts, unmarked before a new one is written (``Batch.finals_cleared``)
 _CLEAR_FINALS = f"UPDATE {_OR} artifacts SET is_final = 0 WHERE pk = ? AND is_final"
 #: ``Batch.resets``, before the batch's tasks and artifacts: a range of the clustered key each
-_RESET_TASKS = "DELETE FROM tasks WHERE pk = ? AND seq >= 0 AND seq < ?"
-_RESET_ARTIFACTS = "DELETE FROM artifacts WHERE pk = ? AND seq >= 0 AND seq < ?"
+_RESET_TASKS = "DELETE FROM tasks WHERE pk = ? AND seq >= ? AND seq < ?"
+_RESET_ARTIFACTS = "DELETE FROM artifacts WHERE pk = ? AND seq >= ? AND seq < ?"
 #: the file may hold running task rows from now on (``RunRepair`` looks at them then)
 _MARK_TASKS = f"INSERT OR REPLACE INTO store_meta (key, value) VALUES ('{schema.TASKS_RUNNING_KEY}', '1')"
 #: a pipeline id's first key row (its number allocated by the commit, see ``_resolve_keys``)
@@ -306,7 +306,7 @@ class CommitPath(StoreConnection):
     def _reset(conn: sqlite3.Connection, batch: Batch, pks: dict[str, int]) -> None:
         """Delete the task rows and chain outputs of pipelines starting again from the seed
         (``Batch.resets``; an id without a key row has none)."""
-        slots = [(pks[r.pipeline_id], r.slots) for r in batch.resets if r.pipeline_id in pks]
+        slots = [(pks[r.pipeline_id], r.start, r.slots) for r in batch.resets if r.pipeline_id in pks]
         if slots:
             conn.executemany(_RESET_TASKS, slots)
             conn.executemany(_RESET_ARTIFACTS, slots)

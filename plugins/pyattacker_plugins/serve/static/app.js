@@ -121,6 +121,11 @@
   function hopText(h) {
     if (h.operation === "restart") return "restart";
     const to = h.to_seq === null || h.to_seq === undefined ? "end" : taskName(h.to_task, h.to_seq);
+    if (h.operation === "rewind" || h.operation === "retry_all") {
+      // a backward move: which visit left and which one it entered (`judge#0 \u21ba ask#1`)
+      const tag = h.operation === "rewind" ? " \u21ba " : " \u21ba\u21ba ";
+      return taskName(h.from_task, h.from_seq) + "#" + (h.from_visit || 0) + tag + to + "#" + (h.to_visit || 0);
+    }
     return taskName(h.from_task, h.from_seq) + " \u2192 " + to;
   }
   function hopTitle(h) {
@@ -132,6 +137,9 @@
         : (h.to_task || "") + " (seq " + h.to_seq + ")";
       const from = (h.from_task || "") + " (seq " + h.from_seq + ")";
       lines.push((h.operation || "forward") + ": " + from + " \u2192 " + to);
+      if (h.operation === "rewind" || h.operation === "retry_all") {
+        lines.push("visits: left " + (h.from_visit || 0) + ", entered " + (h.to_visit || 0));
+      }
     }
     if (h.reason) lines.push("reason: " + h.reason);
     if (h.run_id) lines.push("run: " + h.run_id);
@@ -152,7 +160,8 @@
     }
     ledger.slice(-MAX_HOPS).forEach(function (h) {
       if (box.firstChild) box.appendChild(el("span", " \u00b7 ", "sep"));
-      const cls = "hop " + (h.operation === "restart" ? "restart" : "forward");
+      const cls = "hop " + (h.operation === "restart" ? "restart"
+        : h.operation === "rewind" || h.operation === "retry_all" ? "backward" : "forward");
       box.appendChild(titled(el("span", hopText(h), cls), hopTitle(h)));
     });
     return box;
