@@ -65,9 +65,18 @@ def test_a_good_suite_is_checked_with_members_relative_to_the_suite_file(tmp_pat
         ("suite: {id: s}\nexperiments: {a: {}}", "experiments.a.config: required"),
         ("suite: {id: s}\nexperiments: {a: {config: nope.yaml}}", "experiments.a.config: "),
         ("suite: {id: s}\nexperiments: {-a: {config: m.yaml}}", "experiments.-a: '-a' is not an id"),
-        ("suite: {id: s}\nexperiments: {a: {config: m.yaml, lable: x}}", "experiments.a.lable: unknown field"),
-        ("suite: {id: s}\nexperiments: {a: {config: m.yaml, limit: 0}}", "experiments.a.limit: must be an integer"),
-        ("suite: {id: s}\nexperiments: {a: {config: m.yaml, label: 3}}", "experiments.a.label: must be a string"),
+        (
+            "suite: {id: s}\nexperiments: {a: {config: m.yaml, lable: x}}",
+            "experiments.a.lable: unknown field",
+        ),
+        (
+            "suite: {id: s}\nexperiments: {a: {config: m.yaml, limit: 0}}",
+            "experiments.a.limit: must be an integer",
+        ),
+        (
+            "suite: {id: s}\nexperiments: {a: {config: m.yaml, label: 3}}",
+            "experiments.a.label: must be a string",
+        ),
         (
             "suite: {id: s}\nexperiments: {a: {config: m.yaml}, A: {config: m.yaml}}",
             "experiments.A: the same id as 'a'",
@@ -80,10 +89,16 @@ def test_a_good_suite_is_checked_with_members_relative_to_the_suite_file(tmp_pat
             "suite: {id: s}\nexperiments: {a: {config: m.yaml, pool_bindings: {model: shard}}}",
             "experiments.a.pool_bindings.model: no suite pool named 'shard'",
         ),
-        ("suite: {id: s}\nrun: {store: x.db}\nexperiments: {a: {config: m.yaml}}", "run.store: not allowed in a suite"),
+        (
+            "suite: {id: s}\nrun: {store: x.db}\nexperiments: {a: {config: m.yaml}}",
+            "run.store: not allowed in a suite",
+        ),
         ("suite: {id: s}\nrun: {concurrency: 0}\nexperiments: {a: {config: m.yaml}}", "run.concurrency:"),
         ("suite: {id: s}\noutput: {root: 5}\nexperiments: {a: {config: m.yaml}}", "output.root: must be"),
-        ("suite: {id: s}\noutput: {layout: flat}\nexperiments: {a: {config: m.yaml}}", "output.layout: must be one of"),
+        (
+            "suite: {id: s}\noutput: {layout: flat}\nexperiments: {a: {config: m.yaml}}",
+            "output.layout: must be one of",
+        ),
         ("suite: {id: s}\nexperiments: {a: {config: suite.yaml}}", "experiments.a.config: "),
     ],
 )
