@@ -141,8 +141,9 @@ def run_suite(flags: dict[str, Any], *, resume: bool) -> None:
     report, health = execute(
         built.config, built.pools, built.specs(), total=built.total, progress=flags["progress"]
     )
-    for problem in built.source_errors:
-        warn(f"experiment {problem} (its source failed; the other experiments ran on)")
+    built.record_outcome()
+    for exp_id, problem in built.source_errors.items():
+        warn(f"experiment {exp_id}: its source failed ({problem}); the other experiments ran on")
     try:
         finish(report, health, built.pools, str(built.root), flags["summary_format"])
     except SystemExit as done:

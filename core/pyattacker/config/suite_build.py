@@ -53,8 +53,19 @@ class BuiltSuite:
     members: list[Member]
     specs: Callable[[], Iterator[PipelineSpec]]
     total: int | None
-    #: ``"experiment: message"`` of each member whose source failed during the run
-    source_errors: list[str] = field(default_factory=list)
+    #: ``{experiment id: message}`` of each member whose source failed during the run
+    source_errors: dict[str, str] = field(default_factory=dict)
+
+    def record_outcome(self) -> None:
+        """Note in the manifest which members' sources failed in this run (and clear the note
+        of those that ran through), so views can tell a member that failed as a whole."""
+        for member in self.members:
+            entry = self.manifest.experiments[member.id]
+            if member.id in self.source_errors:
+                entry["source_error"] = self.source_errors[member.id]
+            else:
+                entry.pop("source_error", None)
+        write_manifest(self.root, self.manifest)
 
 
 def suite_root(checked: CheckedSuite, output_root: str | None) -> Path:
@@ -138,7 +149,7 @@ def _member_specs(suite_id: str, member: Member) -> Iterator[PipelineSpec]:
 
 
 def _round_robin(
-    streams: list[tuple[str, Iterator[PipelineSpec]]], errors: list[str]
+    streams: list[tuple[str, Iterator[PipelineSpec]]], errors: dict[str, str]
 ) -> Iterator[PipelineSpec]:
     """One spec of each member in turn; a member whose source raises is noted and dropped."""
     live = list(streams)
@@ -150,10 +161,8 @@ def _round_robin(
             except StopIteration:
                 live.remove(entry)
                 continue
-            except ConfigError:
-                raise
-            except Exception as exc:
-                errors.append(f"{exp_id}: {type(exc).__name__}: {exc}")
+            except Exception as exc:  # a bad row or an unreadable file: this member's failure only
+                errors[exp_id] = f"{type(exc).__name__}: {exc}"
                 live.remove(entry)
                 continue
             yield spec
@@ -211,7 +220,7 @@ def build_suite(
     make_parent(str(root / CATALOG), "output.root")
     write_manifest(root, manifest)
     defs = list(checked.pools.values()) + [d for m in members for d in _private_pools(m)]
-    errors: list[str] = []
+    errors: dict[str, str] = {}
 
     def specs() -> Iterator[PipelineSpec]:
         streams = [(m.id, _member_specs(checked.id, m)) for m in members]

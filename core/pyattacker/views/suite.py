@@ -59,7 +59,14 @@ def experiment_filter(manifest: SuiteManifest, experiments: Sequence[str]) -> Ca
 
 def _blank(manifest: SuiteManifest, exp_id: str) -> dict[str, Any]:
     entry = manifest.experiments[exp_id]
-    return {"experiment_id": exp_id, "label": entry.get("label", ""), "total": 0, "by_state": {}, "_ms": []}
+    return {
+        "experiment_id": exp_id,
+        "label": entry.get("label", ""),
+        "source_error": entry.get("source_error"),
+        "total": 0,
+        "by_state": {},
+        "_ms": [],
+    }
 
 
 def _fold_metrics(
@@ -145,7 +152,7 @@ def comparison_lines(manifest: SuiteManifest, rows: list[dict[str, Any]]) -> lis
                 _ms(row["p50_ms"]),
                 _ms(row["p95_ms"]),
                 *(_metric(row["metrics"].get(name)) for name in names),
-                row["label"],
+                row["label"] + (f" [source failed: {row['source_error']}]" if row["source_error"] else ""),
             ]
         )
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
