@@ -117,6 +117,47 @@ experiments:
     }
 
 
+def test_an_explicit_acquire_by_the_members_pool_name_follows_its_binding(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """`ctx.acquire("model")` in a task: the bound member gets the shared pool, the unbound one
+    its private `experiment:b:model` (neither pool is named `model` in the suite's run)."""
+    body = """
+suite: {id: s1}
+output: {root: out}
+pools: {shared: {resources: [{id: only, capacity: 2}]}}
+experiments:
+  a: {config: a.yaml, pool_bindings: {model: shared}}
+  b: {config: b.yaml}
+"""
+    text = (
+        "pools:\n  model: {resources: [{id: r1, capacity: 2}]}\n"
+        "pipeline: {name: p, tasks: [{use: 'suite_tasks:named'}]}\nsource: {kind: range, n: 3}\n"
+    )
+    suite = write_suite(tmp_path, body, {"a": text, "b": text})
+    result = cli(["run", "-c", str(suite), "--summary-format", "json"], env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["counters"]["pipelines_succeeded"] == 6
+    attempts = cli(["export", str(tmp_path / "out"), "-", "--rows", "attempts"], env).stdout
+    pools = {lease["pool"] for line in attempts.splitlines() for lease in json.loads(line)["leases"]}
+    assert pools == {"shared", "experiment:b:model"}
+
+
+def test_member_limits_and_the_total_limit(env: dict[str, str], tmp_path: Path) -> None:
+    body = TWO.replace("CONC", "2").replace(
+        "a: {config: a.yaml, label: first}", "a: {config: a.yaml, limit: 2}"
+    )
+    source = "{kind: range, n: 6}"
+    suite = write_suite(tmp_path, body, {"a": member(source), "b": member(source)})
+    result = cli(["run", "-c", str(suite)], env)
+    assert result.returncode == 0, result.stderr
+    assert sorted(r["experiment_id"] for r in _rows(tmp_path, env)) == ["a"] * 2 + ["b"] * 6
+    capped = cli(["run", "-c", str(suite), "--limit", "3", "--output-root", "capped"], env, cwd=tmp_path)
+    assert capped.returncode == 0, capped.stderr
+    rows = cli(["export", str(tmp_path / "capped"), "-", "--rows", "results"], env).stdout.splitlines()
+    assert sorted(json.loads(x)["experiment_id"] for x in rows) == ["a", "a", "b"]  # taken in turn
+
+
 def test_selected_members_leave_the_others_rows_untouched(env: dict[str, str], tmp_path: Path) -> None:
     suite = _two(tmp_path)
     assert cli(["run", "-c", str(suite), "--experiment", "a"], env).returncode == 0

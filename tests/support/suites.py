@@ -54,6 +54,12 @@ async def step(value, ctx):
 async def leased(value, ctx):
     async with ctx.acquire():
         return await _work(value, ctx)
+
+
+@task(name="named")
+async def named(value, ctx):
+    async with ctx.acquire("model"):  # the member's own pool name, whatever the suite calls it
+        return await _work(value, ctx)
 """
 
 
