@@ -143,3 +143,24 @@ def test_validate_takes_a_suite(tmp_path: Path, _isolated_home: Path) -> None:
 def test_the_example_suite_validates() -> None:
     checked = check_suite(load_config(REPO / "examples" / "suite" / "suite.yaml"))
     assert [m.id for m in checked.members] == ["steady", "flaky"]
+
+
+def test_validate_a_suite_whose_member_data_is_missing_and_strict_env(
+    tmp_path: Path, _isolated_home: Path
+) -> None:
+    env = cli_env(_isolated_home, tmp_path)
+    member = "pipeline: {name: p, tasks: [{use: echo}]}\nsource: {kind: jsonl, path: gone.jsonl}\n"
+    path = _suite(tmp_path, "suite: {id: s}\nexperiments: {a: {config: m.yaml}}", member)
+    loose = cli(["validate", "-c", str(path)], env)
+    assert loose.returncode == 0 and "experiments.a.config: source.path: file not found" in loose.stderr
+    strict = cli(["validate", "-c", str(path), "--strict"], env)
+    assert strict.returncode == 2 and "experiments.a.config: source.path: file not found" in strict.stderr
+    (tmp_path / "m.yaml").write_text("pipeline: {name: p, tags: {t: '${UNSET_NAME_H48}'}, tasks: [{use: echo}]}\n")
+    warned = cli(["validate", "-c", str(path)], env)
+    assert warned.returncode == 0 and "experiments.a: " in warned.stderr and "UNSET_NAME_H48" in warned.stderr
+    refused = cli(["validate", "-c", str(path), "--strict-env"], env)
+    assert (
+        refused.returncode == 2
+        and "experiments.a.config: " in refused.stderr
+        and "UNSET_NAME_H48" in refused.stderr
+    )

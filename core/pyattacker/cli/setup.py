@@ -83,7 +83,7 @@ def validate_command(config_path: str, strict_env: bool, strict: bool, fmt: str)
     from pyattacker.config.build import check_config, effective_config, load_config, source_problem
 
     if is_suite_file(config_path):
-        validate_suite(config_path, strict_env or strict, fmt)
+        validate_suite(config_path, strict_env or strict, fmt, strict=strict)
         return
     loaded = load_config(config_path, strict_env=strict_env or strict)
     for warning in loaded.warnings:

@@ -18,7 +18,7 @@ import rich_click as click
 from pyattacker.cli.common import check_backend_flag, flag_overrides, out, warn
 from pyattacker.errors import ConfigError, ExitCode
 
-__all__ = ["is_suite_file", "refuse_suite_flags", "run_suite", "suite_flags", "validate_suite"]
+__all__ = ["is_suite_file", "run_suite", "suite_flags", "validate_suite"]
 
 #: flag -> (takes a value, help)
 _FLAGS: dict[str, tuple[bool, str]] = {
@@ -55,29 +55,6 @@ def suite_flags(*flags: str) -> Callable[[Callable[..., Any]], Callable[..., Any
     return decorate
 
 
-def refuse_suite_flags(*flags: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Kept for commands that take no suite: hidden options refusing any use (exit 2)."""
-
-    def _refuse(ctx: click.Context, param: click.Parameter, value: Any) -> None:
-        if value:
-            raise ConfigError(f"{param.opts[0]}: only with an experiment suite")
-
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for flag in reversed(flags):
-            takes_value = _FLAGS[flag][0]
-            fn = click.option(
-                flag,
-                is_flag=not takes_value,
-                multiple=takes_value,
-                hidden=True,
-                expose_value=False,
-                callback=_refuse,
-            )(fn)
-        return fn
-
-    return decorate
-
-
 def is_suite_file(path: str) -> bool:
     """Whether the config at ``path`` is a suite (an unreadable file is left to the normal path)."""
     from pathlib import Path
@@ -109,8 +86,10 @@ def _checked(path: str, strict_env: bool) -> Any:
     loaded = load_config(path, strict_env=strict_env)
     for warning in loaded.warnings:
         warn(warning)
-    checked = check_suite(loaded)
+    checked = check_suite(loaded, strict_env=strict_env)
     for member in checked.members:
+        for warning in member.checked.loaded.warnings:
+            warn(f"experiments.{member.id}: {warning}")
         for note in member.checked.notes:
             warn(f"experiments.{member.id}: {note}")
         if member.ignored_run_fields:
@@ -152,12 +131,22 @@ def run_suite(flags: dict[str, Any], *, resume: bool) -> None:
         raise
 
 
-def validate_suite(path: str, strict_env: bool, fmt: str) -> None:
-    """``validate`` of a suite: every member checked; the suite as it would run is printed."""
-    from pyattacker.config.build import effective_config
+def validate_suite(path: str, strict_env: bool, fmt: str, *, strict: bool = False) -> None:
+    """``validate`` of a suite: every member checked; the suite as it would run is printed. A
+    member's missing source file is a warning (with ``strict``, an error naming the member)."""
+    from pyattacker.config.build import effective_config, source_problem
     from pyattacker.config.suite_build import definition_digest, suite_root
 
     checked = _checked(path, strict_env)
+    for m in checked.members:
+        missing = source_problem(m.checked)
+        if missing is not None and strict:
+            raise ConfigError(
+                f"{checked.loaded.path}: invalid suite config\n"
+                f"  experiments.{m.id}.config: {missing} (--strict)"
+            )
+        if missing is not None:
+            warn(f"experiments.{m.id}.config: {missing} (run refuses to start without it)")
     doc = {
         "suite": checked.id,
         "config": str(checked.loaded.path),

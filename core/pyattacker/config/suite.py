@@ -138,14 +138,16 @@ def _check_run_block(data: Any, base: Path, errors: list[str]) -> dict[str, Any]
     return _check_run(data, base, errors)
 
 
-def _member_config(entry: dict[str, Any], where: str, base: Path, errors: list[str]) -> CheckedConfig | None:
+def _member_config(
+    entry: dict[str, Any], where: str, base: Path, errors: list[str], strict_env: bool
+) -> CheckedConfig | None:
     raw = entry.get("config")
     if not isinstance(raw, str) or not raw:
         errors.append(f"{where}.config: required: the member's config file (relative to the suite file)")
         return None
     path = base / Path(raw).expanduser()
     try:
-        loaded = load_config(path)
+        loaded = load_config(path, strict_env=strict_env)
         if is_suite(loaded.data):
             errors.append(f"{where}.config: {path} is a suite; a suite's members are ordinary configs")
             return None
@@ -187,7 +189,12 @@ def _check_bindings(
 
 
 def _check_member(
-    exp_id: Any, entry: Any, base: Path, shared: dict[str, PoolDef] | None, errors: list[str]
+    exp_id: Any,
+    entry: Any,
+    base: Path,
+    shared: dict[str, PoolDef] | None,
+    errors: list[str],
+    strict_env: bool = False,
 ) -> Member | None:
     where = f"experiments.{exp_id}"
     problem = check_suite_id(exp_id, where)
@@ -210,7 +217,7 @@ def _check_member(
     limit = entry.get("limit")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         errors.append(f"{where}.limit: must be an integer >= 1, got {limit!r}")
-    checked = _member_config(entry, where, base, errors)
+    checked = _member_config(entry, where, base, errors, strict_env)
     bindings = _check_bindings(entry.get("pool_bindings"), f"{where}.pool_bindings", checked, shared, errors)
     if checked is None or problem is not None:
         return None
@@ -218,8 +225,9 @@ def _check_member(
     return Member(str(exp_id), checked, bindings, label if isinstance(label, str) else "", limit, ignored)
 
 
-def check_suite(loaded: LoadedConfig) -> CheckedSuite:
-    """Validate a suite file and every member config; one ``ConfigError`` lists all problems."""
+def check_suite(loaded: LoadedConfig, *, strict_env: bool = False) -> CheckedSuite:
+    """Validate a suite file and every member config; one ``ConfigError`` lists all problems
+    (``strict_env``: an unset ``${VAR}`` in a member is one of them)."""
     errors: list[str] = []
     data = loaded.data
     base = loaded.base_dir
@@ -240,7 +248,7 @@ def check_suite(loaded: LoadedConfig) -> CheckedSuite:
                     f"experiments.{exp_id}: the same id as {seen[folded]!r} (ids are compared ignoring case)"
                 )
             seen.setdefault(folded, str(exp_id))
-            member = _check_member(exp_id, entry, base, shared, errors)
+            member = _check_member(exp_id, entry, base, shared, errors, strict_env)
             if member is not None:
                 members.append(member)
     if errors or suite_id is None or shared is None:
