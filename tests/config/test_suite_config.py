@@ -155,7 +155,8 @@ def test_validate_a_suite_whose_member_data_is_missing_and_strict_env(
     assert loose.returncode == 0 and "experiments.a.config: source.path: file not found" in loose.stderr
     strict = cli(["validate", "-c", str(path), "--strict"], env)
     assert strict.returncode == 2 and "experiments.a.config: source.path: file not found" in strict.stderr
-    (tmp_path / "m.yaml").write_text("pipeline: {name: p, tags: {t: '${UNSET_NAME_H48}'}, tasks: [{use: echo}]}\n")
+    unset = "pipeline: {name: p, tags: {t: '${UNSET_NAME_H48}'}, tasks: [{use: echo}]}\n"
+    (tmp_path / "m.yaml").write_text(unset)
     warned = cli(["validate", "-c", str(path)], env)
     assert warned.returncode == 0 and "experiments.a: " in warned.stderr and "UNSET_NAME_H48" in warned.stderr
     refused = cli(["validate", "-c", str(path), "--strict-env"], env)
