@@ -927,14 +927,15 @@ def test_pools_an_algorithm_names_must_be_declared(tmp_path: Path) -> None:
 
 
 def test_a_suite_config_gets_one_clear_refusal(tmp_path: Path) -> None:
-    """Experiment suites are not in this version: a suite file is refused with one line that
-    says so and what to do, not a line per unknown section plus two missing ones."""
+    """A suite file is not one experiment's config: ``check_config`` refuses it with one line
+    that says what it is and which commands take it, not a line per unknown section plus two
+    missing ones (``run``/``resume``/``validate`` send a suite to ``check_suite``)."""
     suite = "suite: {id: s1}\nexperiments: {a: {config: a.yaml}}\noutput: {root: out}\n"
     with pytest.raises(ConfigError) as info:
         check_config(load_config(_write(tmp_path, suite)))
     lines = str(info.value).splitlines()
-    assert len(lines) == 2 and lines[1].strip().startswith("suite: experiment suites")
-    assert "not supported" in lines[1] and "pyattacker run -c" in lines[1]
+    assert len(lines) == 2 and lines[1].strip().startswith("suite: this is an experiment suite")
+    assert "run, resume and validate take it with -c" in lines[1]
 
 
 # -- rate limits -------------------------------------------------------------------------------

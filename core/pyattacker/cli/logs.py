@@ -11,7 +11,6 @@ import sys
 
 import rich_click as click
 
-from pyattacker.cli.suites import refuse_suite_flags
 from pyattacker.model import LogRecord
 from pyattacker.views.common import encode_json, open_view
 from pyattacker.views.logs import LogFilter, follow_logs, line_dicts, line_texts
@@ -35,7 +34,6 @@ __all__ = ["logs_command"]
     help="Seconds between polls of the store with --follow.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line (JSON Lines).")
-@refuse_suite_flags("--experiment")
 def logs_command(
     store: str,
     pipeline: str | None,

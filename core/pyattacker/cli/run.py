@@ -23,7 +23,7 @@ import rich_click as click
 from pyattacker.cli.common import check_backend_flag, check_store_flag, flag_overrides, warn
 from pyattacker.cli.execute import execute, finish
 from pyattacker.cli.shard import run_sharded
-from pyattacker.cli.suites import refuse_suite_flags
+from pyattacker.cli.suites import is_suite_file, run_suite, suite_flags
 from pyattacker.engine.settings import MAX_CONCURRENCY
 from pyattacker.errors import ConfigError
 from pyattacker.shard.executor import PARENT_PID_ENV
@@ -170,8 +170,7 @@ def _run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The flags shared by ``run`` and ``resume`` (sharding included)."""
     for option in reversed((*_RUN_FLAGS, *_SHARD_FLAGS)):
         fn = option(fn)
-    # the suite flags of the CLI reference: refused by name, one line (not supported here)
-    return refuse_suite_flags("--experiment", "--output-root")(fn)
+    return suite_flags("--experiment", "--output-root")(fn)
 
 
 def _run(flags: dict[str, Any], *, resume: bool) -> None:
@@ -180,6 +179,14 @@ def _run(flags: dict[str, Any], *, resume: bool) -> None:
     # start-up: the config layer is heavy, and `--help` imports this module
     from pyattacker.config.build import build, check_config, load_config
 
+    if is_suite_file(flags["config_path"]):
+        run_suite(flags, resume=resume)
+        return
+    for name in ("experiment", "output_root"):
+        if flags[name]:
+            raise ConfigError(
+                f"--{name.replace('_', '-')}: only with a suite config (suite: and experiments: sections)"
+            )
     _check_shard_flags(flags)
     check_store_flag(flags["store"])
     if flags["shards"] is not None:

@@ -79,8 +79,12 @@ def validate_command(config_path: str, strict_env: bool, strict: bool, fmt: str)
     a missing source file is a warning (an error with --strict).
     """
     # start-up: the config layer is heavy, and `--help` imports this module
+    from pyattacker.cli.suites import is_suite_file, validate_suite
     from pyattacker.config.build import check_config, effective_config, load_config, source_problem
 
+    if is_suite_file(config_path):
+        validate_suite(config_path, strict_env or strict, fmt, strict=strict)
+        return
     loaded = load_config(config_path, strict_env=strict_env or strict)
     for warning in loaded.warnings:
         warn(warning)

@@ -13,7 +13,7 @@ import rich_click as click
 
 from pyattacker.cli.common import backend_problems
 from pyattacker.cli.report_text import report_text
-from pyattacker.cli.suites import refuse_suite_flags
+from pyattacker.cli.suites import suite_flags
 from pyattacker.errors import ConfigError
 from pyattacker.views.common import ALL_RUNS, encode_json, expand_locations
 from pyattacker.views.failures import with_tracebacks
@@ -53,7 +53,7 @@ def _check_backend_option(spec: str | None) -> None:
     help="Accepted as `export` takes it (checked; a bad spec is exit 2). A report reads no"
     " payloads, so it changes nothing.",
 )
-@refuse_suite_flags("--experiment")
+@suite_flags("--experiment")
 def report_command(
     stores: tuple[str, ...],
     run_id: str | None,
@@ -61,6 +61,7 @@ def report_command(
     tracebacks: bool,
     as_json: bool,
     artifact_backend: str | None,
+    experiment: tuple[str, ...],
 ) -> None:
     """Counts, failures and errors of one or more stores (shards are merged).
 
@@ -72,6 +73,8 @@ def report_command(
     STORE may be a glob pattern (quote it). Exit 0 unless a store is missing or foreign (2).
     """
     _check_backend_option(artifact_backend)
+    if _suite_report(stores, run_id, as_json, experiment):
+        return
     locations = find_shard_stores(expand_locations(stores))
     rep = report_stores(locations, run_id)
     # the counts of one run are its share; the dataset's standing is every run's rows
@@ -86,6 +89,38 @@ def report_command(
         errors = 20
     for line in report_text(rep, errors, tracebacks=tracebacks, dataset=dataset):
         click.echo(line)
+
+
+def _suite_dir(args: tuple[str, ...], experiment: tuple[str, ...], by_experiment: bool = False) -> str | None:
+    """The suite directory a view was given (one argument), or None; the suite flags without
+    one are refused naming the flag."""
+    from pyattacker.store.suite_dir import is_suite_dir
+
+    if len(args) == 1 and is_suite_dir(args[0]):
+        return args[0]
+    if experiment or by_experiment:
+        flag = "--experiment" if experiment else "--by-experiment"
+        raise ConfigError(f"{flag}: only with a suite directory (the output root of a suite run)")
+    return None
+
+
+def _suite_report(
+    stores: tuple[str, ...], run_id: str | None, as_json: bool, experiment: tuple[str, ...]
+) -> bool:
+    """``report DIR`` of a suite directory: one line per experiment, side by side."""
+    root = _suite_dir(stores, experiment)
+    if root is None:
+        return False
+    from pyattacker.views.suite import compare_experiments, comparison_lines
+
+    manifest, rows = compare_experiments(root, run_id=run_id, experiments=experiment)
+    if as_json:
+        doc = {"suite_id": manifest.suite_id, "layout": manifest.layout, "experiments": rows}
+        sys.stdout.write(encode_json(doc).decode() + "\n")
+        return True
+    for line in comparison_lines(manifest, rows):
+        click.echo(line)
+    return True
 
 
 @click.command("export")
@@ -117,9 +152,15 @@ def report_command(
     help="Read payloads kept in blobs through this backend (as `run --artifact-backend` takes it;"
     " default: the one each run recorded), e.g. when the blob folder moved.",
 )
-@refuse_suite_flags("--experiment", "--by-experiment")
+@suite_flags("--experiment", "--by-experiment")
 def export_command(
-    paths: tuple[str, ...], rows: str, fmt: str | None, run_id: str | None, artifact_backend: str | None
+    paths: tuple[str, ...],
+    rows: str,
+    fmt: str | None,
+    run_id: str | None,
+    artifact_backend: str | None,
+    experiment: tuple[str, ...],
+    by_experiment: bool,
 ) -> None:
     """Write every row of a kind to OUTPUT (`-` = stdout), streamed in bounded batches.
 
@@ -133,6 +174,10 @@ def export_command(
         raise ConfigError("export needs at least one STORE and an OUTPUT (use - for stdout)")
     _check_backend_option(artifact_backend)
     *stores, output = paths
+    root = _suite_dir(tuple(stores), experiment, by_experiment)
+    if root is not None:
+        _export_suite(root, output, rows, fmt, run_id, artifact_backend, experiment, by_experiment)
+        return
     n = export_stores(
         find_shard_stores(expand_locations(stores)),
         output,
@@ -143,6 +188,58 @@ def export_command(
     )
     if output != "-":
         click.echo(f"wrote {n} {rows} row(s) to {output}", err=True)
+
+
+def _export_suite(
+    root: str,
+    output: str,
+    rows: str,
+    fmt: str | None,
+    run_id: str | None,
+    artifact_backend: str | None,
+    experiment: tuple[str, ...],
+    by_experiment: bool,
+) -> None:
+    """``export DIR OUTPUT`` of a suite directory: every experiment (or ``--experiment``'s) into
+    OUTPUT, or with ``--by-experiment`` one file per experiment, ``OUTPUT/<ID>/<rows>.<format>``."""
+    import os
+
+    from pyattacker.views.export import export_stores
+    from pyattacker.views.suite import experiment_filter, open_suite
+
+    suite = open_suite(root)
+    assert suite is not None
+    manifest, catalog = suite
+    if not by_experiment:
+        n = export_stores(
+            [catalog],
+            output,
+            rows=rows,
+            fmt=fmt,
+            run_id=run_id,
+            artifact_backend=artifact_backend,
+            only=experiment_filter(manifest, experiment),
+        )
+        if output != "-":
+            click.echo(f"wrote {n} {rows} row(s) to {output}", err=True)
+        return
+    if output == "-":
+        raise ConfigError("--by-experiment: OUTPUT is a folder (one file per experiment), not -")
+    suffix = fmt or "jsonl"
+    for exp_id in manifest.select(experiment):
+        folder = os.path.join(output, exp_id)
+        os.makedirs(folder, exist_ok=True)
+        target = os.path.join(folder, f"{rows}.{suffix}")
+        n = export_stores(
+            [catalog],
+            target,
+            rows=rows,
+            fmt=suffix,
+            run_id=run_id,
+            artifact_backend=artifact_backend,
+            only=experiment_filter(manifest, (exp_id,)),
+        )
+        click.echo(f"wrote {n} {rows} row(s) to {target}", err=True)
 
 
 def _watched_store(arg: str) -> str:
@@ -177,9 +274,14 @@ def _watched_store(arg: str) -> str:
 )
 @click.option("--iterations", type=click.IntRange(min=1), default=None, help="Exit 0 after N refreshes.")
 @click.option("--no-clear", is_flag=True, help="Print snapshots one after another instead of redrawing.")
-@refuse_suite_flags("--experiment")
+@suite_flags("--experiment")
 def watch_command(
-    store: str, run_id: str | None, interval: float, iterations: int | None, no_clear: bool
+    store: str,
+    run_id: str | None,
+    interval: float,
+    iterations: int | None,
+    no_clear: bool,
+    experiment: tuple[str, ...],
 ) -> None:
     """Live panel of a running (or finished) store: states, latency, pools, errors, metrics.
 
@@ -188,6 +290,16 @@ def watch_command(
     """
     from pyattacker.views.watch import watch  # start-up: `--help` imports this module
 
+    root = _suite_dir((store,), experiment)
+    if root is not None:
+        if experiment:
+            raise ConfigError(
+                "--experiment: watch shows the whole suite (its one store); compare the experiments"
+                f" with `pyattacker report {root} --experiment ID`"
+            )
+        from pyattacker.views.suite import suite_catalog
+
+        store = suite_catalog(root)
     store = _watched_store(store)
     try:
         watch(store, run_id=run_id, interval=interval, iterations=iterations, clear=not no_clear)

@@ -18,7 +18,7 @@ import inspect
 import itertools
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -60,6 +60,7 @@ __all__ = [
     "check_config",
     "effective_config",
     "load_config",
+    "make_pools",
     "resolve_store",
     "source_problem",
     "store_location",
@@ -396,9 +397,8 @@ def check_config(loaded: LoadedConfig) -> CheckedConfig:
     if isinstance(data, dict) and ("suite" in data or "experiments" in data):
         # one clear answer instead of a line per suite section and the missing standalone ones
         raise ConfigError(
-            f"{loaded.path}: invalid config\n  suite: experiment suites (suite, experiments, output"
-            " sections) are not supported in this version; run each experiment's config on its own"
-            " (pyattacker run -c MEMBER.yaml --store OUT/MEMBER.db)"
+            f"{loaded.path}: invalid config\n  suite: this is an experiment suite (suite, experiments"
+            " sections); run, resume and validate take it with -c, but it is not one experiment's config"
         )
     for key in data:
         if not isinstance(key, str) or key not in SECTIONS:
@@ -458,12 +458,16 @@ def _run_config(checked: CheckedConfig, overrides: Mapping[str, Any]) -> RunConf
 
 
 def _make_pools(checked: CheckedConfig, capacity_share: tuple[int, int] | None = None) -> list[Any]:
+    return make_pools(checked.pools.values(), capacity_share)
+
+
+def make_pools(defs: Iterable[PoolDef], capacity_share: tuple[int, int] | None = None) -> list[Any]:
     """Fresh pools, each handed its algorithm resolved through the plugins; with
     ``capacity_share=(slot, slots)`` every resource gets only that slot's slice of its
     capacity, so concurrently running shards never exceed what an endpoint allows."""
     algorithms = AlgorithmResolver(get_plugins().algorithms)
     pools = []
-    for pdef in checked.pools.values():
+    for pdef in defs:
         resources = [{"kind": pdef.kind or pdef.name, **res} for res in pdef.resources]
         if capacity_share is not None:
             slot, slots = capacity_share

@@ -253,7 +253,10 @@ class TaskContext(msgspec.Struct, eq=False):
     def _target(self, pool_name: str | None, algorithm: Any) -> tuple[Pool, Any]:
         """The pool and the algorithm a lease request goes to (a task's own by default): an
         instance resolved through the run's plugins, or None for the pool's default."""
-        name = pool_name or self.task.resource
+        if pool_name:  # an explicit name is the member's own: a suite maps it to the pool it ran as
+            name: str | None = self._state.spec.template.pool_aliases.get(pool_name, pool_name)
+        else:
+            name = self.task.resource
         if name is None:
             raise PoolNotFound(
                 f"task {self.task.name!r} declares no resource; pass a pool name to ctx.acquire()"

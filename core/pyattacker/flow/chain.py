@@ -154,6 +154,8 @@ class PipelineTemplate:
         self._codecs = codecs
         #: the allowed handoffs (None: a plain chain, where a returned ``Handoff`` fails the task)
         self.control = control
+        #: pool names ``ctx.acquire(name)`` maps before the lookup (a suite member's bindings)
+        self.pool_aliases: dict[str, str] = {}
         identity: list[Any] = [t.fingerprint(include_code) for t in tasks]
         if control is not None:  # only then: a plain chain's digest stays its tasks' alone
             identity.append({"control": control.fingerprint()})

@@ -160,7 +160,7 @@ def _nested_pipeline(p: PipelineRecord, children: _Children, codecs: Any) -> dic
 def _result(p: PipelineRecord, children: _Children, codecs: Any) -> dict[str, Any]:
     final = children.final(p)
     value, encoding = (None, "absent") if final is None else render_payload(final, codecs)
-    return {
+    row = {
         "pipeline_id": p.pipeline_id,
         "key": p.key,
         "seed_key": p.seed_key,
@@ -177,6 +177,11 @@ def _result(p: PipelineRecord, children: _Children, codecs: Any) -> dict[str, An
         "error_message": p.error_message,
         "traceback": p.traceback,
     }
+    if "suite_id" in p.tags:  # a suite member's row: which experiment, and its standalone key
+        row["suite_id"] = p.tags["suite_id"]
+        row["experiment_id"] = p.tags.get("experiment_id")
+        row["local_key"] = p.seed_key
+    return row
 
 
 #: pipelines whose tasks, artifacts and metrics are read together (one statement per kind)
@@ -563,8 +568,12 @@ def export_stores(
     run_id: str | None = None,
     codecs: Any = None,
     artifact_backend: Any = None,
+    only: Callable[[str], bool] | None = None,
 ) -> int:
     """Write every ``rows`` row of ``locations`` to ``output``; returns the number of rows.
+
+    ``only(pipeline_id)``: keep only the rows of the pipelines it accepts (one experiment of a
+    suite); rows of no pipeline (a run's own metrics and events) are kept with the rest.
 
     ``run_id``: None or ``"all"`` = every run, else that run. Several stores are concatenated
     in argument order, except ``pipelines`` and ``results``, which are merged (deduplicated).
@@ -595,11 +604,15 @@ def export_stores(
             keep: Callable[[str], bool] | None = None
             if winners is not None:
                 keep = lambda pid, i=index: winners.get(pid) == i  # noqa: E731
+            if only is not None and rows in MERGED_KINDS:  # filtered before children are read
+                keep = only if keep is None else (lambda pid, k=keep: k(pid) and only(pid))
             with read_only_store(location) as store:
                 readers = ViewCodecs(codecs, BlobReader(store, artifact_backend))
                 for row in iter_kind(
                     store, rows, run_id=_run_filter(store, run_id), codecs=readers, keep=keep
                 ):
+                    if only is not None and row.get("pipeline_id") and not only(row["pipeline_id"]):
+                        continue
                     try:
                         writer.write(row)
                     except BrokenPipeError:

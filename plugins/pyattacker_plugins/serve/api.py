@@ -30,6 +30,7 @@ from pyattacker.views.export_visits import ledger_rows
 from pyattacker.views.failures import last_frame_text
 from pyattacker.views.live import LiveDigest, snapshot
 from pyattacker.views.runs import store_runs
+from pyattacker.views.suite import compare_experiments, open_suite
 
 from .assets import STATIC
 from .dashboard_api import ParamError, pipeline_query, sort_key, timeline
@@ -155,9 +156,21 @@ class Api:
     """Answers ``GET path?params`` for one store location."""
 
     def __init__(
-        self, location: str, run_id: str | None = None, *, answer_ttl_s: float = ANSWER_TTL_S
+        self,
+        location: str,
+        run_id: str | None = None,
+        *,
+        answer_ttl_s: float = ANSWER_TTL_S,
+        experiments: tuple[str, ...] = (),
     ) -> None:
-        self.location = location
+        suite = open_suite(location)
+        #: a suite directory's root (its store is the catalog inside it), else None
+        self.suite_root = None if suite is None else location
+        self.location = location if suite is None else suite[1]
+        #: ``serve --experiment``: the experiments the comparison shows by default (all when empty)
+        self.default_experiments = (
+            tuple(suite[0].select(experiments)) if suite is not None and experiments else ()
+        )
         self.run_id = run_id
         #: identical requests share one read of the store (``shared_answers``; 0 turns it off)
         self.answers = SharedAnswers(location, answer_ttl_s)
@@ -177,6 +190,8 @@ class Api:
             "/logs": self.logs,
         }
         self.routes.update({"/runs": self.runs, "/compare": self.compare})
+        if self.suite_root is not None:
+            self.routes["/experiments"] = self.experiments
 
     @property
     def paths(self) -> list[str]:
@@ -456,6 +471,18 @@ class Api:
             return compare_in_store(store, a, b)
         except ConfigError as exc:
             raise ApiError(404, str(exc)) from exc
+    def experiments(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
+        """A suite's experiments side by side (``report DIR``'s comparison); cumulative unless
+        ``run_id`` names a run; ``experiment=ID`` narrows to one."""
+        assert self.suite_root is not None
+        wanted = (params["experiment"],) if params.get("experiment") else self.default_experiments
+        try:
+            manifest, rows = compare_experiments(
+                self.suite_root, run_id=params.get("run_id"), experiments=wanted
+            )
+        except ConfigError as exc:
+            raise ApiError(404, str(exc)) from exc
+        return {"suite_id": manifest.suite_id, "layout": manifest.layout, "experiments": rows}
 
     def curves(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         if choice.run_id is None:

@@ -11,7 +11,8 @@ import sys
 
 import rich_click as click
 
-from pyattacker.cli.suites import refuse_suite_flags
+from pyattacker.cli.suites import suite_flags
+from pyattacker.errors import ConfigError
 
 __all__ = ["TOKEN_ENV", "serve_command"]
 
@@ -55,8 +56,10 @@ def resolve_token(option: str | None) -> str | None:
     help=f"Access token (default: ${TOKEN_ENV}, else a fresh random one per start)."
     f" Visible to other local users in `ps`: prefer {TOKEN_ENV}.",
 )
-@refuse_suite_flags("--experiment")
-def serve_command(store: str, host: str, port: int, run_id: str | None, token: str | None) -> None:
+@suite_flags("--experiment")
+def serve_command(
+    store: str, host: str, port: int, run_id: str | None, token: str | None, experiment: tuple[str, ...]
+) -> None:
     """Serve a read-only dashboard and JSON API of STORE (safe beside a live run).
 
     Prints a URL carrying `?token=...`; opening it swaps the token for an HttpOnly cookie.
@@ -64,7 +67,13 @@ def serve_command(store: str, host: str, port: int, run_id: str | None, token: s
     variable PYATTACKER_SERVE_TOKEN (kept out of `ps`; empty is an error), else a random one.
     Every request opens its own read-only connection. Stop with Ctrl+C.
     """
+    from pyattacker.store.suite_dir import is_suite_dir
+
     from .server import run_server  # start-up: the server loads only when `serve` runs
 
+    if experiment and not is_suite_dir(store):
+        raise ConfigError("--experiment: only with a suite directory (the output root of a suite run)")
     token = resolve_token(token)
-    run_server(store, host=host, port=port, run_id=run_id, token=token, out=sys.stdout)
+    run_server(
+        store, host=host, port=port, run_id=run_id, token=token, out=sys.stdout, experiments=experiment
+    )

@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from pyattacker import ConfigError
 from pyattacker.views.common import read_only_store
+from pyattacker.views.suite import suite_catalog
 
 from .api import Api, ApiError
 from .assets import STATIC, read_asset
@@ -81,6 +82,7 @@ class ViewerServer(ThreadingHTTPServer):
         answer_ttl_s: float = ANSWER_TTL_S,
         request_deadline_s: float = REQUEST_DEADLINE_S,
         sse_hold_s: float = SSE_HOLD_S,
+        experiments: tuple[str, ...] = (),
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {max_connections}")
@@ -96,7 +98,7 @@ class ViewerServer(ThreadingHTTPServer):
             super().__init__((host.strip("[]"), port), _Handler)
         except OSError as exc:
             raise ConfigError(f"serve: cannot bind {host}:{port}: {exc}") from exc
-        self.api = Api(location, run_id, answer_ttl_s=answer_ttl_s)
+        self.api = Api(location, run_id, answer_ttl_s=answer_ttl_s, experiments=experiments)
         self.bound_port = int(self.server_address[1])
         self.guard = Guard(token, host.strip("[]"), self.bound_port)
         self.url = f"http://{url_host(host)}:{self.bound_port}/"
@@ -412,11 +414,14 @@ def run_server(
     run_id: str | None = None,
     token: str | None = None,
     out: IO[str] = sys.stdout,
+    experiments: tuple[str, ...] = (),
 ) -> None:
     """Check the store, bind, print the tokenised URL and serve until Ctrl+C / SIGTERM."""
-    with read_only_store(location):  # missing or foreign store: ConfigError before binding
+    with read_only_store(suite_catalog(location)):  # missing or foreign store: ConfigError before binding
         pass
-    server = ViewerServer(location, host, port, token or secrets.token_urlsafe(32), run_id)
+    server = ViewerServer(
+        location, host, port, token or secrets.token_urlsafe(32), run_id, experiments=experiments
+    )
     if host.strip("[]") not in ("127.0.0.1", "localhost", "::1"):
         print(
             f"warning: serving on {host or 'every interface'}, not loopback; anyone who can reach it"

@@ -386,6 +386,7 @@
       await failureGroups();
       const pl = await loadPipelines();
       await curves(pl.rows.length ? pl.rows[0].pipeline_id : "", pl.rows.length ? pl.rows[0].key : "");
+      await experiments();
     } catch (err) {
       showError(err);
       // what the first paint could not load says so instead of loading forever
@@ -393,6 +394,26 @@
     } finally {
       if (!painted) { painted = true; document.body.removeAttribute("aria-busy"); }
     }
+  }
+  // a suite directory's experiments side by side (as `report DIR` prints them); a plain store
+  // has no /experiments, asked once
+  let suite = true;
+  async function experiments() {
+    if (!suite) return;
+    let doc;
+    try { doc = await get("/experiments"); } catch (err) { suite = false; return; }
+    const names = [];
+    doc.experiments.forEach(function (r) {
+      Object.keys(r.metrics).forEach(function (k) { if (names.indexOf(k) < 0) names.push(k); });
+    });
+    names.sort();
+    const columns = [["experiment", function (r) { return r.experiment_id; }],
+      ["label", function (r) { return r.label; }], ["total", function (r) { return r.total; }],
+      ["succeeded", function (r) { return r.succeeded; }], ["failed", function (r) { return r.failed; }],
+      ["p50 ms", function (r) { return r.p50_ms; }], ["p95 ms", function (r) { return r.p95_ms; }]];
+    names.forEach(function (k) { columns.push([k, function (r) { return r.metrics[k]; }]); });
+    table(document.getElementById("experiments"), columns, doc.experiments);
+    document.getElementById("experiments-view").hidden = false;
   }
   document.addEventListener("DOMContentLoaded", function () {
     bindFilters();
