@@ -76,3 +76,36 @@ def test_criteria_catch_what_they_guard() -> None:
     assert C.at_most_one_lost("o", {"p": 2}).status == C.BREACHED
     assert C.equals("e", "signal", "signal", "x").status == C.PASSED
     assert C.equals("e", None, "signal", "x").status == C.UNDETERMINED
+
+
+def test_stop_limit_judged_on_the_report() -> None:
+    """A stop that fired passes; a run that completed before its time limit has no stop to judge
+    (undetermined, with the duration as evidence, never a breach or a default pass); a run that
+    ran on long past the limit without stopping is a breach."""
+    stopped = {"status": "interrupted", "stop_reason": "stop_after_s", "duration_ms": 310.0}
+    early = {
+        "status": "completed",
+        "stop_reason": None,
+        "duration_ms": 120.0,
+        "counters": {"pipelines_succeeded": 20},
+    }
+    overran = {"status": "completed", "stop_reason": None, "duration_ms": 9000.0, "counters": {}}
+    assert C.stop_fired("s", stopped, "stop_after_s", 300.0).status == C.PASSED
+    verdict = C.stop_fired("s", early, "stop_after_s", 300.0)
+    assert verdict.status == C.UNDETERMINED
+    assert "120 ms" in verdict.evidence and "succeeded=20" in verdict.evidence
+    assert C.stop_fired("s", overran, "stop_after_s", 300.0).status == C.BREACHED
+    wrong = {"status": "interrupted", "stop_reason": "signal", "duration_ms": 10.0}
+    assert C.stop_fired("s", wrong, "stop_after_s", 300.0).status == C.BREACHED
+    assert C.stop_fired("s", {}, "stop_after_s", 300.0).status == C.UNDETERMINED
+
+
+def test_short_run_that_beats_its_stop_limit_is_not_breached(tmp_path: Path) -> None:
+    """A `stop_time` scenario whose run finishes before `stop_after_s` fires (one pipeline) leaves
+    the run row `completed`: the stop criteria are undetermined, the resume is still judged."""
+    outcome = run_scenario(Scenario("stop_time", "sqlite", "inline", seed=5, pipelines=1), tmp_path / "s")
+    assert not outcome.breaches, outcome.render()
+    names = {v.name: v.status for v in outcome.verdicts}
+    if names["stop_reason"] == C.UNDETERMINED:  # the usual case: 3 short tasks beat a 300 ms timer
+        assert names["run_record_status"] == C.UNDETERMINED and outcome.stops == 0
+    assert names["resume_exit_code"] == C.PASSED

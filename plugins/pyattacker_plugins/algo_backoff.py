@@ -1,7 +1,9 @@
 """The ``backoff`` acquisition algorithm: poll the pool with growing, jittered sleeps.
 
 Unlike ``wait`` it does not queue on the pool, which suits endpoints whose capacity comes back
-on a timer (rate limits) rather than on a release. Jitter draws from ``ctx.rng`` when the
+on a timer (rate limits) rather than on a release. Its sleeps count as waits in the resource
+stats: for budget when, as the sleep began, a matching resource had a free slot but no budget
+(its rate limits or a Retry-After), else for a slot. Jitter draws from ``ctx.rng`` when the
 context has one, so a replayed attempt sleeps the same amounts.
 """
 
@@ -22,6 +24,7 @@ from pyattacker.resources.algorithm import (
     number_param,
     optional_number_param,
 )
+from pyattacker.resources.gate import short_of_budget
 
 
 class Backoff:
@@ -55,11 +58,15 @@ class Backoff:
         start = clock.now()
         attempt = 0
         warned = False
+        budget_s = 0.0  # of the sleeps, those taken while a matching resource lacked only budget
         while True:
             waited = (clock.now() - start) * 1000.0
             lease = pool.try_acquire(ctx, where=where, waited_ms=waited, **selector)
             if lease is not None:
                 pool.note_wait(waited, selector, lease.resource.id)
+                if attempt:  # it slept: split the sleeps into budget and slot waits
+                    lease.resource.waited_budget_ms += budget_s * 1000.0
+                    lease.resource.waited_slot_ms += waited - budget_s * 1000.0
                 return lease
             beyond = pool.beyond_recovery(where, selector)
             if beyond is not None:  # polling would go on for ever
@@ -82,7 +89,11 @@ class Backoff:
                 delay_s=delay,
                 selector=dict(selector),
             )
+            for_budget = pool.rate_limited and short_of_budget(pool, where, selector)
+            slept = clock.now()
             await clock.sleep(delay)
+            if for_budget:
+                budget_s += clock.now() - slept
 
     def fingerprint(self) -> dict[str, Any]:
         return {

@@ -727,3 +727,19 @@ def test_every_metric_is_documented_and_every_flag_listed() -> None:
     for param in bench_command.params:
         for flag in param.opts:
             assert f"`{flag}" in section, flag
+
+
+def test_declared_rate_limits_avoid_429s_at_the_keys_combined_rate() -> None:
+    """Keys limited by rpm/tpm: with the limits declared the pool sends no request the provider
+    refuses and still uses the keys' combined rate; with capacity caps alone it collects 429s."""
+    # the scenario's own 10 minutes: a sliding window lets a full minute's budget through at the
+    # start, which a short run would count as a rate above the limit
+    options = {"algorithms": ("wait", "backoff"), "seeds": 1, "wall_budget_s": 1800.0}  # a loaded machine
+    declared = run_bench(make_plan(BenchOptions(scenario="rate_limited_keys", **options)))
+    undeclared = run_bench(make_plan(BenchOptions(scenario="rate_limited_keys_undeclared", **options)))
+    for name in ("wait", "backoff"):
+        (limited,) = declared.algorithms[name].metrics
+        (capped,) = undeclared.algorithms[name].metrics
+        assert (limited["refusal_rate"] or 0.0) <= 0.01, name
+        assert 0.95 <= (limited["rate_limit_use"] or 0.0) <= 1.1, name  # within 5 % of the combined rpm
+        assert (capped["refusal_rate"] or 0.0) > 0.05, name  # capacity caps alone hammer the keys

@@ -238,6 +238,39 @@ def rows_untouched(name: str, before: Mapping[str, Any], after: Mapping[str, Any
     return passed(name, f"{len(before)} {what} rows identical before and after the refused run")
 
 
+#: how long past ``stop_after_s`` a run may still end without stopping (the timer runs on a busy
+#: event loop, and the run's final flush follows its last pipeline) before it counts as a breach
+STOP_SLACK_MS = 2000.0
+
+
+def stop_fired(name: str, report: Mapping[str, Any], want: str, limit_ms: float | None = None) -> Verdict:
+    """A ``stop_after_*`` limit ended the run, judged on the ``RunReport``.
+
+    A run that completed every pipeline before the limit was reached had nothing to stop: that is
+    ``undetermined`` (the stop criteria examined nothing), with the run's duration and counts as
+    evidence. A run that went on well past a time limit without stopping is a breach.
+    """
+    if not report:
+        return undetermined(name, "the child returned no RunReport")
+    reason, status = report.get("stop_reason"), report.get("status")
+    if reason == want:
+        return passed(name, f"RunReport.stop_reason says {reason!r} (status {status!r})")
+    if reason is not None or status != "completed":
+        return breached(name, f"RunReport says status {status!r}, stop_reason {reason!r}; expected {want!r}")
+    counters = report.get("counters") or {}
+    done = f"succeeded={counters.get('pipelines_succeeded', 0)} failed={counters.get('pipelines_failed', 0)}"
+    duration = float(report.get("duration_ms") or 0.0)
+    if limit_ms is not None and duration > limit_ms + STOP_SLACK_MS:
+        return breached(
+            name,
+            f"the run lasted {duration:.0f} ms, past the {limit_ms:.0f} ms limit, and never stopped ({done})",
+        )
+    limit = f"the {limit_ms:.0f} ms limit" if limit_ms is not None else "its limit"
+    return undetermined(
+        name, f"the run completed ({done}) in {duration:.0f} ms, before {limit} fired: no stop to judge"
+    )
+
+
 def fault_fired(name: str, fired: bool, evidence: str) -> Verdict:
     """The fault was actually injected (else every crash criterion examined a clean run)."""
     return (passed if fired else undetermined)(name, evidence)
@@ -262,5 +295,6 @@ __all__ = [
     "passed",
     "rows_preserved",
     "rows_untouched",
+    "stop_fired",
     "undetermined",
 ]

@@ -34,6 +34,8 @@ from .criteria import Verdict
 REPO_ROOT = Path(__file__).resolve().parents[2]
 N_TASKS = 3
 CHILD_TIMEOUT_S = 120.0
+#: ``stop_after_s`` of the ``stop_time`` fault, in ms (the child's tasks are slowed to outlast it)
+STOP_AFTER_MS = 300.0
 #: every fault the harness knows; ``crash`` takes a write kind and an occurrence
 FAULT_KINDS = (
     "crash",
@@ -495,6 +497,7 @@ def _stop_scenario(sc: Scenario, workdir: Path, out: Outcome) -> None:
     pick = sc.occurrence if isinstance(sc.occurrence, int) else rnd.randint(1, expected_total)
     extra = ["--via", sc.via]
     signal_at: tuple[int, Path] | None = None
+    no_stop: str | None = None  # why a stop limit never fired, when it did not
     if sc.fault == "sigkill":
         signal_at = (pick, paths.ledger)
     elif sc.fault == "sigint":
@@ -511,7 +514,7 @@ def _stop_scenario(sc: Scenario, workdir: Path, out: Outcome) -> None:
     elif sc.fault == "stop_failures":
         extra += ["--fault", "stop_failures", "--n", "2"]
     elif sc.fault == "stop_time":
-        extra += ["--fault", "stop_time", "--n", "300"]
+        extra += ["--fault", "stop_time", "--n", str(int(STOP_AFTER_MS))]
     run = run_child(_child_argv(paths, sc, res, extra), res, signal_at=signal_at)
     r = run.result or {}
     report = r.get("report") or {}
@@ -591,14 +594,20 @@ def _stop_scenario(sc: Scenario, workdir: Path, out: Outcome) -> None:
             )
         out.stops += 1 if refused else 0
     elif sc.fault in ("stop_failures", "stop_time"):
-        out.stops += 1
         want = "stop_after_failures" if sc.fault == "stop_failures" else "stop_after_s"
-        out.verdicts.append(C.equals("stop_reason", report.get("stop_reason"), want, "RunReport.stop_reason"))
+        limit_ms = STOP_AFTER_MS if sc.fault == "stop_time" else None
+        stopped = C.stop_fired("stop_reason", report, want, limit_ms)
+        out.verdicts.append(stopped)
+        no_stop = stopped.evidence if stopped.status == C.UNDETERMINED else None
+        out.stops += 0 if no_stop else 1
     if run.result is not None:
         out.verdicts.append(
             C.no_lease_held("no_lease_held_after_fault", r.get("pool_active"), r.get("pool_leaked"))
         )
-    if sc.fault in ("sigint", "cancel", "stop_failures", "stop_time"):
+    if no_stop is not None:  # nothing was stopped: the run row has no stop to show
+        for name in ("run_record_status", "run_record_stop_reason"):
+            out.verdicts.append(C.undetermined(name, f"no stop happened: {no_stop}"))
+    elif sc.fault in ("sigint", "cancel", "stop_failures", "stop_time"):
         snap = snapshot(sc.store, paths.store_path)
         row = snap.last_run() or {}
         out.verdicts.append(

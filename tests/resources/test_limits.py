@@ -322,3 +322,37 @@ def test_an_unlimited_pool_keeps_its_fast_path_and_builds_no_gate() -> None:
     limited = Pool("q", [Resource("q", capacity=2, limits={"rpm": 10})])
     assert limited.rate_limited and "_pick" in vars(limited)
     assert limited.resource(limited.resources()[0].id)._quick is False
+
+
+def test_backoff_sleeps_are_split_into_budget_and_slot_waits(
+    clock: VirtualClock, algorithms: Registry
+) -> None:
+    """A ``backoff`` request that sleeps while its resource lacks only budget counts a budget
+    wait; one that sleeps while every slot is held counts a slot wait."""
+
+    async def budget_case() -> Pool:
+        pool = Pool("llm", [Resource("llm", id="k", capacity=2, limits={"rpm": 1})], clock=clock)
+        (await pool.acquire(algorithm="backoff")).release_now()
+        (await pool.acquire(algorithm={"name": "backoff", "cap": 5.0})).release_now()
+        return pool
+
+    row = run(clock, budget_case).snapshot()[0]
+    assert row["waited_budget_ms"] >= 60_000.0 - 1.0  # the second lease slept a window out
+    assert row["waited_slot_ms"] == pytest.approx(0.0, abs=1e-6)
+
+    async def slot_case() -> Pool:
+        pool = Pool("llm", [Resource("llm", id="k", capacity=1, limits={"rpm": 100})], clock=clock)
+        held = await pool.acquire(algorithm="backoff")
+
+        async def give_back() -> None:
+            await pool.clock.sleep(3)
+            held.release_now()
+
+        giver = asyncio.ensure_future(give_back())
+        (await pool.acquire(algorithm="backoff")).release_now()
+        await giver
+        return pool
+
+    row = run(clock, slot_case).snapshot()[0]
+    assert row["waited_slot_ms"] >= 3000.0
+    assert row["waited_budget_ms"] == 0.0

@@ -27,6 +27,7 @@ from pyattacker.cli.common import check_backend_flag, flag_overrides, out, warn
 from pyattacker.cli.process_end import request_fast_end
 from pyattacker.cli.report_text import report_text
 from pyattacker.errors import ConfigError, ExitCode, PyAttackerError
+from pyattacker.shard.budget import BUDGET_ENV, prepare_shared_budget, shard_budget_path
 from pyattacker.shard.executor import (
     FORCE_AFTER,
     ShardExecutor,
@@ -436,6 +437,7 @@ class _Sharding:
     resuming: bool
     command: str  # run | resume
     config_path: str
+    budget: str | None = None  # PYATTACKER_SHARED_BUDGET of every shard (rate-limited pools only)
 
 
 def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
@@ -516,7 +518,12 @@ def _prepare(flags: dict[str, Any], resume: bool) -> tuple[_Sharding, ShardExecu
         resuming=resuming,
         command="resume" if resume else "run",
         config_path=str(loaded.path),
+        budget=prepare_shared_budget(
+            (res for p in built.checked.pools.values() for res in p.resources), shard_budget_path(base, count)
+        ),
     )
+    if sharding.budget is not None:
+        warn(f"one rate budget for all shards: {sharding.budget.removeprefix('file:')}")
     for plan in sharding.plans:
         if plan.oversubscribed:
             warn(
@@ -552,9 +559,10 @@ def _run_all(
             store=stores[index],
             share=None if sharding.full else (slot, sharding.jobs),
         )
-        return ShardJob(
-            index=index, count=count, argv=argv, env={SHARD_ENV: f"{index}/{count}"}, cwd=os.getcwd()
-        )
+        env = {SHARD_ENV: f"{index}/{count}"}
+        if sharding.budget is not None:
+            env[BUDGET_ENV] = sharding.budget
+        return ShardJob(index=index, count=count, argv=argv, env=env, cwd=os.getcwd())
 
     # a resume's own run holds only what it re-ran: show every run of the shard stores instead
     merge = _Merge(stores, "all" if sharding.resuming else None)

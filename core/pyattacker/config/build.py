@@ -48,6 +48,7 @@ from pyattacker.plugins.registry import Registry
 from pyattacker.resources.algorithm import AlgorithmResolver
 from pyattacker.resources.pool import Pool
 from pyattacker.resources.redact import mask_secrets
+from pyattacker.resources.shared_budget import BUDGET_ENV, open_shared_budget
 from pyattacker.shard.plan import capacity_share as share
 from pyattacker.store.backends import parse_backend_spec, validate_backend_spec
 from pyattacker.store.location import default_store_path, local_file, location_problem, rebase_local
@@ -475,6 +476,11 @@ def make_pools(defs: Iterable[PoolDef], capacity_share: tuple[int, int] | None =
                 res["capacity"] = share(int(res.get("capacity", 1)), slot, slots)
         algorithm = None if pdef.algorithm is None else algorithms.resolve(pdef.algorithm)
         pools.append(Pool(pdef.name, resources, kind=pdef.kind, algorithm=algorithm, algorithms=algorithms))
+    shared = os.environ.get(BUDGET_ENV)
+    if shared:  # a shard of `--shards N`: one rate budget for all of them
+        for pool in pools:
+            if pool.rate_limited:
+                pool.share_budget(open_shared_budget(shared, pool.name))
     return pools
 
 

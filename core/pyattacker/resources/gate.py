@@ -10,6 +10,11 @@ algorithm goes through these, so every algorithm respects the limits.
 While anybody waits, the wait queue asks ``refill_at`` for the earliest time a waiting request
 fits one of the resources held back only by budget, and keeps its one timer on it: a wait for
 budget is a timed wait, never a polling loop.
+
+With a shared budget (``share``: the shards of one machine, see ``shared_budget.py``), each
+grant holds the budget's lock, first adds what the other processes granted to the windows,
+then decides, and records its own grant before letting go: the processes together never pass
+a limit. Settlements are recorded too.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pyattacker.resources.limits import request_tokens
+from pyattacker.resources.limits import Charge, request_tokens
 from pyattacker.resources.resource import READY, Resource
+from pyattacker.resources.shared_budget import CHARGE, SETTLE, BudgetEntry, SharedBudget, budget_key
 
 if TYPE_CHECKING:
     from pyattacker.resources.lease import Lease
@@ -30,7 +36,16 @@ __all__ = ["BudgetGate", "short_of_budget"]
 class BudgetGate:
     """Slots and rate budget together, for one pool (see the module docstring)."""
 
-    __slots__ = ("_asking", "_base_leasable", "_base_pick", "_base_try", "_pool")
+    __slots__ = (
+        "_asking",
+        "_base_leasable",
+        "_base_pick",
+        "_base_try",
+        "_foreign",
+        "_keys",
+        "_pool",
+        "shared",
+    )
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
@@ -40,6 +55,12 @@ class BudgetGate:
         self._base_leasable = pool._leasable
         self._base_pick = pool._pick
         self._base_try = pool._try_general
+        #: the budget shared with other processes (None: this process's alone)
+        self.shared: SharedBudget | None = None
+        #: the other processes' token charges still in a window, by ref (to apply settlements)
+        self._foreign: dict[int, Charge] = {}
+        #: the limited resources by their name in the shared log
+        self._keys: dict[bytes, Resource] = {}
 
     def install(self) -> None:
         """Route the pool's grant path (and its wait queue's) through the gate."""
@@ -83,12 +104,87 @@ class BudgetGate:
     ) -> Lease | None:
         """``Pool._try_general``, then the grant charged to the leased resource's windows."""
         pool = self._pool
+        shared = self.shared
+        if shared is not None:
+            with shared.hold():
+                self._pull(shared)
+                lease = self._base_try(ctx, where, score, waited_ms, selector)
+                if lease is not None and lease.resource.limits is not None:
+                    self._charge_shared(shared, lease, request_tokens(selector))
+            return lease
         lease = self._base_try(ctx, where, score, waited_ms, selector)
         if lease is not None:
             limits = lease.resource.limits
             if limits is not None:
                 lease.charge = limits.charge(pool.clock.now(), request_tokens(selector))
         return lease
+
+    # -- a budget shared with other processes ----------------------------------------------------
+    def share(self, budget: SharedBudget) -> None:
+        """Count every grant of ``budget``'s other processes too (see the module docstring)."""
+        self.shared = budget
+
+    def _charge_shared(self, shared: SharedBudget, lease: Lease, tokens: float) -> None:
+        resource = lease.resource
+        assert resource.limits is not None
+        now = self._pool.clock.now()
+        ref = shared.new_ref()
+        charge = lease.charge = resource.limits.charge(now, tokens)
+        if charge is not None:
+            charge.ref = ref
+        shared.push(BudgetEntry(self._key(resource), CHARGE, ref, now, tokens))
+
+    def _key(self, resource: Resource) -> bytes:
+        key = budget_key(self._pool.name, resource.id)
+        self._keys[key] = resource
+        return key
+
+    def _pull(self, shared: SharedBudget) -> None:
+        """Add the other processes' grants and settlements to the windows."""
+        entries = shared.pull()
+        if not entries:
+            return
+        keys = self._keys
+        if len(keys) < len(self._pool._slots):
+            for r in self._pool._slots:
+                if r.limits is not None:
+                    self._key(r)
+        now = self._pool.clock.now()
+        foreign = self._foreign
+        for entry in entries:
+            resource = keys.get(entry.key)
+            limits = None if resource is None else resource.limits
+            if limits is None:
+                continue  # another pool's resource, or one this process does not have
+            if entry.kind == CHARGE:
+                charge = limits.charge(entry.at, entry.tokens)
+                if charge is not None:
+                    foreign[entry.ref] = charge
+            elif entry.kind == SETTLE:
+                held = foreign.get(entry.ref)
+                if held is not None:
+                    limits.adjust(held, entry.tokens, now)
+        self._forget(now)
+
+    def _forget(self, now: float) -> None:
+        """Drop foreign charges no window holds any more (the dict is in grant order)."""
+        foreign = self._foreign
+        if not foreign:
+            return
+        span = max(r.limits.longest_span for r in self._keys.values() if r.limits is not None)
+        while foreign:
+            ref, charge = next(iter(foreign.items()))
+            if charge.at + span > now:
+                return
+            del foreign[ref]
+
+    def settled(self, resource: Resource, charge: Charge, delta: float) -> None:
+        """Record a settlement of this process's grant in the shared budget (when there is one)."""
+        shared = self.shared
+        if shared is None or not charge.ref:
+            return
+        with shared.hold():
+            shared.push(BudgetEntry(self._key(resource), SETTLE, charge.ref, charge.at, delta))
 
     # -- waiting -------------------------------------------------------------------------------
     def refill_at(self, now: float, asks: Iterable[float]) -> float | None:

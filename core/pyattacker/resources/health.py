@@ -119,7 +119,10 @@ class Health:
         if limits is None:
             return
         pool = self._pool
-        if limits.settle(charge, float(tokens), pool.clock.now()) < 0 and pool._waiters:
+        delta = limits.settle(charge, float(tokens), pool.clock.now())
+        if delta and charge.ref and pool._gate is not None:
+            pool._gate.settled(resource, charge, delta)
+        if delta < 0 and pool._waiters:
             pool._queue.wake_slot(resource, resource.capacity)
 
     def hold(self, resource: Resource, seconds: float, reason: str) -> None:

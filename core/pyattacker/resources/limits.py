@@ -13,19 +13,31 @@ never fit otherwise).
 
 Nothing here runs in the background: windows are pruned when they are read, and the pool's
 wait queue keeps one timer on the earliest time a waiting request fits (``ready_at``).
+
+``PYATTACKER_LIMIT_WINDOW_SCALE`` (a positive number, default 1) multiplies every window's
+length, read when a resource is built: tests and rehearsals run a "minute" of 3 s with 0.05.
 """
 
 from __future__ import annotations
 
 import difflib
 import math
+import os
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
 from pyattacker.errors import ConfigError
 
-__all__ = ["LIMIT_KEYS", "Charge", "Limits", "check_limits", "request_tokens"]
+__all__ = [
+    "LIMIT_KEYS",
+    "WINDOW_SCALE_ENV",
+    "Charge",
+    "Limits",
+    "check_limits",
+    "request_tokens",
+    "window_scale",
+]
 
 #: limit key -> (what it counts, window in seconds)
 LIMIT_KEYS: dict[str, tuple[str, float]] = {
@@ -34,6 +46,24 @@ LIMIT_KEYS: dict[str, tuple[str, float]] = {
     "rpd": ("requests", 86400.0),
     "tpd": ("tokens", 86400.0),
 }
+
+
+#: multiplies every window's length (tests shorten a minute); see the module docstring
+WINDOW_SCALE_ENV = "PYATTACKER_LIMIT_WINDOW_SCALE"
+
+
+def window_scale() -> float:
+    """``PYATTACKER_LIMIT_WINDOW_SCALE`` as a positive number (1.0 when unset)."""
+    text = os.environ.get(WINDOW_SCALE_ENV)
+    if not text:
+        return 1.0
+    try:
+        scale = float(text)
+    except ValueError:
+        scale = math.nan
+    if not 0 < scale < math.inf:
+        raise ConfigError(f"{WINDOW_SCALE_ENV} must be a positive number, got {text!r}")
+    return scale
 
 
 def check_limits(limits: Any) -> dict[str, float]:
@@ -71,12 +101,14 @@ def request_tokens(selector: Mapping[str, Any] | None) -> float:
 class Charge:
     """One lease's tokens in the token windows: the estimate, then what it really used."""
 
-    __slots__ = ("at", "settled", "tokens")
+    __slots__ = ("at", "ref", "settled", "tokens")
 
     def __init__(self, at: float, tokens: float) -> None:
         self.at = at
         self.tokens = tokens
         self.settled = False
+        #: its name in a shared budget (``shared_budget.py``), 0 when the budget is this process's
+        self.ref = 0
 
 
 class _Window:
@@ -133,9 +165,10 @@ class Limits:
         self.spec = check_limits(limits)
         self._requests: list[_Window] = []
         self._tokens: list[_Window] = []
+        scale = window_scale()
         for key, limit in self.spec.items():
             unit, span = LIMIT_KEYS[key]
-            (self._requests if unit == "requests" else self._tokens).append(_Window(key, limit, span))
+            (self._requests if unit == "requests" else self._tokens).append(_Window(key, limit, span * scale))
 
     def _windows(self) -> list[_Window]:
         return self._requests + self._tokens
@@ -182,13 +215,22 @@ class Limits:
         reports), in every window still holding the charge; returns the change."""
         delta = tokens - charge.tokens if not charge.settled else tokens
         charge.settled = True
-        if not delta:
-            return 0.0
+        if delta:
+            self.adjust(charge, delta, now)
+        return delta
+
+    def adjust(self, charge: Charge, delta: float, now: float) -> None:
+        """Change a charge by ``delta`` tokens in every window still holding it (a settlement,
+        made here or, through a shared budget, by another process)."""
         charge.tokens += delta
         for w in self._tokens:
             if charge.at + w.span > now:
                 w.used += delta
-        return delta
+
+    @property
+    def longest_span(self) -> float:
+        """The longest window, in seconds (how long a grant may still count)."""
+        return max(w.span for w in self._windows())
 
     def share_left(self, now: float, unit: str | None = None) -> float:
         """The smallest share of any window still free (1.0 = untouched), of ``unit`` windows

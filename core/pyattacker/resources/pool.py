@@ -35,6 +35,7 @@ from pyattacker.resources.gate import BudgetGate
 from pyattacker.resources.health import Health, describe_error
 from pyattacker.resources.lease import Lease
 from pyattacker.resources.resource import DEAD, READY, REVOKED, Resource
+from pyattacker.resources.shared_budget import SharedBudget
 from pyattacker.resources.waiters import WaitQueue
 
 if TYPE_CHECKING:
@@ -155,6 +156,15 @@ class Pool:
         """Whether any resource published here has rate limits (its grants then go through the
         budget gate)."""
         return self._gate is not None
+
+    def share_budget(self, budget: SharedBudget) -> bool:
+        """Share the rate budget of this pool's limited resources with other processes (the
+        shards of one run, see ``shared_budget.py``); False (and nothing shared) when no
+        resource published here has limits."""
+        if self._gate is None:
+            return False
+        self._gate.share(budget)
+        return True
 
     @property
     def ok_total(self) -> int:

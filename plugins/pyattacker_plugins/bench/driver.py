@@ -27,7 +27,7 @@ from pyattacker.resources.algorithm import resolve_algorithm
 from .clocks import make_clock
 from .errors import AlgorithmFault, BenchmarkError, BenchmarkStalled, BenchmarkTimeout
 from .keys import keyed_rng
-from .scenario import Scenario
+from .scenario import EndpointSpec, Scenario
 from .watchdog import BLOCKED_GRACE_S, LoopBlocked, Watchdog, interruptible
 from .world import NOT_ADMITTED, REFUSED, World
 
@@ -89,6 +89,8 @@ class RunResult:
     decisions: dict[str, int] = field(default_factory=dict)
     error_classes: dict[str, int] = field(default_factory=dict)
     leases_active_at_end: int = 0
+    #: the endpoints' provider rpm together (worlds where every endpoint has one), else None
+    combined_rpm: float | None = None
     sim_end_s: float = 0.0
     wall_s: float = 0.0
 
@@ -143,6 +145,7 @@ class _Run:
                         id=e.name,
                         capacity=e.slots,
                         options={"quota": {"tokens": e.quota_tokens}} if e.quota_tokens is not None else {},
+                        limits=_declared_limits(e) if scenario.declare_limits else None,
                         degrade_after=e.degrade_after,
                         dead_after=e.dead_after,
                         cooldown_s=e.cooldown_s,
@@ -156,6 +159,13 @@ class _Run:
             for layout in scenario.pool_layout()
         }
         self.pool = next(iter(self.pools.values()))
+        #: with declared token limits a request asks with its estimate (the most it can spend)
+        #: and a failed one settles to 0; else it asks with nothing
+        declared_tpm = scenario.declare_limits and any(e.tpm is not None for e in scenario.endpoints)
+        self.selector: dict[str, Any] = (
+            {"tokens": max(e.tokens_per_request[1] for e in scenario.endpoints)} if declared_tpm else {}
+        )
+        self.failed_usage: dict[str, float] | None = {"tokens": 0} if declared_tpm else None
         try:
             self.algorithm = resolve_algorithm(scenario.algorithm_spec(settings.algorithm), registry)
         except Exception as exc:  # built once by make_plan already: this factory is not reliable
@@ -169,6 +179,7 @@ class _Run:
             steps=scenario.steps,
             calls=scenario.calls,
             slots=scenario.slots,
+            combined_rpm=scenario.combined_rpm,
         )
         self.by_endpoint: Counter[str] = Counter()
         self.decisions: Counter[str] = Counter()
@@ -292,7 +303,7 @@ class _Run:
                         r.refused += 1
                     else:
                         r.errored += 1
-                    lease.report(ok=False, latency_ms=latency_ms, error=error)
+                    lease.report(ok=False, latency_ms=latency_ms, usage=self.failed_usage, error=error)
                     raise error
             finally:
                 lease.release_now()
@@ -305,10 +316,10 @@ class _Run:
         algorithm = self.algorithm
         stage = "try_now"
         try:
-            lease = pool.try_now(ctx, algorithm=algorithm, where=None, selector={})
+            lease = pool.try_now(ctx, algorithm=algorithm, where=None, selector=self.selector)
             if lease is None:
                 stage = "acquire"
-                lease = await pool.acquire(ctx, algorithm=algorithm)
+                lease = await pool.acquire(ctx, algorithm=algorithm, **self.selector)
         except ACQUIRE_FAILURES:
             raise
         except Exception as exc:
@@ -397,6 +408,14 @@ def _timeout_error(run: _Run, watchdog: Watchdog) -> BenchmarkTimeout:
         f"{head}: still making progress but too slowly ({state}); raise --wall-budget,"
         " or lower --jobs or --horizon"
     )
+
+
+def _declared_limits(endpoint: EndpointSpec) -> dict[str, float] | None:
+    """An endpoint's provider limits as its resource's ``limits`` (None when it has none)."""
+    limits = {
+        key: value for key, value in (("rpm", endpoint.rpm), ("tpm", endpoint.tpm)) if value is not None
+    }
+    return limits or None
 
 
 def run_once(settings: RunSettings, registry: Registry) -> RunResult:

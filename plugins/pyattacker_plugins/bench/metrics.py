@@ -55,6 +55,13 @@ METRICS: tuple[Metric, ...] = (
     Metric("retry_rate", "ratio", LOWER, True, "started steps retried at least once / started steps"),
     Metric("refusal_rate", "ratio", LOWER, True, "requests refused by a rate limit (429) / requests"),
     Metric("error_rate", "ratio", LOWER, True, "requests that failed otherwise (5xx, timeout) / requests"),
+    Metric(
+        "rate_limit_use",
+        "ratio",
+        HIGHER,
+        True,
+        "requests answered ok per minute of the makespan / the endpoints' combined rpm (rpm-limited worlds)",
+    ),
     Metric("successful_job_latency_p50_ms", "ms", LOWER, True, "median start-to-end time of jobs done"),
     Metric("successful_job_latency_p95_ms", "ms", LOWER, True, "95th percentile of the same"),
     Metric("successful_job_latency_p99_ms", "ms", LOWER, True, "99th percentile of the same"),
@@ -109,6 +116,13 @@ def _spread(counts: Sequence[int]) -> float | None:
     return entropy / math.log(len(counts))
 
 
+def _rate_limit_use(r: RunResult) -> float | None:
+    if not r.combined_rpm or not r.makespan_s:
+        return None
+    ok = r.requests - r.refused - r.errored
+    return ok / (r.makespan_s / 60.0) / r.combined_rpm
+
+
 def compute(r: RunResult) -> dict[str, float | None]:
     """Every metric of one run (None where it is undefined, e.g. a ratio over zero jobs done)."""
     ideal_requests = r.jobs_done * r.steps * r.calls
@@ -126,6 +140,7 @@ def compute(r: RunResult) -> dict[str, float | None]:
         "retry_rate": _ratio(r.steps_retried, r.steps_started),
         "refusal_rate": _ratio(r.refused, r.requests),
         "error_rate": _ratio(r.errored, r.requests),
+        "rate_limit_use": _rate_limit_use(r),
         "successful_job_latency_p50_ms": _percentile_ms(r.job_latencies_s, 50),
         "successful_job_latency_p95_ms": _percentile_ms(r.job_latencies_s, 95),
         "successful_job_latency_p99_ms": _percentile_ms(r.job_latencies_s, 99),

@@ -6,7 +6,9 @@ session cache), how the client groups the endpoints into pools, the shape of the
 steps, calls, workers, horizon, retry policy) and which algorithms it cannot tell apart from
 others. ``register_scenario`` adds one from Python (a test's dead world, a plugin's
 multi-vendor world); the built-in ``bursty_provider``, ``outage_failover`` and
-``cache_affinity`` are registered when this module is imported.
+``cache_affinity`` are registered when this module is imported, and so are
+``rate_limited_keys`` / ``rate_limited_keys_undeclared`` (provider rpm/tpm per key, with the
+limits declared to the pool or capacity caps alone).
 """
 
 from __future__ import annotations
@@ -68,6 +70,10 @@ class EndpointSpec:
     retry_after_hint: bool = False
     #: where in the capacity cycle this endpoint starts (seconds)
     phase_s: float = 0.0
+    #: the provider's per-key limits: requests and tokens admitted in any 60 s (None: none); a
+    #: request over them is refused (429) with the exact Retry-After
+    rpm: float | None = None
+    tpm: float | None = None
     #: the pool's health machine for this resource
     degrade_after: int = 3
     dead_after: int = 50
@@ -94,8 +100,9 @@ class EndpointSpec:
             if value > 1:
                 raise ConfigError(f"{where}: {name} is a probability, got {value!r}")
         _positive(f"{where}: tail_factor", self.tail_factor)
-        if self.quota_tokens is not None:
-            _positive(f"{where}: quota_tokens", self.quota_tokens)
+        for name in ("quota_tokens", "rpm", "tpm"):
+            if getattr(self, name) is not None:
+                _positive(f"{where}: {name}", getattr(self, name))
         pair = self.tokens_per_request
         if not isinstance(pair, tuple | list) or len(pair) != 2:
             raise ConfigError(f"{where}: tokens_per_request must be (low, high), got {pair!r}")
@@ -176,6 +183,9 @@ class Scenario:
     #: parameters an algorithm is built with in this world: name -> parameters (``failover``
     #: needs the pools to try)
     algorithm_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: whether the client declares each endpoint's ``rpm``/``tpm`` as its resource's ``limits``
+    #: (and asks with a token estimate); False: capacity caps alone
+    declare_limits: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "unsuited", MappingProxyType(dict(self.unsuited)))
@@ -263,6 +273,12 @@ class Scenario:
     def slots(self) -> int:
         """The client's total capacity (leases at once over every endpoint of every pool)."""
         return sum(e.slots for e in self.endpoints)
+
+    @property
+    def combined_rpm(self) -> float | None:
+        """The endpoints' requests per minute together, when every one has an ``rpm``."""
+        limits = [e.rpm for e in self.endpoints]
+        return None if any(x is None for x in limits) else sum(x for x in limits if x is not None)
 
     def pool_layout(self) -> tuple[PoolSpec, ...]:
         """The pools the client builds, in order (the first one is the one requests ask)."""
@@ -525,3 +541,60 @@ CACHE_AFFINITY = register_scenario(
         order=("wait", "backoff", "sticky", "least_busy", "immediate", "quota_aware", "failover"),
     )
 )
+
+
+def _key(name: str, rpm: float, tpm: float) -> EndpointSpec:
+    """A key of ``rate_limited_keys``: the provider's rpm/tpm bind, nothing else does."""
+    return EndpointSpec(
+        name=name,
+        slots=8,
+        server_concurrency=64,
+        rate_per_s=1000.0,  # the provider's windows are the limit here, not a bucket
+        burst=1000.0,
+        latency_median_s=0.8,
+        latency_sigma=0.3,
+        error_rate=0.005,
+        tokens_per_request=(500, 1500),
+        rpm=rpm,
+        tpm=tpm,
+    )
+
+
+def _rate_limited(name: str, declare: bool) -> Scenario:
+    how = (
+        "the client declares each key's rpm/tpm as its resource's limits"
+        if declare
+        else "the client knows only its capacity caps (8 leases per key)"
+    )
+    return Scenario(
+        name=name,
+        description=(
+            "one pool of three API keys limited by the provider to 120/60/30 requests and"
+            " 150k/75k/40k tokens per minute (any 60 s), answering 429 with the exact Retry-After;"
+            f" {how}"
+        ),
+        endpoints=(
+            _key("key-a", 120.0, 150_000.0),
+            _key("key-b", 60.0, 75_000.0),
+            _key("key-c", 30.0, 40_000.0),
+        ),
+        jobs=2500,
+        steps=1,
+        calls=1,
+        concurrency=24,
+        horizon_s=600.0,
+        seed=1,
+        retry=Retrying(max_attempts=6, base=0.5, factor=2.0, cap=30.0, jitter="full"),
+        cycle_trough=1.0,
+        cycle_peak=1.0,
+        declare_limits=declare,
+        unsuited={
+            "failover": "one pool: failover has no other pool to fail over to, so it behaves like wait"
+        },
+        order=("wait", "backoff", "least_busy", "quota_aware", "sticky", "immediate", "failover"),
+    )
+
+
+#: the same keys and demand twice: limits declared, and capacity caps alone (compare the two)
+RATE_LIMITED_KEYS = register_scenario(_rate_limited("rate_limited_keys", True))
+RATE_LIMITED_KEYS_UNDECLARED = register_scenario(_rate_limited("rate_limited_keys_undeclared", False))

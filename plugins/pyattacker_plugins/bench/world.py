@@ -12,6 +12,7 @@ same sequence of latencies and errors at each endpoint.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +67,8 @@ class Endpoint:
         "_storms",
         "_tighten",
         "_tokens",
+        "_window",
+        "_window_tokens",
         "admitted",
         "down",
         "errors",
@@ -105,6 +108,9 @@ class Endpoint:
         self._tighten = 1.0
         self._last = 0.0
         self._storms: dict[int, bool] = {}
+        #: [time, tokens] of each request admitted in the last 60 s (the provider's rpm/tpm)
+        self._window: deque[list[float]] = deque()
+        self._window_tokens = 0.0
         self.requests = 0
         self.admitted = 0
         self.ok = 0
@@ -145,6 +151,25 @@ class Endpoint:
         self._tokens = min(self.spec.burst, self._tokens + rate * dt)
         return rate
 
+    def _over_limits(self, now: float) -> float | None:
+        """None when the provider's rpm/tpm admit one more request now, else the Retry-After:
+        exactly when enough admitted requests leave the 60 s window."""
+        spec = self.spec
+        window = self._window
+        while window and window[0][0] + 60.0 <= now:
+            self._window_tokens -= window.popleft()[1]
+        at: float | None = None
+        if spec.rpm is not None and len(window) >= spec.rpm:
+            at = window[int(len(window) - spec.rpm)][0] + 60.0
+        if spec.tpm is not None and self._window_tokens >= spec.tpm:
+            freed = 0.0
+            for t, tokens in window:
+                freed += tokens
+                if self._window_tokens - freed < spec.tpm:
+                    at = max(at or t + 60.0, t + 60.0)
+                    break
+        return None if at is None else at - now
+
     def _tighten_on_refusal(self) -> None:
         s = self.scenario
         self._tighten = max(s.tighten_floor, self._tighten * s.tighten_factor)
@@ -168,6 +193,12 @@ class Endpoint:
         if self._outages and self.in_outage(now):
             self.down += 1
             return Outcome(DOWN, s.refusal_latency_s)
+        limited = spec.rpm is not None or spec.tpm is not None
+        if limited:
+            after = self._over_limits(now)
+            if after is not None:
+                self.refused += 1
+                return Outcome(REFUSED, s.refusal_latency_s, retry_after=round(after, 3))
         factor = self.capacity_factor(now)
         rate = self._refill(now, factor)
         if self._tokens < 1.0:
@@ -199,6 +230,10 @@ class Endpoint:
         low, high = spec.tokens_per_request
         tokens = low + int((high - low) * rng.random())
         p_error = spec.storm_error_rate if self.in_storm(now) else spec.error_rate
+        if limited:  # the window counts the request, and the tokens of one that succeeds
+            spent = 0 if u_error < p_error or latency > s.request_timeout_s else tokens
+            self._window.append([now, float(spent)])
+            self._window_tokens += spent
         if u_error < p_error:
             self.errors += 1
             return Outcome(ERROR, min(latency * 0.25, s.request_timeout_s))
