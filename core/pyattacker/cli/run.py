@@ -152,6 +152,13 @@ _SHARD_FLAGS = (
         ),
     ),
     click.option(
+        "--executor-option",
+        "executor_options",
+        metavar="KEY=VALUE",
+        multiple=True,
+        help="With --shards: an option of the shard executor (repeatable), e.g. address=HOST:PORT for ray.",
+    ),
+    click.option(
         "--full-capacity-per-shard",
         is_flag=True,
         default=False,
@@ -229,6 +236,8 @@ def _check_shard_flags(flags: dict[str, Any]) -> None:
                 raise ConfigError(f"--{name}: only with --shards N")
         if flags["full_capacity_per_shard"]:
             raise ConfigError("--full-capacity-per-shard: only with --shards N")
+        if flags["executor_options"]:
+            raise ConfigError("--executor-option: only with --shards N")
     elif flags["capacity_share"] is not None:
         raise ConfigError("--capacity-share: set per shard by --shards; not with --shards itself")
 
