@@ -22,7 +22,11 @@ def ray_address() -> Iterator[str]:
     import ray
 
     ray.init(
-        address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", logging_level="WARNING"
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        logging_level="WARNING",
     )
     try:
         yield str(ray.get_runtime_context().gcs_address)

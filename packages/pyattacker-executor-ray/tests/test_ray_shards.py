@@ -38,7 +38,9 @@ def _argv(*args: str) -> list[str]:
 
 
 def _cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(_argv(*args), cwd=tmp_path, env=_env(**env), capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        _argv(*args), cwd=tmp_path, env=_env(**env), capture_output=True, text=True, timeout=300
+    )
 
 
 def _ray(address: str, *more: str) -> list[str]:
@@ -53,7 +55,8 @@ def _config(tmp_path: Path, rows: int, tasks: str) -> None:
     data = "".join(json.dumps({"id": f"r{i:03d}", "text": f"row {i}"}) + "\n" for i in range(rows))
     (tmp_path / "data.jsonl").write_text(data)
     (tmp_path / "cfg.yaml").write_text(
-        f"pipeline:\n  name: ray_cli\n  tasks:\n{tasks}source: {{ kind: jsonl, path: data.jsonl, key_field: id }}\n"
+        f"pipeline:\n  name: ray_cli\n  tasks:\n{tasks}"
+        "source: { kind: jsonl, path: data.jsonl, key_field: id }\n"
     )
 
 
@@ -80,7 +83,9 @@ def _artifacts(store: Path) -> set[tuple[str, int]]:
 def _ledger(path: Path) -> list[tuple[str, int, int]]:
     if not path.exists():
         return []
-    return [(p, int(s), int(pid)) for p, s, pid in (line.split("\t") for line in path.read_text().splitlines())]
+    return [
+        (p, int(s), int(pid)) for p, s, pid in (line.split("\t") for line in path.read_text().splitlines())
+    ]
 
 
 @pytest.mark.parametrize("storage", ["auto", "ship"])
@@ -109,7 +114,17 @@ def test_sharded_run_equals_single_process_run(tmp_path: Path, ray_address: str,
     if storage != "ship":
         return
     # a resume ships each store to its node: every pipeline is found done there, none runs again
-    again = _cli(tmp_path, "resume", "-c", "cfg.yaml", "--shards", "2", "--store", "runs/x.db", *_ray(ray_address, f"storage={storage}"))
+    again = _cli(
+        tmp_path,
+        "resume",
+        "-c",
+        "cfg.yaml",
+        "--shards",
+        "2",
+        "--store",
+        "runs/x.db",
+        *_ray(ray_address, f"storage={storage}"),
+    )
     assert again.returncode == 0, again.stderr
     assert "attempts 0" in again.stdout and "skipped 0" not in again.stdout, again.stdout
 
@@ -119,17 +134,23 @@ def _start(tmp_path: Path, ledger: Path, address: str) -> subprocess.Popen[str]:
         "run", "-c", "cfg.yaml", "--shards", "2", "--store", "runs/x.db", "--concurrency", "2", *_ray(address)
     )
     return subprocess.Popen(
-        cmd, cwd=tmp_path, env=_env(**{LEDGER_ENV: str(ledger)}), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd,
+        cwd=tmp_path,
+        env=_env(**{LEDGER_ENV: str(ledger)}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
 def _wait_for_ledger(proc: subprocess.Popen[str], ledger: Path, lines: int) -> list[tuple[str, int, int]]:
+    """Wait until the ledger has ``lines`` lines, from both shards (each has its store then)."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"the run ended early: {proc.communicate()[1]}")
         seen = _ledger(ledger)
-        if len(seen) >= lines:
+        if len(seen) >= lines and len({shard_index(key, 2) for key, _seq, _pid in seen}) == 2:
             return seen
         time.sleep(0.05)
     raise AssertionError("the shards wrote nothing to the ledger in 120 s")
@@ -171,14 +192,16 @@ def test_sigkilled_shard_is_resumed_without_replays(tmp_path: Path, ray_address:
     assert json.loads(report.stdout)["pipelines"]["by_state"] == {"succeeded": 40}
 
 
-def test_ctrl_c_stops_remote_shards_with_130_and_leaves_them_resumable(tmp_path: Path, ray_address: str) -> None:
+def test_ctrl_c_stops_remote_shards_with_130_and_leaves_them_resumable(
+    tmp_path: Path, ray_address: str
+) -> None:
     _config(tmp_path, 40, AUDITED)
     ledger = tmp_path / "ledger.tsv"
     proc = _start(tmp_path, ledger, ray_address)
     try:
         _wait_for_ledger(proc, ledger, 6)
         os.kill(proc.pid, signal.SIGINT)  # the driver only, as a terminal's Ctrl-C reaches it
-        out, err = proc.communicate(timeout=120)
+        _out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -221,8 +244,13 @@ def test_bad_address_and_bad_options_are_exit_2(tmp_path: Path) -> None:
 
 
 def test_ray_is_imported_only_when_the_executor_is_used(tmp_path: Path) -> None:
-    code = "import sys; from pyattacker.plugins.manager import get_plugins; get_plugins(); print('ray' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60)
+    code = (
+        "import sys; from pyattacker.plugins.manager import get_plugins; get_plugins();"
+        " print('ray' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
     listed = _cli(tmp_path, "plugins", "--json")

@@ -48,7 +48,7 @@ class RayHandle:
         self.store = job.argv[store_argument(job.argv)]
         path = local_file(self.store)  # None: a store service (s3://...), seen from every node
         self.local_store = None if path is None else os.path.join(job.cwd or os.getcwd(), path)
-        self.actor = executor.remote_class.remote(msgspec.structs.asdict(job), executor.env)
+        self.actor: Any = executor.remote_class.remote(msgspec.structs.asdict(job), executor.env)
         self.mode: str | None = None  # shared | ship, once placed
         self.pending: Any = self.actor.node.remote()
         self.started = False
@@ -137,7 +137,9 @@ class RayHandle:
         tail = "\n".join(self.tail + ([problem] if problem else []))
         if code is None and sig is None:
             code = ExitCode.INTERNAL_ERROR
-        self.status = ShardStatus(index=self.job.index, exit_code=code, signal=sig, stdout=stdout, stderr_tail=tail)
+        self.status = ShardStatus(
+            index=self.job.index, exit_code=code, signal=sig, stdout=stdout, stderr_tail=tail
+        )
         self.executor.ended(self)
         if self.started or problem is not None:
             try:
@@ -161,7 +163,7 @@ class RayExecutor:
         self.env = self.options.forwarded_env()
         self._connect()
         self.driver_node = str(ray.get_runtime_context().get_node_id())
-        self.remote_class = ray.remote(num_cpus=self.options.num_cpus, max_restarts=0)(ShardProcess)
+        self.remote_class: Any = ray.remote(num_cpus=self.options.num_cpus, max_restarts=0)(ShardProcess)
         self.modes: dict[int, str] = {}
         self.lock = threading.Lock()
         self.progress = ProgressReporter(self.options.progress_s) if self.options.progress_s > 0 else None
@@ -169,7 +171,11 @@ class RayExecutor:
     def _connect(self) -> None:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         address = self.options.address
-        kwargs: dict[str, Any] = {"logging_level": "WARNING", "log_to_driver": False, "ignore_reinit_error": True}
+        kwargs: dict[str, Any] = {
+            "logging_level": "WARNING",
+            "log_to_driver": False,
+            "ignore_reinit_error": True,
+        }
         if address is None:  # a Ray of this machine, for this run: loopback only
             kwargs.update(address="local", include_dashboard=False, _node_ip_address="127.0.0.1")
         else:
@@ -215,7 +221,9 @@ class RayExecutor:
             "shared": "written where the driver reads them (a path every node sees, or a store service)",
             "ship": "written on their nodes and shipped back to the driver at shard end",
         }
-        parts = [f"stores of shard(s) {', '.join(map(str, ix))} {words[mode]}" for mode, ix in by_mode.items()]
+        parts = [
+            f"stores of shard(s) {', '.join(map(str, ix))} {words[mode]}" for mode, ix in by_mode.items()
+        ]
         return "; ".join(parts)
 
     def close(self) -> None:

@@ -92,7 +92,7 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     if not sep or not host or "/" in target:
         if address == "auto":
             return
-        raise ConfigError(f"--executor ray: address must be HOST:PORT, ray://HOST:PORT or auto, got {address!r}")
+        raise ConfigError(f"--executor ray: address must be HOST:PORT, ray://HOST:PORT or auto: {address!r}")
     try:
         number = int(port)
     except ValueError:

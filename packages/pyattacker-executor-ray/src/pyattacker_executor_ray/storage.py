@@ -23,7 +23,9 @@ def _siblings(path: str) -> list[str]:
     except FileNotFoundError:
         return []
     return sorted(
-        os.path.join(folder, e) for e in entries if e.startswith(name) and os.path.isfile(os.path.join(folder, e))
+        os.path.join(folder, e)
+        for e in entries
+        if e.startswith(name) and os.path.isfile(os.path.join(folder, e))
     )
 
 

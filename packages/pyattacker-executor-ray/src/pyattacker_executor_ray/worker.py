@@ -21,9 +21,8 @@ import tempfile
 import threading
 from typing import Any
 
-from pyattacker_executor_ray.storage import read_store_files, write_store_files
-
 from pyattacker.shard.executor import PARENT_PID_ENV
+from pyattacker_executor_ray.storage import read_store_files, write_store_files
 
 __all__ = ["ShardProcess", "store_argument"]
 
@@ -34,6 +33,12 @@ def store_argument(argv: list[str]) -> int:
         if arg == "--store":
             return i + 1
     raise ValueError("the shard's command line has no --store")
+
+
+def _unblock_signals() -> None:
+    """In the shard's child before its exec: Ray's worker threads block SIGINT, and a blocked
+    mask is inherited, so without this the shard would never see the driver's Ctrl-C."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 class ShardProcess:
@@ -77,6 +82,7 @@ class ShardProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=_unblock_signals,
         )
         self.threads = [
             threading.Thread(target=self._drain_stdout, daemon=True),
@@ -88,7 +94,8 @@ class ShardProcess:
 
     def _drain_stdout(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
-        for chunk in iter(lambda: self.proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+        fd = self.proc.stdout.fileno()
+        while chunk := os.read(fd, 65536):
             self.stdout += chunk
 
     def _drain_stderr(self) -> None:
