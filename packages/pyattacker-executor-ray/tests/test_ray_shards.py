@@ -43,8 +43,8 @@ def _cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[
     )
 
 
-def _ray(address: str, *more: str) -> list[str]:
-    options = ["address=" + address, "progress_s=0", f"env=PYTHONPATH,{LEDGER_ENV}", *more]
+def _ray(address: str, *more: str, progress_s: float = 0) -> list[str]:
+    options = ["address=" + address, f"progress_s={progress_s}", f"env=PYTHONPATH,{LEDGER_ENV}", *more]
     argv = ["--executor", "ray"]
     for option in options:
         argv += ["--executor-option", option]
@@ -129,10 +129,9 @@ def test_sharded_run_equals_single_process_run(tmp_path: Path, ray_address: str,
     assert "attempts 0" in again.stdout and "skipped 0" not in again.stdout, again.stdout
 
 
-def _start(tmp_path: Path, ledger: Path, address: str) -> subprocess.Popen[str]:
-    cmd = _argv(
-        "run", "-c", "cfg.yaml", "--shards", "2", "--store", "runs/x.db", "--concurrency", "2", *_ray(address)
-    )
+def _start(tmp_path: Path, ledger: Path, address: str, progress_s: float = 0) -> subprocess.Popen[str]:
+    ray = _ray(address, progress_s=progress_s)
+    cmd = _argv("run", "-c", "cfg.yaml", "--shards", "2", "--store", "runs/x.db", "--concurrency", "2", *ray)
     return subprocess.Popen(
         cmd,
         cwd=tmp_path,
@@ -159,7 +158,7 @@ def _wait_for_ledger(proc: subprocess.Popen[str], ledger: Path, lines: int) -> l
 def test_sigkilled_shard_is_resumed_without_replays(tmp_path: Path, ray_address: str) -> None:
     _config(tmp_path, 40, AUDITED)
     ledger = tmp_path / "ledger.tsv"
-    proc = _start(tmp_path, ledger, ray_address)
+    proc = _start(tmp_path, ledger, ray_address, progress_s=0.2)
     try:
         seen = _wait_for_ledger(proc, ledger, 10)
         victim_key, _seq, victim = seen[0]
@@ -171,6 +170,7 @@ def test_sigkilled_shard_is_resumed_without_replays(tmp_path: Path, ray_address:
     killed = shard_index(victim_key, 2)
     assert proc.returncode == 2, err
     assert f"shard {killed}/2: exit 2 (killed by SIGKILL" in out, out
+    assert "[ray] shard 0/2: " in err or "[ray] shard 1/2: " in err, err  # progress from the stores
 
     stores = [tmp_path / "runs" / f"x.shard{i}of2.db" for i in range(2)]
     durable = _artifacts(stores[0]) | _artifacts(stores[1])
