@@ -18,6 +18,4 @@ async def _work(value: Any, ctx: Any) -> Any:
     return f"{value}|t{ctx.seq}"
 
 
-t0 = task(name="t0")(_work)
-t1 = task(name="t1")(_work)
-t2 = task(name="t2")(_work)
+t0, t1, t2 = (task(_work, name=f"t{k}", resource="apis") for k in range(3))

@@ -255,3 +255,29 @@ def test_ray_is_imported_only_when_the_executor_is_used(tmp_path: Path) -> None:
     assert done.stdout.strip() == "False"
     listed = _cli(tmp_path, "plugins", "--json")
     assert "executor-ray" in listed.stdout or PLUGIN in listed.stdout
+
+
+def test_ctrl_c_while_shards_wait_for_a_node_ends_them_unstarted(tmp_path: Path, ray_address: str) -> None:
+    """Shards that ask for more CPUs than the cluster has wait for a node; a Ctrl-C then ends
+    them at once (130), nothing of them having run."""
+    _config(tmp_path, 6, ECHO)
+    cmd = _argv(
+        "run", "-c", "cfg.yaml", "--shards", "2", "--store", "runs/x.db", *_ray(ray_address, "num_cpus=3")
+    )
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # the driver says so once it has connected and starts submitting
+            if "running 2 shards" in line:
+                break
+        time.sleep(1.0)  # both submitted (placement can never succeed: 3 CPUs asked, 2 exist)
+        os.kill(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert out.count("interrupted before it started on a Ray node") == 2, out
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").glob("x.shard*"))

@@ -60,6 +60,8 @@ class RayHandle:
     def poll(self) -> ShardStatus | None:
         if self.status is not None:
             return self.status
+        if self.interrupts and not self.started:  # still waiting for a node: it never starts
+            return self._not_started()
         ready, _ = ray.wait([self.pending], timeout=0)
         if not ready:
             return None
@@ -107,15 +109,17 @@ class RayHandle:
             self.kill()
         try:
             return self.wait(10.0)
-        except TimeoutError:
-            ray.kill(self.actor)
+        except TimeoutError:  # _end kills its actor (and, with it, the shard's watch of it)
             return self._end(None, int(signal.SIGKILL), "", "its Ray actor was killed")
 
     # -- the steps --------------------------------------------------------------------------
+    def _not_started(self) -> ShardStatus:
+        """Interrupted while waiting for a node: nothing of it ran (resume runs its pipelines)."""
+        return self._end(ExitCode.INTERRUPTED, None, "", "interrupted before it started on a Ray node")
+
     def _start(self, node: str) -> ShardStatus | None:
-        if self.interrupts:  # interrupted while waiting for a node: nothing of it ran
-            ray.kill(self.actor)
-            return self._end(ExitCode.INTERRUPTED, None, "", "interrupted before it started on a Ray node")
+        if self.interrupts:
+            return self._not_started()
         self.mode = self.executor.storage_for(self.store, node)
         files = read_store_files(self.local_store) if self.mode == "ship" and self.local_store else {}
         self.started = True
@@ -141,11 +145,10 @@ class RayHandle:
             index=self.job.index, exit_code=code, signal=sig, stdout=stdout, stderr_tail=tail
         )
         self.executor.ended(self)
-        if self.started or problem is not None:
-            try:
-                ray.kill(self.actor)
-            except RayError:
-                pass
+        try:
+            ray.kill(self.actor)  # its process has ended (or never started): free its CPU now
+        except RayError:
+            pass
         return self.status
 
 
@@ -157,9 +160,9 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, *, relay_stderr: bool = True, **options: Any) -> None:
+    def __init__(self, *, relay_stderr: bool | str = True, **options: Any) -> None:
         self.options = RayOptions.parse(**options)
-        self.relay = relay_stderr
+        self.relay = relay_stderr not in (False, "0", "false", "no")
         self.env = self.options.forwarded_env()
         self._connect()
         self.driver_node = str(ray.get_runtime_context().get_node_id())
@@ -189,11 +192,11 @@ class RayExecutor:
 
     def storage_for(self, store: str, node: str) -> str:
         """``shared`` or ``ship`` for a shard store placed on ``node`` (see the module docstring)."""
+        if local_file(store) is None:  # a store service (s3://...): every node reaches it
+            return "shared"
         if self.options.storage != "auto":
             return self.options.storage
-        if local_file(store) is None or node == self.driver_node:
-            return "shared"
-        return "ship"
+        return "shared" if node == self.driver_node else "ship"
 
     def submit(self, job: ShardJob) -> RayHandle:
         return RayHandle(self, job)
