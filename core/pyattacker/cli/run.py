@@ -136,7 +136,7 @@ _SHARD_FLAGS = (
     click.option(
         "--shards",
         type=click.IntRange(min=2),
-        help="Run all N shards as local child processes, then print the merged report.",
+        help="Run all N shards (local child processes, or --executor), then print the merged report.",
     ),
     click.option(
         "--jobs",
