@@ -37,6 +37,9 @@ from .worker import ShardProcess, store_argument
 __all__ = ["RayExecutor", "RayHandle"]
 
 _TAIL_LINES = 40
+#: how long an actor's ``poll`` waits for its shard's end: the driver's loop checks the answer
+#: every tick without a call, so each shard costs one actor call per this many seconds
+_LONG_POLL_S = 0.5
 
 
 class RayHandle:
@@ -74,7 +77,7 @@ class RayHandle:
         end, lines = answer
         self._relay(lines)
         if end is None:
-            self.pending = self.actor.poll.remote()
+            self.pending = self.actor.poll.remote(_LONG_POLL_S)
             return None
         if end["files"] is not None and self.local_store is not None:
             write_store_files(self.local_store, end["files"])
@@ -124,7 +127,7 @@ class RayHandle:
         files = read_store_files(self.local_store) if self.mode == "ship" and self.local_store else {}
         self.started = True
         self.actor.start.remote(self.mode == "ship", files)
-        self.pending = self.actor.poll.remote()
+        self.pending = self.actor.poll.remote(_LONG_POLL_S)
         self.executor.placed(self, node)
         return None
 
@@ -166,7 +169,10 @@ class RayExecutor:
         self.env = self.options.forwarded_env()
         self._connect()
         self.driver_node = str(ray.get_runtime_context().get_node_id())
-        self.remote_class: Any = ray.remote(num_cpus=self.options.num_cpus, max_restarts=0)(ShardProcess)
+        # threaded (max_concurrency): a signal is not held back by the long poll in flight
+        decorate: Any = ray.remote
+        options = {"num_cpus": self.options.num_cpus, "max_restarts": 0, "max_concurrency": 4}
+        self.remote_class: Any = decorate(**options)(ShardProcess)
         self.modes: dict[int, str] = {}
         self.lock = threading.Lock()
         self.progress = ProgressReporter(self.options.progress_s) if self.options.progress_s > 0 else None
@@ -186,7 +192,7 @@ class RayExecutor:
             kwargs["address"] = address
         try:
             ray.init(**kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
+        except Exception as exc:  # Ray raises plain Exception too (a local node that did not start)
             where = f"at {address}" if address else "on this machine"
             raise ConfigError(f"--executor ray: cannot connect to Ray {where}: {exc}") from None
 

@@ -53,6 +53,10 @@ class ShardProcess:
         self.lines: list[str] = []
         self.lock = threading.Lock()
         self.threads: list[threading.Thread] = []
+        #: the actor is threaded (a long poll must not hold back a signal), so calls can overtake
+        #: ``start``: they wait for it, and a signal sent before the child exists is kept for it
+        self.started = threading.Event()
+        self.early_signals: list[int] = []
 
     def node(self) -> str:
         """The id of the Ray node this actor runs on."""
@@ -90,6 +94,11 @@ class ShardProcess:
         ]
         for t in self.threads:
             t.start()
+        with self.lock:
+            early, self.early_signals = self.early_signals, []
+            self.started.set()
+        for signum in early:
+            self.send(signum)
         return self.proc.pid
 
     def _drain_stdout(self) -> None:
@@ -104,11 +113,16 @@ class ShardProcess:
             with self.lock:
                 self.lines.append(raw.decode("utf-8", "replace").rstrip("\n"))
 
-    def poll(self) -> tuple[dict[str, Any] | None, list[str]]:
+    def poll(self, wait_s: float = 0.0) -> tuple[dict[str, Any] | None, list[str]]:
         """The stderr lines written since the last poll, and the shard's end once it ended:
-        ``exit_code``/``signal``, its stdout, and (ship mode) its store's files."""
-        assert self.proc is not None
-        rc = self.proc.poll()
+        ``exit_code``/``signal``, its stdout, and (ship mode) its store's files. Waits up to
+        ``wait_s`` for the end (a long poll: one call a ``wait_s`` per shard, not one a tick)."""
+        if not self.started.wait(wait_s) or self.proc is None:
+            return None, []
+        try:
+            rc: int | None = self.proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            rc = None
         if rc is not None:
             for t in self.threads:
                 t.join(timeout=5.0)
@@ -130,7 +144,11 @@ class ShardProcess:
         return end, lines
 
     def send(self, signum: int) -> None:
-        """One signal to the shard (SIGINT: one more Ctrl-C)."""
+        """One signal to the shard (SIGINT: one more Ctrl-C); kept for it if not yet started."""
+        with self.lock:
+            if not self.started.is_set():
+                self.early_signals.append(signum)
+                return
         if self.proc is not None and self.proc.poll() is None:
             try:
                 self.proc.send_signal(signum)
@@ -139,6 +157,7 @@ class ShardProcess:
 
     def kill(self) -> None:
         """SIGKILL to the shard's process group (its session: the shard and what it started)."""
+        self.started.wait(5.0)
         if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
