@@ -107,10 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                     for executor in ("local", "ray"):
                         runs[executor].append(_one(folder, executor, address, n, latency_ms, k))
             medians = {
-                ex: {
-                    key: statistics.median(r[key] for r in rs) for key in ("wall_s", "start_s", "runs_per_s")
-                }
-                for ex, rs in runs.items()
+                ex: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for ex, rs in runs.items()
             }
             out["workloads"][name] = {
                 "n": n,
