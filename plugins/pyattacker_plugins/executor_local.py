@@ -145,9 +145,10 @@ class LocalExecutor:
     ) -> None:
         self.python = python or sys.executable
         self.start = _start_method(start)
-        self.grace_s = grace_s
+        # float()/int(): `--executor-option grace_s=5` hands every option over as a string
+        self.grace_s = float(grace_s)
         self.relay: IO[str] | None = sys.stderr if relay_stderr else None
-        self.tail_lines = tail_lines
+        self.tail_lines = int(tail_lines)
         self._lock = threading.Lock()
         self._parent_fds: set[int] = set()  # read ends of forked shards' pipes, open here
 

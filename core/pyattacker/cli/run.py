@@ -136,7 +136,7 @@ _SHARD_FLAGS = (
     click.option(
         "--shards",
         type=click.IntRange(min=2),
-        help="Run all N shards as local child processes, then print the merged report.",
+        help="Run all N shards (local child processes, or --executor), then print the merged report.",
     ),
     click.option(
         "--jobs",
@@ -150,6 +150,13 @@ _SHARD_FLAGS = (
             "With --shards: the shard executor plugin that starts shards (default `local`, which"
             " forks them when safe; PYATTACKER_SHARD_START=spawn starts fresh interpreters)."
         ),
+    ),
+    click.option(
+        "--executor-option",
+        "executor_options",
+        metavar="KEY=VALUE",
+        multiple=True,
+        help="With --shards: an option of the shard executor (repeatable), e.g. address=HOST:PORT for ray.",
     ),
     click.option(
         "--full-capacity-per-shard",
@@ -236,6 +243,8 @@ def _check_shard_flags(flags: dict[str, Any]) -> None:
                 raise ConfigError(f"--{name}: only with --shards N")
         if flags["full_capacity_per_shard"]:
             raise ConfigError("--full-capacity-per-shard: only with --shards N")
+        if flags["executor_options"]:
+            raise ConfigError("--executor-option: only with --shards N")
     elif flags["capacity_share"] is not None:
         raise ConfigError("--capacity-share: set per shard by --shards; not with --shards itself")
 

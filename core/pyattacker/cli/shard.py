@@ -33,7 +33,9 @@ from pyattacker.shard.executor import (
     ShardExecutor,
     ShardJob,
     ShardStatus,
+    executor_note,
     get_executor,
+    parse_executor_options,
     run_shards,
 )
 from pyattacker.shard.forking import ForkedCall, ForkedCallError, fork_safe
@@ -445,10 +447,11 @@ def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
     sharding, executor = _prepare(flags, resume)
     outcomes, merged, why = _run_all(sharding, executor, flags)
     code = _exit_code(outcomes)
+    note = executor_note(executor)
     if flags["summary_format"] == "json":
-        _print_json(sharding, outcomes, merged, why, code)
+        _print_json(sharding, outcomes, merged, why, code, note)
     else:
-        _print_text(sharding, outcomes, merged, why, code)
+        _print_text(sharding, outcomes, merged, why, code, note)
     for o in outcomes:
         if o.problem is not None and o.code != ExitCode.INTERRUPTED:
             warn(f"shard {o.index}/{sharding.count} failed: {o.problem}")
@@ -505,7 +508,7 @@ def _prepare(flags: dict[str, Any], resume: bool) -> tuple[_Sharding, ShardExecu
         )
     resuming = resume or bool(flags["resume"])
     layout_warning = check_layout(base, count, resuming=resuming)
-    executor = get_executor(flags["executor"] or "local")
+    executor = get_executor(flags["executor"] or "local", **parse_executor_options(flags["executor_options"]))
     full = bool(flags["full_capacity_per_shard"])
     sharding = _Sharding(
         count=count,
@@ -595,12 +598,18 @@ def _run_all(
 
 
 def _print_json(
-    sharding: _Sharding, outcomes: list[_Outcome], merged: MergedReport | None, why: str | None, code: int
+    sharding: _Sharding,
+    outcomes: list[_Outcome],
+    merged: MergedReport | None,
+    why: str | None,
+    code: int,
+    note: str | None,
 ) -> None:
     doc = {
         "shards": [o.to_dict() for o in outcomes],
         "jobs": sharding.jobs,
         "executor": sharding.executor,
+        "executor_note": note,
         "capacity": [p.to_dict() for p in sharding.plans],
         "stores": sharding.stores,
         "merged": None if merged is None else merged.to_dict(20),
@@ -611,10 +620,17 @@ def _print_json(
 
 
 def _print_text(
-    sharding: _Sharding, outcomes: list[_Outcome], merged: MergedReport | None, why: str | None, code: int
+    sharding: _Sharding,
+    outcomes: list[_Outcome],
+    merged: MergedReport | None,
+    why: str | None,
+    code: int,
+    note: str | None,
 ) -> None:
     for o in outcomes:
         out(o.line())
+    if note is not None:
+        out(f"{sharding.executor} executor: {note}")
     for plan in sharding.plans:
         out(plan.describe())
     if merged is not None:

@@ -38,7 +38,9 @@ __all__ = [
     "ShardJob",
     "ShardRun",
     "ShardStatus",
+    "executor_note",
     "get_executor",
+    "parse_executor_options",
     "run_shards",
 ]
 
@@ -125,10 +127,43 @@ def get_executor(name: str, **options: Any) -> ShardExecutor:
     if factory is None:
         known = ", ".join(registry.names()) or "none (is the executor-local plugin blocked?)"
         raise ConfigError(f"--executor: no shard executor named {name!r} (known: {known})")
-    executor = factory(**options)
+    try:
+        executor = factory(**options)
+    except (TypeError, ValueError) as exc:  # an option the factory does not take, or a bad value
+        given = ", ".join(f"{k}={v!r}" for k, v in sorted(options.items())) or "none"
+        raise ConfigError(f"--executor {name}: bad --executor-option ({given}): {exc}") from None
     if not callable(getattr(executor, "submit", None)):
         raise ConfigError(f"--executor {name}: the registered factory returned no submit(job) method")
     return executor
+
+
+def parse_executor_options(values: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``--executor-option KEY=VALUE`` (repeatable) -> ``{KEY: VALUE}``; values stay strings
+    (the executor converts them). A value without ``=``, an empty key or a key given twice is
+    a ``ConfigError`` naming it."""
+    options: dict[str, str] = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--executor-option: expected KEY=VALUE, got {value!r}")
+        if key in options:
+            raise ConfigError(f"--executor-option: {key} given twice")
+        options[key] = text
+    return options
+
+
+def executor_note(executor: Any) -> str | None:
+    """The executor's optional ``summary_note()``: one line the summary prints after the shards
+    (a cluster executor says there where the shard stores were written)."""
+    fn = getattr(executor, "summary_note", None)
+    if not callable(fn):
+        return None
+    try:
+        note = fn()
+    except Exception as exc:  # the summary must still be printed
+        return f"(the executor's summary note failed: {type(exc).__name__}: {exc})"
+    return None if note is None else str(note)
 
 
 @dataclass
