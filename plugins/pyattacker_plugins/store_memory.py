@@ -206,9 +206,6 @@ class MemoryStore(StoreBase):
         """The pipeline's control ledger, oldest first."""
         return [_copy(h) for h in self._ledger.get(pipeline_id, ())]
 
-    def count_handoffs(self, run_id: str | None = None) -> int:
-        return sum(self.handoffs_by_operation(run_id).values())
-
     def handoffs_by_operation(self, run_id: str | None = None) -> dict[str, int]:
         out: dict[str, int] = {}
         for h in self._handoffs:

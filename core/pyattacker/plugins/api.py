@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pyattacker.errors import ConfigError, PluginError, StoreUnavailable
 from pyattacker.model import ArtifactRecord, EventRecord
+from pyattacker.plugins.paging import page_of
 from pyattacker.plugins.store_base import (
     PAGE_KINDS,
     Store,
@@ -84,6 +85,7 @@ __all__ = [
     "TaskFactory",
     "Totals",
     "iter_rows",
+    "page_of",
     "location_path",
 ]
 

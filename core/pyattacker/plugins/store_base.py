@@ -444,6 +444,7 @@ class StoreBase(ABC):
                 count=len(values), mean=sum(values) / len(values), min=min(values), max=max(values)
             )
         return dict(sorted(out.items()))
+
     # -- dashboard reads (store_queries) ----------------------------------------------------------
     def find_pipelines(
         self, query: PipelineQuery, after: tuple[Any, Any] | None = None, limit: int = 50

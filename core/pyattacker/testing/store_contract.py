@@ -28,11 +28,12 @@ from pyattacker.errors import StoreUnavailable
 from pyattacker.model import Batch, HandoffRecord
 from pyattacker.plugins.api import PAGE_KINDS, StoreBase, iter_rows
 from pyattacker.plugins.store_base import OPTIONAL_READS
-from pyattacker.plugins.store_queries import PIPELINE_SORTS, PipelineQuery, pipeline_sort_value
+from pyattacker.plugins.store_queries import PipelineQuery
 from pyattacker.plugins.store_stats import compute_stats
 from pyattacker.store.location import open_store
 from pyattacker.testing.log_contract import LogContract
 from pyattacker.testing.notes_contract import NotesContract
+from pyattacker.testing.query_contract import QUERIES, QueryContract, findable_rows
 from pyattacker.testing.rows import (
     artifact,
     attempt,
@@ -118,47 +119,7 @@ def _stats_rows(store: Store) -> None:
     )
 
 
-#: a query of each filter and each order (``find_pipelines``)
-_QUERIES = (
-    PipelineQuery(run_id="r1", state="failed"),
-    PipelineQuery(task="t1", error_class="ValueError"),
-    PipelineQuery(error_class="fatal"),
-    PipelineQuery(text="K-F1"),
-    *(PipelineQuery(sort=s, descending=d) for s in PIPELINE_SORTS for d in (False, True)),
-)
-
-
-def _findable_rows(store: Store) -> None:
-    """Pipelines with failures, ties in every sort and attempts ending over a few seconds."""
-    pipes = []
-    for i in range(9):
-        p = pipeline(f"f{i}", run_id="r1" if i < 6 else "r2", created_at=10.0 + i // 3, attempts_total=i % 4)
-        if i % 3:
-            p.started_at, p.finished_at = 20.0, 20.0 + (i % 5) * 0.5
-        if i % 3 == 1:
-            p.state, p.failed_task, p.error_type = "failed", "t1", "ValueError"
-            p.error_class, p.error_message = "fatal", f"bad <b>{i}</b>"
-        pipes.append(p)
-    attempts = [
-        attempt(f"f{i}", run_id="r1" if i < 6 else "r2", outcome="failed" if i % 4 == 0 else "succeeded")
-        for i in range(9)
-    ]
-    for i, a in enumerate(attempts):
-        a.ended_at, a.duration_ms = 1.0 + i * 0.3, float((i * 37) % 11)
-    commit(store, pipelines=pipes, attempts=attempts)
-
-
-def _find_all(store: Store, query: PipelineQuery, size: int) -> list[str]:
-    """The ids ``find_pipelines`` gives page after page of ``size``, each after the last's keyset."""
-    seen: list[str] = []
-    after = None
-    while page := store.find_pipelines(query, after, size):
-        seen += [p.pipeline_id for p in page]
-        after = (pipeline_sort_value(page[-1], query.sort), page[-1].pipeline_id)
-    return seen
-
-
-class StoreContract(NotesContract, LogContract):
+class StoreContract(NotesContract, LogContract, QueryContract):
     """The contract suite; see the module docstring for how to use it."""
 
     #: where a fresh store lives; ``{tmp}`` is replaced by a new temporary folder per test
@@ -600,22 +561,11 @@ class StoreContract(NotesContract, LogContract):
         assert store.lookup_pipelines(["p2"])["p2"].cursor == 3
 
     # -- optional reads ------------------------------------------------------------------------------
-    def test_find_pipelines_filters_sorts_and_pages(self, store: Store) -> None:
-        """Each filter holds; paging by the last row's keyset visits every match once, in order."""
-        _findable_rows(store)
-        failed = store.find_pipelines(PipelineQuery(run_id="r1", state="failed"))
-        assert [p.pipeline_id for p in failed] == ["f1", "f4"]
-        assert [p.pipeline_id for p in store.find_pipelines(PipelineQuery(text="<B>7"))] == ["f7"]
-        query = PipelineQuery(sort="duration", descending=True)
-        seen = _find_all(store, query, 2)
-        assert seen == [p.pipeline_id for p in store.find_pipelines(query, None, 100)]
-        assert sorted(seen) == [f"f{i}" for i in range(9)] and seen[0] == "f4"
-
     def test_optional_reads_agree_with_the_defaults(self, store: Store) -> None:
         """Every optional read the store answers itself (``StoreBase``'s are the reference,
         built on ``page``) returns what the default returns, over the same rows."""
         _stats_rows(store)
-        _findable_rows(store)
+        findable_rows(store)
         commit(
             store,
             artifacts=[artifact("p1", 0, b"a", is_final=True), artifact("p1", 1, b"b"), artifact("p2", 0)],
@@ -654,7 +604,7 @@ class StoreContract(NotesContract, LogContract):
             "spec_digests": (("r1",), ("nope",)),
             "task_durations": (("r1",), ("r2",), ("nope",)),
             "metric_summary": (("r1",), ("nope",)),
-            "find_pipelines": (*((q, None, 100) for q in _QUERIES), (PipelineQuery(), (10.0, "f3"), 2)),
+            "find_pipelines": (*((q, None, 100) for q in QUERIES), (PipelineQuery(), (10.0, "f3"), 2)),
             "attempt_timeline": (("r1", 0.0, 1.0), (None, 1.5, 0.25), ("nope", 0.0, 1.0)),
         }
         assert set(calls) == set(OPTIONAL_READS) - {"close", "write_note"}

@@ -40,7 +40,7 @@ from pyattacker.model import (
     RunRecord,
     TaskRecord,
 )
-from pyattacker.plugins.api import StoreBase
+from pyattacker.plugins.api import PAGE_KINDS, StoreBase, page_of
 from pyattacker.store.writer_lock import WriterLock
 from pyattacker_example_store.plugin import SNAPSHOT_FILE
 
@@ -112,16 +112,6 @@ def _copies(rows: list[Any]) -> list[Any]:
         return rows
     copied: list[Any] = msgspec.msgpack.decode(_encode(rows), type=list[type(rows[0])])  # type: ignore[misc]
     return copied
-
-
-#: each page kind's order (docs/stores.md, "Page orders": the last key is unique)
-_ORDER: dict[str, Callable[[Any], tuple[Any, ...]]] = {
-    "pipelines": lambda r: (r.created_at, r.pipeline_id),
-    "tasks": lambda r: (r.pipeline_id, r.seq, r.task_run_id),
-    "attempts": lambda r: (r.attempt_id,),
-    "events": lambda r: (r.event_id,),
-    "artifacts": lambda r: (r.pipeline_id, r.seq, r.artifact_id),
-}
 
 
 class SnapshotStore(StoreBase):
@@ -329,8 +319,8 @@ class SnapshotStore(StoreBase):
         limit: int = 1000,
     ) -> list[Any]:
         """Keyset paging over the rows in memory: filter, sort by the kind's order, cut."""
-        if kind not in _ORDER:
-            raise ValueError(f"unknown row kind {kind!r} (one of {', '.join(_ORDER)})")
+        if kind not in PAGE_KINDS:
+            raise ValueError(f"unknown row kind {kind!r} (one of {', '.join(PAGE_KINDS)})")
         rows = self._current()
         table: Iterable[Any] = {
             "pipelines": rows.pipelines.values(),
@@ -339,19 +329,10 @@ class SnapshotStore(StoreBase):
             "events": rows.events,
             "artifacts": rows.artifacts.values(),
         }[kind]
-        key = _ORDER[kind]
-        found = [
-            r
-            for r in table
-            if (pipeline_id is None or r.pipeline_id == pipeline_id)
-            # artifacts have no run: run_id does not apply to them
-            and (run_id is None or kind == "artifacts" or r.run_id == run_id)
-            and (state is None or kind not in ("pipelines", "tasks") or r.state == state)
-            # ``after`` may be a prefix of the order (PAGE_KINDS names the columns a pager keeps)
-            and (after is None or key(r)[: len(after)] > tuple(after))
-        ]
-        found.sort(key=key)
-        return _copies(found[:limit])
+        found = page_of(
+            kind, table, run_id=run_id, pipeline_id=pipeline_id, state=state, after=after, limit=limit
+        )
+        return _copies(found)
 
     def runs(self) -> list[RunRecord]:
         return _copies(sorted(self._current().runs.values(), key=lambda r: (r.started_at, r.run_id)))

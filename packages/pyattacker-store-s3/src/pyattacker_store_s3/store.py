@@ -23,7 +23,7 @@ follows a running writer without ever talking to it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
@@ -39,7 +39,7 @@ from pyattacker.model import (
     ResourceRecord,
     RunRecord,
 )
-from pyattacker.plugins.api import StoreBase
+from pyattacker.plugins.api import PAGE_KINDS, StoreBase, page_of
 from pyattacker_store_s3.client import is_missing, is_precondition_failed, make_client, split_url
 from pyattacker_store_s3.compaction import DEFAULT_EVERY, Compactor, apply_compacted
 from pyattacker_store_s3.lease import DEFAULT_TTL, S3Lease
@@ -50,15 +50,6 @@ __all__ = ["S3Store"]
 
 OPTIONS = ("endpoint_url", "region", "profile", "lease_ttl", "commit_interval_ms", "compact_every")
 SEGMENTS = "segments/"
-
-#: each page kind's order (docs/stores.md, "Page orders": the last key is unique)
-_ORDER: dict[str, Callable[[Any], tuple[Any, ...]]] = {
-    "pipelines": lambda r: (r.created_at, r.pipeline_id),
-    "tasks": lambda r: (r.pipeline_id, r.seq, r.task_run_id),
-    "attempts": lambda r: (r.attempt_id,),
-    "events": lambda r: (r.event_id,),
-    "artifacts": lambda r: (r.pipeline_id, r.seq, r.artifact_id),
-}
 
 
 def _copies(rows: list[Any]) -> list[Any]:
@@ -299,20 +290,19 @@ class S3Store(StoreBase):
         after: tuple[Any, ...] | None = None,
         limit: int = 1000,
     ) -> list[Any]:
-        if kind not in _ORDER:
-            raise ValueError(f"unknown row kind {kind!r} (one of {', '.join(_ORDER)})")
-        key = _ORDER[kind]
+        if kind not in PAGE_KINDS:
+            raise ValueError(f"unknown row kind {kind!r} (one of {', '.join(PAGE_KINDS)})")
         with self._reading() as rows:
-            found = [
-                r
-                for r in rows.table(kind)
-                if (pipeline_id is None or r.pipeline_id == pipeline_id)
-                and (run_id is None or kind == "artifacts" or r.run_id == run_id)
-                and (state is None or kind not in ("pipelines", "tasks") or r.state == state)
-                and (after is None or key(r)[: len(after)] > tuple(after))
-            ]
-        found.sort(key=key)
-        return _copies(found[:limit])
+            found = page_of(
+                kind,
+                rows.table(kind),
+                run_id=run_id,
+                pipeline_id=pipeline_id,
+                state=state,
+                after=after,
+                limit=limit,
+            )
+        return _copies(found)
 
     def runs(self) -> list[RunRecord]:
         with self._reading() as rows:
