@@ -14,11 +14,12 @@ from pyattacker_store_s3.store import S3Store
 
 from pyattacker.errors import ConfigError
 from pyattacker.plugins.api import iter_rows
+from pyattacker.testing.audit import LEDGER_ENV, read_ledger
 
-from .audit_tasks import LEDGER_ENV
 from .conftest import BUCKET, PLUGIN
 
 HERE = Path(__file__).parent
+AUDITED = "    - { use: pyattacker.testing.audit:step }\n"
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -75,7 +76,7 @@ def test_run_report_export_through_the_cli(tmp_path: Path) -> None:
 
 
 def test_sigkill_mid_run_then_resume_replays_no_durable_task(tmp_path: Path) -> None:
-    _config(tmp_path, 40, "    - { use: audit_tasks:step }\n    - { use: audit_tasks:step }\n")
+    _config(tmp_path, 40, AUDITED * 2)
     ledger = tmp_path / "ledger.tsv"
     store = f"s3://{BUCKET}/crash-{tmp_path.name}/run"
     cmd = [
@@ -116,15 +117,15 @@ def test_sigkill_mid_run_then_resume_replays_no_durable_task(tmp_path: Path) -> 
         proc.wait(timeout=30)
     reader = S3Store(store, read_only=True)
     durable = {(a.pipeline_id, a.seq) for a in iter_rows(reader, "artifacts") if a.seq >= 0}
-    crash_mark = len(ledger.read_text().splitlines())
+    crash_mark = len(read_ledger(ledger))
     assert durable, "nothing was durable at the kill"
     assert len(durable) < 80, "the run finished before the kill"
 
     # the killed writer's lease is left behind; resume takes it over (its pid is gone)
     resumed = _cli(tmp_path, "resume", "-c", "cfg.yaml", "--store", store, **{LEDGER_ENV: str(ledger)})
     assert resumed.returncode == 0, resumed.stderr
-    after = [tuple(line.split("\t")) for line in ledger.read_text().splitlines()[crash_mark:]]
-    replays = [(pid, int(seq)) for pid, seq in after if (pid, int(seq)) in durable]
+    after = [(e.pipeline_id, e.seq) for e in read_ledger(ledger)[crash_mark:]]
+    replays = [ran for ran in after if ran in durable]
     assert replays == [], f"{len(replays)} durable task(s) ran again after the kill"
     assert after, "resume ran nothing: the test proves nothing"
     final = S3Store(store, read_only=True)
