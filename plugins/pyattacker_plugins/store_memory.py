@@ -30,7 +30,7 @@ from pyattacker.model import (
 )
 from pyattacker.plugins.api import PAGE_KINDS, StoreBase, StoreOpenerBase
 from pyattacker.plugins.run_notes import config_note, next_note
-from pyattacker.plugins.store_base import select_logs
+from pyattacker.plugins.store_base import count_by_operation, select_logs
 from pyattacker.plugins.store_queries import PipelineQuery, TimeBucket, bucket_attempts, select_pipelines
 from pyattacker.plugins.store_stats import count_states
 
@@ -207,11 +207,7 @@ class MemoryStore(StoreBase):
         return [_copy(h) for h in self._ledger.get(pipeline_id, ())]
 
     def handoffs_by_operation(self, run_id: str | None = None) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for h in self._handoffs:
-            if h.operation != "restart" and (run_id is None or h.run_id == run_id):
-                out[h.operation] = out.get(h.operation, 0) + 1
-        return dict(sorted(out.items()))
+        return count_by_operation(self._handoffs, run_id)
 
     def logs(
         self,

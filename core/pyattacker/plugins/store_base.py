@@ -122,6 +122,16 @@ class Store(Protocol):
 REQUIRED_METHODS = ("commit", "page", "runs", "interrupt_running", "metrics", "metric_points", "resources")
 
 
+def count_by_operation(ledger: Iterable[HandoffRecord], run_id: str | None = None) -> dict[str, int]:
+    """``{operation: count}`` of the moves in ``ledger`` (of ``run_id`` when given), sorted by
+    operation. Seed restarts are bookkeeping, not moves, so they are not counted."""
+    out: dict[str, int] = {}
+    for h in ledger:
+        if h.operation != "restart" and (run_id is None or h.run_id == run_id):
+            out[h.operation] = out.get(h.operation, 0) + 1
+    return dict(sorted(out.items()))
+
+
 class StoreBase(ABC):
     """A store with every optional read given once, on top of ``page`` and the required reads.
 
@@ -231,14 +241,10 @@ class StoreBase(ABC):
 
     def handoffs_by_operation(self, run_id: str | None = None) -> dict[str, int]:
         """``{operation: count}`` of the handoffs ``count_handoffs`` counts (no zero entries)."""
-        out: dict[str, int] = {}
         if not self.has_ledger:
-            return out
-        for p in iter_rows(self, "pipelines"):
-            for h in self.handoffs(p.pipeline_id):
-                if h.operation != "restart" and (run_id is None or h.run_id == run_id):
-                    out[h.operation] = out.get(h.operation, 0) + 1
-        return dict(sorted(out.items()))
+            return {}
+        ledger = (h for p in iter_rows(self, "pipelines") for h in self.handoffs(p.pipeline_id))
+        return count_by_operation(ledger, run_id)
 
     # -- task logs ----------------------------------------------------------------------------------
     def logs(
