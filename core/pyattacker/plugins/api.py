@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pyattacker.errors import ConfigError, PluginError, StoreUnavailable
 from pyattacker.model import ArtifactRecord, EventRecord
 from pyattacker.plugins.paging import page_of
+from pyattacker.plugins.rowset import BatchRows, RowSet
 from pyattacker.plugins.store_base import (
     PAGE_KINDS,
     Store,
@@ -69,9 +70,11 @@ __all__ = [
     "ConfigError",
     "EventSink",
     "EventSinkBase",
+    "BatchRows",
     "Register",
     "RegisterNamed",
     "RegisterObject",
+    "RowSet",
     "ShardExecutor",
     "ShardExecutorBase",
     "ShardHandle",

@@ -15,14 +15,15 @@ again whenever the file changed, so it follows the writer without any lock.
 
 Rewriting every row on every commit is O(rows) per checkpoint: fine for an example and for
 small runs, not for millions of pipelines. It keeps the store obviously correct, which is the
-point: only the seven required methods are written, every other read is ``StoreBase``'s default.
+point: only the seven required methods are written, every other read is ``StoreBase``'s default,
+and the rows are kept by ``RowSet`` (the rules of applying a batch are written once, in pyattacker).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -40,7 +41,7 @@ from pyattacker.model import (
     RunRecord,
     TaskRecord,
 )
-from pyattacker.plugins.api import PAGE_KINDS, StoreBase, page_of
+from pyattacker.plugins.api import RowSet, StoreBase
 from pyattacker.store.writer_lock import WriterLock
 from pyattacker_example_store.plugin import SNAPSHOT_FILE
 
@@ -71,38 +72,34 @@ _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(Snapshot).decode
 
 
-class _Rows:
-    """The rows of one snapshot, keyed for upserts. Built fresh from the file's bytes, so a
-    commit can change it freely and throw it away if anything fails."""
+def _rows(snap: Snapshot) -> RowSet:
+    """The rows of one snapshot, keyed for upserts (a ``RowSet`` does the keeping). Built fresh
+    from the file's bytes, so a commit can change it freely and throw it away if anything fails."""
+    rows = RowSet()
+    saved = Batch()
+    saved.runs, saved.pipelines, saved.tasks = snap.runs, snap.pipelines, snap.tasks
+    saved.artifacts, saved.attempts, saved.events = snap.artifacts, snap.attempts, snap.events
+    saved.metrics, saved.metric_points, saved.resources = snap.metrics, snap.metric_points, snap.resources
+    rows.apply(saved)  # stored rows are numbered already: nothing is numbered here
+    rows.next_attempt_id = max(rows.next_attempt_id, snap.next_attempt_id)
+    rows.next_event_id = max(rows.next_event_id, snap.next_event_id)
+    return rows
 
-    def __init__(self, snap: Snapshot) -> None:
-        self.next_attempt_id = snap.next_attempt_id
-        self.next_event_id = snap.next_event_id
-        self.runs = {r.run_id: r for r in snap.runs}
-        self.pipelines = {p.pipeline_id: p for p in snap.pipelines}
-        self.tasks = {t.task_run_id: t for t in snap.tasks}
-        self.artifacts = {a.artifact_id: a for a in snap.artifacts}
-        self.attempts = snap.attempts
-        self.events = snap.events
-        self.metrics = {(m.run_id, m.pipeline_id, m.name): m for m in snap.metrics}
-        self.metric_points = snap.metric_points
-        self.op_ids = {p.op_id for p in snap.metric_points}
-        self.resources = {(r.run_id, r.pool, r.resource_id): r for r in snap.resources}
 
-    def snapshot(self) -> Snapshot:
-        return Snapshot(
-            next_attempt_id=self.next_attempt_id,
-            next_event_id=self.next_event_id,
-            runs=list(self.runs.values()),
-            pipelines=list(self.pipelines.values()),
-            tasks=list(self.tasks.values()),
-            artifacts=list(self.artifacts.values()),
-            attempts=self.attempts,
-            events=self.events,
-            metrics=list(self.metrics.values()),
-            metric_points=self.metric_points,
-            resources=list(self.resources.values()),
-        )
+def _snapshot(rows: RowSet) -> Snapshot:
+    return Snapshot(
+        next_attempt_id=rows.next_attempt_id,
+        next_event_id=rows.next_event_id,
+        runs=list(rows.runs.values()),
+        pipelines=list(rows.pipelines.values()),
+        tasks=list(rows.tasks.values()),
+        artifacts=list(rows.artifacts.values()),
+        attempts=rows.attempts,
+        events=rows.events,
+        metrics=list(rows.metrics.values()),
+        metric_points=rows.metric_points,
+        resources=list(rows.resources.values()),
+    )
 
 
 def _copies(rows: list[Any]) -> list[Any]:
@@ -143,18 +140,18 @@ class SnapshotStore(StoreBase):
             else:  # write an empty snapshot now, so a reader can open the store before the first commit
                 self._data = _encode(Snapshot())
                 self._write(self._data)
-                self._rows = _Rows(Snapshot())
+                self._rows = _rows(Snapshot())
         except BaseException:
             self.close()
             raise
 
     # -- the file -------------------------------------------------------------------------------------
-    def _load(self) -> _Rows:
+    def _load(self) -> RowSet:
         try:
             with open(self.path, "rb") as f:
                 st = os.fstat(f.fileno())
                 data = f.read()
-            rows = _Rows(_decode(data))
+            rows = _rows(_decode(data))
         except FileNotFoundError as exc:
             raise ConfigError(f"store {self.location} does not exist (no {self.path})") from exc
         except (OSError, msgspec.DecodeError) as exc:
@@ -185,7 +182,7 @@ class SnapshotStore(StoreBase):
         finally:
             os.close(dir_fd)
 
-    def _current(self) -> _Rows:
+    def _current(self) -> RowSet:
         """The rows to read: a writer's own; a reader reloads when the file was replaced."""
         if self.read_only:
             try:
@@ -203,17 +200,17 @@ class SnapshotStore(StoreBase):
         if self._lock is None:
             raise StoreUnavailable(f"store {self.location} is closed")
 
-    def _change(self, apply: Callable[[_Rows], Any]) -> Any:
+    def _change(self, apply: Callable[[RowSet], Any]) -> Any:
         """Apply ``apply`` to a copy of the rows and write it; adopt the result only once it is on
         disk. The rows kept are decoded from the bytes written, so they share nothing with the
         caller's batch (a runner may reuse its record objects) and equal what a reader sees."""
         self._check_writable()
         try:
-            draft = _Rows(_decode(self._data))  # a deep copy of the current rows
+            draft = _rows(_decode(self._data))  # a deep copy of the current rows
             result = apply(draft)
-            data = _encode(draft.snapshot())  # a value msgpack cannot take raises here, before any file
+            data = _encode(_snapshot(draft))  # a value msgpack cannot take raises here, before any file
             self._write(data)
-            rows = _Rows(_decode(data))
+            rows = _rows(_decode(data))
         except StoreUnavailable:
             raise
         except Exception as exc:
@@ -227,85 +224,35 @@ class SnapshotStore(StoreBase):
         kept (``supports_handoffs`` is False), so ``handoffs`` and ``resets`` are ignored:
         pipelines with control never run on this store. ``finals_cleared`` is applied all the
         same (a pipeline keeps one final artifact; the contract suite checks it on every store)."""
-        assigned: list[AttemptRecord | EventRecord] = []
+        numbered: list[AttemptRecord | EventRecord] = []
 
-        def apply(rows: _Rows) -> None:
-            for run in batch.runs:
-                rows.runs[run.run_id] = run
-            for p in batch.pipelines:
-                old = rows.pipelines.get(p.pipeline_id)
-                rows.pipelines[p.pipeline_id] = (
-                    p if old is None else msgspec.structs.replace(p, created_at=old.created_at)
-                )
-            for prog in batch.progress:
-                old = rows.pipelines.get(prog.pipeline_id)
-                if old is not None:  # an unknown id is ignored
-                    rows.pipelines[prog.pipeline_id] = msgspec.structs.replace(
-                        old, cursor=prog.cursor, attempts_total=prog.attempts_total
-                    )
-            for t in batch.tasks:
-                rows.tasks[t.task_run_id] = t
-            cleared = set(batch.finals_cleared)  # before this batch's artifacts (see the docstring)
-            for a in [a for a in rows.artifacts.values() if a.pipeline_id in cleared and a.is_final]:
-                rows.artifacts[a.artifact_id] = msgspec.structs.replace(a, is_final=False)
-            for a in batch.artifacts:
-                rows.artifacts[a.artifact_id] = a
-            for attempt in batch.attempts:
-                attempt.attempt_id = rows.next_attempt_id
-                rows.next_attempt_id += 1
-                assigned.append(attempt)
-                rows.attempts.append(attempt)
-            for event in batch.events:
-                event.event_id = rows.next_event_id
-                rows.next_event_id += 1
-                assigned.append(event)
-                rows.events.append(event)
-            for m in batch.metrics:
-                rows.metrics[(m.run_id, m.pipeline_id, m.name)] = m
-            for point in batch.metric_points:
-                if point.op_id not in rows.op_ids:  # appends are idempotent by op_id
-                    rows.op_ids.add(point.op_id)
-                    rows.metric_points.append(point)
-            for r in batch.resources:
-                rows.resources[(r.run_id, r.pool, r.resource_id)] = r
+        def apply(rows: RowSet) -> None:
+            numbered.extend(rows.apply(batch))
 
         try:
             self._change(apply)
         except BaseException:
-            for row in assigned:  # the batch may be committed again: hand back unnumbered rows
-                if isinstance(row, AttemptRecord):
-                    row.attempt_id = None
-                else:
-                    row.event_id = None
+            RowSet.unnumber(numbered)  # the batch may be committed again: hand back unnumbered rows
             raise
 
     def interrupt_running(self, run_id: str, now: float) -> int:
         """``running`` rows of other runs become ``interrupted``; our writer lock proves that
         whoever wrote them is gone."""
-
-        def stale(rows: Iterable[Any], state: str = "state") -> list[Any]:
-            return [r for r in rows if getattr(r, state) == "running" and r.run_id != run_id]
-
         self._check_writable()
-        rows = self._current()
-        if not any(
-            (stale(rows.pipelines.values()), stale(rows.tasks.values()), stale(rows.runs.values(), "status"))
-        ):
+        if not self._stale(run_id, now):
             return 0  # nothing to change: no rewrite
 
-        def apply(draft: _Rows) -> int:
-            pipelines = stale(draft.pipelines.values())
-            for p in pipelines:
-                draft.pipelines[p.pipeline_id] = msgspec.structs.replace(p, state="interrupted")
-            for t in stale(draft.tasks.values()):
-                draft.tasks[t.task_run_id] = msgspec.structs.replace(t, state="interrupted")
-            for r in stale(draft.runs.values(), "status"):
-                ended = now if r.ended_at is None else r.ended_at
-                draft.runs[r.run_id] = msgspec.structs.replace(r, status="interrupted", ended_at=ended)
-            return len(pipelines)
+        def apply(draft: RowSet) -> int:
+            stale = draft.stale_running(run_id, now)
+            draft.apply(stale)
+            return len(stale.pipelines)
 
         changed: int = self._change(apply)
         return changed
+
+    def _stale(self, run_id: str, now: float) -> bool:
+        stale = self._current().stale_running(run_id, now)
+        return bool(stale.pipelines or stale.tasks or stale.runs)
 
     # -- required: reads ------------------------------------------------------------------------------
     def page(
@@ -319,50 +266,24 @@ class SnapshotStore(StoreBase):
         limit: int = 1000,
     ) -> list[Any]:
         """Keyset paging over the rows in memory: filter, sort by the kind's order, cut."""
-        if kind not in PAGE_KINDS:
-            raise ValueError(f"unknown row kind {kind!r} (one of {', '.join(PAGE_KINDS)})")
-        rows = self._current()
-        table: Iterable[Any] = {
-            "pipelines": rows.pipelines.values(),
-            "tasks": rows.tasks.values(),
-            "attempts": rows.attempts,
-            "events": rows.events,
-            "artifacts": rows.artifacts.values(),
-        }[kind]
-        found = page_of(
-            kind, table, run_id=run_id, pipeline_id=pipeline_id, state=state, after=after, limit=limit
+        found = self._current().page(
+            kind, run_id=run_id, pipeline_id=pipeline_id, state=state, after=after, limit=limit
         )
         return _copies(found)
 
     def runs(self) -> list[RunRecord]:
-        return _copies(sorted(self._current().runs.values(), key=lambda r: (r.started_at, r.run_id)))
+        return _copies(self._current().run_rows())
 
     def metrics(self, run_id: str | None = None, pipeline_id: str | None = None) -> list[MetricRecord]:
-        found = [
-            m
-            for m in self._current().metrics.values()
-            if (run_id is None or m.run_id == run_id)
-            and (pipeline_id is None or m.pipeline_id == pipeline_id)
-        ]
-        return _copies(sorted(found, key=lambda m: (m.run_id, m.pipeline_id, m.name)))
+        return _copies(self._current().metric_rows(run_id, pipeline_id))
 
     def metric_points(
         self, run_id: str, pipeline_id: str, key: str | None = None, after_step: int = -1, limit: int = 1000
     ) -> list[MetricPoint]:
-        found = [
-            p
-            for p in self._current().metric_points
-            if p.run_id == run_id
-            and p.pipeline_id == pipeline_id
-            and (key is None or p.key == key)
-            and p.step > after_step
-        ]
-        found.sort(key=lambda p: (p.step, p.key))
-        return _copies(found[:limit])
+        return _copies(self._current().point_rows(run_id, pipeline_id, key, after_step, limit))
 
     def resources(self, run_id: str | None = None) -> list[ResourceRecord]:
-        found = [r for r in self._current().resources.values() if run_id is None or r.run_id == run_id]
-        return _copies(sorted(found, key=lambda r: (r.pool, r.resource_id)))
+        return _copies(self._current().resource_rows(run_id))
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def close(self) -> None:

@@ -1,4 +1,4 @@
-"""Segments (what one commit writes) and the rows they replay into.
+"""Segments (what one commit writes), and the rows they replay into (a ``RowSet``).
 
 A ``Segment`` is a commit batch with its ids assigned, encoded with msgspec-msgpack: the writer
 applies the bytes it wrote, a reader the bytes it read, so both hold the same rows, and no row
@@ -6,9 +6,6 @@ shares anything with the caller's batch (a runner may reuse its record objects).
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
-from typing import Any
 
 import msgspec
 
@@ -25,6 +22,7 @@ from pyattacker.model import (
     RunRecord,
     TaskRecord,
 )
+from pyattacker.plugins.api import RowSet
 
 __all__ = ["FORMAT", "Rows", "Segment", "decode_segments", "encode_segment", "segment_of"]
 
@@ -72,86 +70,12 @@ def segment_of(batch: Batch, writer: str) -> Segment:
     )
 
 
-class Rows:
-    """Every row of a store, keyed for upserts, built by applying segments in order."""
-
-    def __init__(self) -> None:
-        self.next_attempt_id = 1
-        self.next_event_id = 1
-        self.runs: dict[str, RunRecord] = {}
-        self.pipelines: dict[str, PipelineRecord] = {}
-        self.tasks: dict[str, TaskRecord] = {}
-        self.artifacts: dict[str, ArtifactRecord] = {}
-        self.finals: dict[str, set[str]] = {}  # pipeline id -> ids of its final artifacts
-        self.attempts: list[AttemptRecord] = []
-        self.events: list[EventRecord] = []
-        self.metrics: dict[tuple[str, str, str], MetricRecord] = {}
-        self.metric_points: list[MetricPoint] = []
-        self.op_ids: set[str] = set()
-        self.resources: dict[tuple[str, str, str], ResourceRecord] = {}
-
-    def apply(self, seg: Segment) -> None:
-        """Apply one segment (the order of ``Batch``'s docstring)."""
-        for run in seg.runs:
-            self.runs[run.run_id] = run
-        for p in seg.pipelines:
-            old = self.pipelines.get(p.pipeline_id)
-            self.pipelines[p.pipeline_id] = (
-                p if old is None else msgspec.structs.replace(p, created_at=old.created_at)
-            )
-        for prog in seg.progress:
-            old = self.pipelines.get(prog.pipeline_id)
-            if old is not None:  # an unknown id is ignored
-                self.pipelines[prog.pipeline_id] = msgspec.structs.replace(
-                    old, cursor=prog.cursor, attempts_total=prog.attempts_total
-                )
-        for t in seg.tasks:
-            self.tasks[t.task_run_id] = t
-        for pid in seg.finals_cleared:
-            for aid in self.finals.pop(pid, ()):
-                a = self.artifacts.get(aid)
-                if a is not None and a.is_final:
-                    self.artifacts[aid] = msgspec.structs.replace(a, is_final=False)
-        for a in seg.artifacts:
-            self.artifacts[a.artifact_id] = a
-            if a.is_final:
-                self.finals.setdefault(a.pipeline_id, set()).add(a.artifact_id)
-        for attempt in seg.attempts:
-            self.attempts.append(attempt)
-            self.next_attempt_id = max(self.next_attempt_id, (attempt.attempt_id or 0) + 1)
-        for event in seg.events:
-            self.events.append(event)
-            self.next_event_id = max(self.next_event_id, (event.event_id or 0) + 1)
-        for m in seg.metrics:
-            self.metrics[(m.run_id, m.pipeline_id, m.name)] = m
-        for point in seg.metric_points:
-            if point.op_id not in self.op_ids:  # appends are idempotent by op_id
-                self.op_ids.add(point.op_id)
-                self.metric_points.append(point)
-        for r in seg.resources:
-            self.resources[(r.run_id, r.pool, r.resource_id)] = r
-
-    def table(self, kind: str) -> Iterable[Any]:
-        return {
-            "pipelines": self.pipelines.values,
-            "tasks": self.tasks.values,
-            "attempts": lambda: self.attempts,
-            "events": lambda: self.events,
-            "artifacts": self.artifacts.values,
-        }[kind]()
+class Rows(RowSet):
+    """Every row of a store, built by applying segments in order (``RowSet``'s rules)."""
 
     def interrupted(self, run_id: str, now: float) -> tuple[Segment, int]:
         """The segment marking every ``running`` row not of ``run_id`` interrupted, and how many
         pipelines it changes."""
-        seg = Segment()
-        for p in self.pipelines.values():
-            if p.state == "running" and p.run_id != run_id:
-                seg.pipelines.append(msgspec.structs.replace(p, state="interrupted"))
-        for t in self.tasks.values():
-            if t.state == "running" and t.run_id != run_id:
-                seg.tasks.append(msgspec.structs.replace(t, state="interrupted"))
-        for r in self.runs.values():
-            if r.status == "running" and r.run_id != run_id:
-                ended = now if r.ended_at is None else r.ended_at
-                seg.runs.append(msgspec.structs.replace(r, status="interrupted", ended_at=ended))
+        stale = self.stale_running(run_id, now)
+        seg = Segment(runs=stale.runs, pipelines=stale.pipelines, tasks=stale.tasks)
         return seg, len(seg.pipelines)

@@ -39,7 +39,7 @@ from pyattacker.model import (
     ResourceRecord,
     RunRecord,
 )
-from pyattacker.plugins.api import PAGE_KINDS, StoreBase, page_of
+from pyattacker.plugins.api import StoreBase
 from pyattacker_store_s3.client import is_missing, is_precondition_failed, make_client, split_url
 from pyattacker_store_s3.compaction import DEFAULT_EVERY, Compactor, apply_compacted
 from pyattacker_store_s3.lease import DEFAULT_TTL, S3Lease
@@ -290,59 +290,38 @@ class S3Store(StoreBase):
         after: tuple[Any, ...] | None = None,
         limit: int = 1000,
     ) -> list[Any]:
-        if kind not in PAGE_KINDS:
-            raise ValueError(f"unknown row kind {kind!r} (one of {', '.join(PAGE_KINDS)})")
         with self._reading() as rows:
-            found = page_of(
-                kind,
-                rows.table(kind),
-                run_id=run_id,
-                pipeline_id=pipeline_id,
-                state=state,
-                after=after,
-                limit=limit,
+            found = rows.page(
+                kind, run_id=run_id, pipeline_id=pipeline_id, state=state, after=after, limit=limit
             )
         return _copies(found)
 
     def runs(self) -> list[RunRecord]:
         with self._reading() as rows:
-            found = list(rows.runs.values())
-        return _copies(sorted(found, key=lambda r: (r.started_at, r.run_id)))
+            found = rows.run_rows()
+        return _copies(found)
 
     def metrics(self, run_id: str | None = None, pipeline_id: str | None = None) -> list[MetricRecord]:
         with self._reading() as rows:
-            found = [
-                m
-                for m in rows.metrics.values()
-                if (run_id is None or m.run_id == run_id)
-                and (pipeline_id is None or m.pipeline_id == pipeline_id)
-            ]
-        return _copies(sorted(found, key=lambda m: (m.run_id, m.pipeline_id, m.name)))
+            found = rows.metric_rows(run_id, pipeline_id)
+        return _copies(found)
 
     def metric_points(
         self, run_id: str, pipeline_id: str, key: str | None = None, after_step: int = -1, limit: int = 1000
     ) -> list[MetricPoint]:
         with self._reading() as rows:
-            found = [
-                p
-                for p in rows.metric_points
-                if p.run_id == run_id
-                and p.pipeline_id == pipeline_id
-                and (key is None or p.key == key)
-                and p.step > after_step
-            ]
-        found.sort(key=lambda p: (p.step, p.key))
-        return _copies(found[:limit])
+            found = rows.point_rows(run_id, pipeline_id, key, after_step, limit)
+        return _copies(found)
 
     def resources(self, run_id: str | None = None) -> list[ResourceRecord]:
         with self._reading() as rows:
-            found = [r for r in rows.resources.values() if run_id is None or r.run_id == run_id]
-        return _copies(sorted(found, key=lambda r: (r.pool, r.resource_id)))
+            found = rows.resource_rows(run_id)
+        return _copies(found)
 
     # -- faster optional reads (one listing for many ids) ---------------------------------------------------
     def lookup_pipelines(self, ids: Sequence[str]) -> dict[str, PipelineRecord]:
         with self._reading() as rows:
-            found = [rows.pipelines[pid] for pid in dict.fromkeys(ids) if pid in rows.pipelines]
+            found = rows.pipeline_rows(ids)
         return {p.pipeline_id: p for p in _copies(found)}
 
     # -- lifecycle ----------------------------------------------------------------------------------------
