@@ -67,7 +67,9 @@ class Outcomes:
         spec = ctx.task
         attempt = ctx.attempt
         elapsed = run.clock.now() - (state.task_started or t0)
-        decision = spec.retry.decide(error, attempt, ctx.rng, elapsed)
+        # the policy counts this run's attempts: a resumed slot goes on numbering after the ones
+        # earlier runs used (``engine/attempts.py``) and gets its retries afresh, as before
+        decision = spec.retry.decide(error, attempt - state.attempt_base, ctx.rng, elapsed)
         decision["leaked_leases"] = leaked
         outcome = "timeout" if isinstance(error, TimeoutError) else "failed"
         self.checkpoints.record_attempt(state, ctx, t0, wall0, outcome, error, decision)

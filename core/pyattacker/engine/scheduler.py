@@ -16,7 +16,7 @@ import itertools
 import logging
 from typing import Any, cast
 
-from pyattacker.engine.checkpoint import Checkpointer, error_text, format_traceback
+from pyattacker.engine.checkpoint import Checkpointer, error_text, format_traceback, snapshot
 from pyattacker.engine.context import _ENDED, TaskContext
 from pyattacker.engine.control import Control
 from pyattacker.engine.outcomes import Outcomes
@@ -208,7 +208,7 @@ class Scheduler:
                             ticket = run.recorder.commit_ticket()  # type: ignore[union-attr]
                             state.seq += 1
                             state.value = value
-                            state.attempt = 0
+                            state.attempt = state.attempt_base = 0
                             state.task_started = state.task_started_wall = None
                             if state.seq >= state.n:
                                 state.output = art
@@ -221,6 +221,9 @@ class Scheduler:
                     delay = await outcomes.attempt_failed(state, ctx, t0, wall0, error, n_leaked)
                     if delay is None:
                         break
+                    # the retry's number is reserved by this attempt's row: it runs once that is
+                    # durable (failures only; ``engine/attempts.py``)
+                    await self._reserve_retry(state)
                     if delay > 0:
                         self.park(state, delay)
                         break
@@ -287,7 +290,7 @@ class Scheduler:
             return None
         assert self.run.recorder is not None
         ticket = self.run.recorder.commit_ticket()
-        state.attempt = 0
+        state.attempt = state.attempt_base = 0
         state.task_started = state.task_started_wall = None
         group = self.group
         if group is None or group[0] is not ticket:
@@ -296,7 +299,26 @@ class Scheduler:
         group[2].append(state)
         return None
 
+    def _reserve_retry(self, state: PipelineState) -> asyncio.Future[None]:
+        """The commit a retry waits for: the failed attempt's row, with the pipeline row (a resume
+        then knows the pipeline, and that its run may have been killed inside the retry)."""
+        recorder = self.run.recorder
+        assert recorder is not None
+        recorder.pending.pipelines.append(snapshot(state.record))
+        state.row_written = True
+        return recorder.commit_ticket()
+
     # -- group commits ----------------------------------------------------------------------------
+    def hold(self, state: PipelineState, queue: Queue) -> None:
+        """Queue ``state`` once the group commit carrying what is pending now is durable: its next
+        attempt number is reserved by that commit (``engine/attempts.py``)."""
+        assert self.run.recorder is not None
+        ticket = self.run.recorder.commit_ticket()
+        group = self.group
+        if group is None or group[0] is not ticket:
+            group = self.group = self._awaiting_commit(ticket, queue)
+        group[1].append(state)
+
     def _awaiting_commit(self, ticket: asyncio.Future[None], queue: Queue) -> Group:
         """The pipelines whose checkpoint ``ticket``'s group commit carries, and those of them
         that jumped (two lists and one callback per commit, never per pipeline)."""
