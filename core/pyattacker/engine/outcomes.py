@@ -92,6 +92,13 @@ class Outcomes:
                     pipeline_id=key,
                     data={"task": spec.name, "seq": state.seq, "attempt": attempt, "delay_s": delay},
                 )
+            # the retry's number is reserved by this attempt's row: it runs once that row is
+            # durable, with the pipeline row (a resume then knows it may have been running)
+            recorder = run.recorder
+            assert recorder is not None
+            recorder.pending.pipelines.append(snapshot(state.record))
+            state.row_written = True
+            await recorder.commit_ticket()
             return delay
         if decision["retry"]:  # the run stops: the retry is the next resume's
             self.interrupt(state, "stopped")

@@ -16,7 +16,7 @@ import itertools
 import logging
 from typing import Any, cast
 
-from pyattacker.engine.checkpoint import Checkpointer, error_text, format_traceback, snapshot
+from pyattacker.engine.checkpoint import Checkpointer, error_text, format_traceback
 from pyattacker.engine.context import _ENDED, TaskContext
 from pyattacker.engine.control import Control
 from pyattacker.engine.outcomes import Outcomes
@@ -221,9 +221,6 @@ class Scheduler:
                     delay = await outcomes.attempt_failed(state, ctx, t0, wall0, error, n_leaked)
                     if delay is None:
                         break
-                    # the retry's number is reserved by this attempt's row: it runs once that is
-                    # durable (failures only; ``engine/attempts.py``)
-                    await self._reserve_retry(state)
                     if delay > 0:
                         self.park(state, delay)
                         break
@@ -298,15 +295,6 @@ class Scheduler:
         group[1].append(state)
         group[2].append(state)
         return None
-
-    def _reserve_retry(self, state: PipelineState) -> asyncio.Future[None]:
-        """The commit a retry waits for: the failed attempt's row, with the pipeline row (a resume
-        then knows the pipeline, and that its run may have been killed inside the retry)."""
-        recorder = self.run.recorder
-        assert recorder is not None
-        recorder.pending.pipelines.append(snapshot(state.record))
-        state.row_written = True
-        return recorder.commit_ticket()
 
     # -- group commits ----------------------------------------------------------------------------
     def hold(self, state: PipelineState, queue: Queue) -> None:
