@@ -186,19 +186,6 @@ class StoreContract(NotesContract, LogContract, QueryContract):
         (res,) = store.resources()
         assert res.spec == {"url": "***"} and res.stats == {"ok": 3}
 
-    def test_attempt_numbers(self, store: Store) -> None:
-        """What a resume numbers a task's next attempt after: recorded attempts of that id, and
-        the slot's task row (a reservation)."""
-        assert store.attempt_numbers("p1", "p1:1", "p1:1") == (0, 0)
-        commit(
-            store,
-            pipelines=[pipeline("p1")],
-            tasks=[task("p1", 1, state="running", attempts_used=4)],
-            attempts=[attempt("p1", 1, n=1), attempt("p1", 1, n=3), attempt("p1", 0, n=7)],
-        )
-        assert store.attempt_numbers("p1", "p1:1", "p1:1") == (3, 4)
-        assert store.attempt_numbers("p1", "p1:1#2", "p1:1") == (0, 4)
-
     def test_commit_assigns_increasing_ids(self, store: Store) -> None:
         b1 = commit(store, attempts=[attempt("p1"), attempt("p1", n=2)], events=[event(), event()])
         b2 = commit(store, attempts=[attempt("p2")], events=[event(pid="p2")])
