@@ -109,3 +109,20 @@ def test_short_run_that_beats_its_stop_limit_is_not_breached(tmp_path: Path) -> 
     if names["stop_reason"] == C.UNDETERMINED:  # the usual case: 3 short tasks beat a 300 ms timer
         assert names["run_record_status"] == C.UNDETERMINED and outcome.stops == 0
     assert names["resume_exit_code"] == C.PASSED
+
+
+def test_backward_criteria_catch_what_they_guard() -> None:
+    """The backward scenarios' own verdicts: visits replayed from the ledger, a move over the
+    budget or a move committed twice breaches, an empty ledger is undetermined."""
+    from tests.faults.backward import _budget, _no_replay, visits_of
+
+    assert visits_of([("rewind", 2, 1), ("rewind", 2, 1)], 3) == [0, 2, 2]
+    assert visits_of([("retry_all", 2, 0), ("forward", 0, 2)], 3) == [1, 1, 1]
+    assert _no_replay({("p", 1, 1)}, [("p", 1, 1)], [("p", 1, 1)], 5).status == C.BREACHED
+    assert _no_replay({("p", 1, 1)}, [("p", 1, 2)], [], 5).status == C.PASSED
+    assert _no_replay(set(), [], [], 5).status == C.UNDETERMINED
+    twice = [("rewind", 2, 1)] * 2
+    assert _budget({"p00000": twice}, 1, "rewind").status == C.PASSED
+    assert _budget({"p00000": twice * 2}, 1, "rewind").status == C.BREACHED  # over the budget
+    assert _budget({"p00003": twice}, 4, "rewind").status == C.BREACHED  # a move nobody asked for
+    assert _budget({}, 1, "rewind").status == C.UNDETERMINED

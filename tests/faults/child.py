@@ -28,7 +28,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from pyattacker import FatalError, PyAttackerError, RetryableError, task
+from pyattacker import FatalError, Handoff, PyAttackerError, RetryableError, task
 from pyattacker.model import TERMINAL_STATES, Batch
 
 #: where the tasks append their audit lines (set by ``main``; not part of any task identity)
@@ -37,23 +37,31 @@ LEDGER_ENV = "PYATTACKER_FAULT_LEDGER"
 CRASH_EXIT = 137
 #: the store-write kinds a crash can follow
 WRITE_KINDS = ("checkpoint", "attempts", "events", "terminal", "run")
+#: ... and the commits of a backward move (``--control``: the judge rewinds or retries all)
+CONTROL_KINDS = ("rewind", "retry_all")
+#: the budget of ``--control`` pipelines: seeds with ``i % 4 == 1`` ask for one move more
+MAX_HANDOFFS = 2
 FAULTS = ("none", "crash", "torn", "enospc", "sink_error", "cancel", "stop_failures", "stop_time")
 POOL = "api"
 RETRY = {"max_attempts": 4, "base": 0.002, "factor": 2.0, "jitter": "none", "on": ["RetryableError"]}
 
 _ledger_fd: int | None = None
+#: ``--control``: none, rewind or retry_all (the ledger lines then carry the visit too)
+_control = "none"
 
 
 # -- the workload -------------------------------------------------------------------------------
-def _audit(pipeline_id: str, seq: int, attempt: int) -> None:
-    """Append one execution to the ledger and fsync it before the task does anything else."""
+def _audit(pipeline_id: str, seq: int, attempt: int, visit: int | None = None) -> None:
+    """Append one execution to the ledger and fsync it before the task does anything else
+    (with ``--control``, a fourth column: the visit)."""
     global _ledger_fd
     if _ledger_fd is None:
         path = os.environ.get(LEDGER_ENV)
         if not path:
             raise RuntimeError(f"{LEDGER_ENV} is not set: the audit ledger is the whole point")
         _ledger_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.write(_ledger_fd, f"{pipeline_id}\t{seq}\t{attempt}\n".encode())
+    tail = "" if visit is None else f"\t{visit}"
+    os.write(_ledger_fd, f"{pipeline_id}\t{seq}\t{attempt}{tail}\n".encode())
     os.fsync(_ledger_fd)
 
 
@@ -63,7 +71,7 @@ def _roll(salt: int, pipeline_id: str, seq: int, attempt: int) -> int:
 
 
 async def _step(value: dict[str, Any], ctx: Any, name: str) -> dict[str, Any]:
-    _audit(ctx.pipeline_id, ctx.seq, ctx.attempt)
+    _audit(ctx.pipeline_id, ctx.seq, ctx.attempt, None if _control == "none" else ctx.visit)
     async with ctx.acquire():
         await asyncio.sleep(float(value.get("pause", 0.0)))
     if value.get("doom") and ctx.seq == 1:
@@ -88,6 +96,20 @@ async def transform(value: dict[str, Any], ctx: Any) -> dict[str, Any]:
 @task(resource=POOL, retry=RETRY)
 async def judge(value: dict[str, Any], ctx: Any) -> dict[str, Any]:
     return await _step(value, ctx, "judge")
+
+
+@task(resource=POOL, retry=RETRY)
+async def judge_back(value: dict[str, Any], ctx: Any) -> Any:
+    """The judge of ``--control`` pipelines: even seeds are sent back twice (the whole budget),
+    seeds ``i % 4 == 1`` three times (the third move fails: budget exhausted), the rest pass."""
+    out = await _step(value, ctx, "judge")
+    i = int(value["i"])
+    wanted = MAX_HANDOFFS + 1 if i % 4 == 1 else MAX_HANDOFFS if i % 2 == 0 else 0
+    if ctx.visit < wanted:
+        if _control == "rewind":
+            return Handoff.rewind("transform", value, reason="weak")
+        return Handoff.retry_all(reason="start over")
+    return out
 
 
 @task(resource=POOL, retry=RETRY)
@@ -122,6 +144,8 @@ def kinds_of(batch: Batch) -> list[str]:
         kinds.append("terminal")
     if batch.runs:
         kinds.append("run")
+    ops = {h.operation for h in batch.handoffs}
+    kinds += [kind for kind in CONTROL_KINDS if kind in ops]
     return kinds
 
 
@@ -151,7 +175,7 @@ class SelfKillingStore:
         self.at = at
         self.enospc_after = enospc_after
         self.crash_note = crash_note
-        self.counts = dict.fromkeys(WRITE_KINDS, 0)
+        self.counts = dict.fromkeys((*WRITE_KINDS, *CONTROL_KINDS), 0)
         self.commits = 0
         self.refused = 0
 
@@ -232,6 +256,13 @@ class SelfKillingStore:
         os._exit(CRASH_EXIT)
 
 
+class LedgerKillingStore(SelfKillingStore):
+    """``SelfKillingStore`` over a store that keeps a control ledger (``--control``): a wrapper
+    claims the capability on its class, since it forwards every call."""
+
+    supports_handoffs = True
+
+
 class BrokenSink:
     """An event sink plugin that raises on every third delivery (and counts its own raises)."""
 
@@ -265,7 +296,7 @@ def _backend(spec: str) -> Any:
 
 
 def _wrap(store: Any, args: argparse.Namespace) -> SelfKillingStore:
-    return SelfKillingStore(
+    return (LedgerKillingStore if args.control != "none" else SelfKillingStore)(
         store,
         kind=args.kind if args.fault == "crash" else None,
         at=args.n,
@@ -310,6 +341,15 @@ def run_sdk(args: argparse.Namespace, result: dict[str, Any]) -> int:
     sink = BrokenSink() if args.fault == "sink_error" else None
     chain = _chain() + ((extra,) if args.variant == "chain" else ())
     template = pipeline("faults", *chain)
+    if args.control != "none":  # a loop: the judge sends pipelines back (``judge_back``)
+        moves = (
+            {"rewind": {"judge_back": ["transform"]}}
+            if args.control == "rewind"
+            else {"retry_all": ["judge_back"]}
+        )
+        template = pipeline(
+            "faults", fetch, transform, judge_back, control={**moves, "max_handoffs": MAX_HANDOFFS}
+        )
     runner = Runner(store=store, pools=[pool], sinks=[sink] if sink else [], **_run_options(args))
     specs = template.map(seeds(args), key_of=lambda s: s["id"])
     code = 0
@@ -424,7 +464,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="inline", help="inline | file:<root> (min_bytes=0)")
     p.add_argument("--ledger", required=True, help="audit ledger the tasks append to")
     p.add_argument("--fault", choices=FAULTS, default="none")
-    p.add_argument("--kind", choices=WRITE_KINDS, default="checkpoint", help="store write a crash follows")
+    p.add_argument(
+        "--kind",
+        choices=(*WRITE_KINDS, *CONTROL_KINDS),
+        default="checkpoint",
+        help="store write a crash follows",
+    )
+    p.add_argument("--control", choices=("none", *CONTROL_KINDS), default="none", help="a loop (sdk only)")
     p.add_argument("--n", type=int, default=0, help="occurrence / commits / limit, depending on --fault")
     p.add_argument("--pipelines", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
@@ -440,7 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global _control
     args = build_parser().parse_args(argv)
+    _control = args.control
     os.environ[LEDGER_ENV] = os.path.abspath(args.ledger)
     result: dict[str, Any] = {"fault": args.fault, "kind": args.kind, "n": args.n}
     code = run_cli(args, result) if args.via == "cli" else run_sdk(args, result)

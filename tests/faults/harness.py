@@ -71,6 +71,7 @@ class Scenario:
     @property
     def name(self) -> str:
         crashing = self.fault in ("crash", "damage_digest", "damage_wal_lost", "damage_wal_bit")
+        crashing = crashing or self.fault.startswith("backward_")
         what = f"{self.fault}:{self.kind}@{self.occurrence}" if crashing else self.fault
         if self.fault in ("sigkill", "sigint", "cancel", "enospc", "shards_sigkill") and isinstance(
             self.occurrence, int
@@ -432,6 +433,10 @@ def run_scenario(sc: Scenario, workdir: Path) -> Outcome:
             _drift_scenario(sc, workdir, out)
         elif sc.fault == "sink_error":
             _sink_scenario(sc, workdir, out)
+        elif sc.fault.startswith("backward_"):
+            from .backward import run_backward  # (a rewind loop or a retry-all, crashed at its commit)
+
+            run_backward(sc, workdir, out)
         elif sc.fault.startswith(("damage_", "shards_")):
             from .damage import run_damage  # (damage builds on this module's parts)
 
@@ -879,18 +884,38 @@ def ci_matrix() -> list[Scenario]:
         Scenario("damage_wal_bit", "sqlite", "file", kind="attempts", occurrence="middle", seed=39),
         Scenario("damage_hot_journal", "sqlite", "inline", seed=40),
         Scenario("shards_sigkill", "sqlite", "inline", occurrence=150, seed=41),
+        # backward moves (tests/faults/backward.py): a rewind loop and a retry-all, each crashed
+        # right after the commit of one of its moves
+        Scenario("backward_rewind", "sqlite", "inline", kind="rewind", occurrence=1, seed=42, pipelines=12),
+        Scenario(
+            "backward_retry_all", "jsonl", "file", kind="retry_all", occurrence=0, seed=43, pipelines=12
+        ),
     ]
     return out
 
 
 def random_scenario(rnd: random.Random, pipelines: int) -> Scenario:
     """A random fault (crashes weighted up), store, backend, occurrence and seed."""
+    from .backward import BACKWARD_WEIGHTS, backward_scenario  # (it builds on this module)
+
     fault = rnd.choices(
-        ["crash", "sigkill", "sigint", "cancel", "enospc", "stop_failures", "stop_time", *DAMAGE_WEIGHTS],
-        weights=[10, 3, 1, 1, 1, 0.5, 0.5, *DAMAGE_WEIGHTS.values()],
+        [
+            "crash",
+            "sigkill",
+            "sigint",
+            "cancel",
+            "enospc",
+            "stop_failures",
+            "stop_time",
+            *DAMAGE_WEIGHTS,
+            *BACKWARD_WEIGHTS,
+        ],
+        weights=[10, 3, 1, 1, 1, 0.5, 0.5, *DAMAGE_WEIGHTS.values(), *BACKWARD_WEIGHTS.values()],
     )[0]
     store, backend = rnd.choice(STORES), rnd.choice(BACKENDS)
     seed = rnd.randrange(1_000_000)
+    if fault in BACKWARD_WEIGHTS:
+        return backward_scenario(rnd, fault, store, backend, seed, pipelines)
     if fault in DAMAGE_WEIGHTS:
         return _damage_scenario(rnd, fault, backend, seed, pipelines)
     if fault == "crash":

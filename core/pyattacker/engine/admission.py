@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from pyattacker.engine.attempts import reserve
 from pyattacker.engine.outcomes import Outcomes
 from pyattacker.engine.resume import Resumer
 from pyattacker.engine.state import PipelineState, RunState
@@ -46,7 +47,13 @@ class Admission:
     """The producer of one run: it admits pipelines onto the work queue."""
 
     def __init__(
-        self, run: RunState, telemetry: Telemetry, resumer: Resumer, outcomes: Outcomes, staff: Any
+        self,
+        run: RunState,
+        telemetry: Telemetry,
+        resumer: Resumer,
+        outcomes: Outcomes,
+        staff: Any,
+        hold: Callable[[PipelineState, Any], None],
     ) -> None:
         self.run = run
         self.event = telemetry.event
@@ -54,6 +61,8 @@ class Admission:
         self.outcomes = outcomes
         #: ``Scheduler.staff``: a worker for the pipeline about to be queued
         self.staff = staff
+        #: ``Scheduler.hold``: queue a pipeline once the next group commit is durable
+        self.hold = hold
         #: templates whose tasks' algorithm names this run's plugins resolved
         self._checked: set[int] = set()
 
@@ -110,6 +119,10 @@ class Admission:
                     active[key] = spec
                     if control is not None and spec.template.control is not None:
                         control.admitted(state)  # a restart from the seed: its reset
+                    if state.reserve:  # resumed: runs once its attempt number is durable
+                        reserve(run, state)
+                        self.hold(state, queue)
+                        continue
                     self.staff(queue)
                     if queue.offer(state):  # room in the queue (no coroutine): the usual case
                         continue

@@ -67,7 +67,9 @@ class Outcomes:
         spec = ctx.task
         attempt = ctx.attempt
         elapsed = run.clock.now() - (state.task_started or t0)
-        decision = spec.retry.decide(error, attempt, ctx.rng, elapsed)
+        # the policy counts this run's attempts: a resumed slot goes on numbering after the ones
+        # earlier runs used (``engine/attempts.py``) and gets its retries afresh, as before
+        decision = spec.retry.decide(error, attempt - state.attempt_base, ctx.rng, elapsed)
         decision["leaked_leases"] = leaked
         outcome = "timeout" if isinstance(error, TimeoutError) else "failed"
         self.checkpoints.record_attempt(state, ctx, t0, wall0, outcome, error, decision)
@@ -90,6 +92,13 @@ class Outcomes:
                     pipeline_id=key,
                     data={"task": spec.name, "seq": state.seq, "attempt": attempt, "delay_s": delay},
                 )
+            # the retry's number is reserved by this attempt's row: it runs once that row is
+            # durable, with the pipeline row (a resume then knows it may have been running)
+            recorder = run.recorder
+            assert recorder is not None
+            recorder.pending.pipelines.append(snapshot(state.record))
+            state.row_written = True
+            await recorder.commit_ticket()
             return delay
         if decision["retry"]:  # the run stops: the retry is the next resume's
             self.interrupt(state, "stopped")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pyattacker.digest import payload_mismatch
+from pyattacker.engine.attempts import CLEAN, KILLED
 from pyattacker.engine.checkpoint import snapshot
 from pyattacker.engine.identity_damage import damage_of
 from pyattacker.engine.state import PipelineState, RunState
@@ -92,6 +93,7 @@ class Resumer:
         now = run.wall()
         record = row if row is not None else self._new_row(spec, now)
         previous_run = record.run_id
+        ended = record.finished_at is not None  # (before this run reopens the row)
         discarded = record.cursor
         start, value = 0, spec.seed
         restart = cfg.fresh_restart and row is not None
@@ -138,6 +140,8 @@ class Resumer:
         record.repeat = spec.repeat
         state = PipelineState(spec, record, start, value)
         state.write_seed = row is None or restart or start == 0
+        if resumable and start < n:  # its next attempt number waits for a commit (``attempts``)
+            state.reserve = CLEAN if ended else KILLED
         if plan is not None and control is not None:
             control.opened(state, plan, discarded)
         if start > 0:

@@ -371,7 +371,9 @@ class _Run:
         resumer = Resumer(run, telemetry, codecs, backend)
         control = resumer.control = run.control = Control(run, telemetry, resumer, checkpoints, outcomes)
         self.scheduler = Scheduler(run, telemetry, checkpoints, outcomes, control, self.signals)
-        self.admission = Admission(run, telemetry, resumer, outcomes, self.scheduler.staff)
+        self.admission = Admission(
+            run, telemetry, resumer, outcomes, self.scheduler.staff, self.scheduler.hold
+        )
         self.sinks = runner._resolve_sinks()
 
     async def run(self, specs: Iterable[PipelineSpec]) -> RunReport:

@@ -208,7 +208,7 @@ class Scheduler:
                             ticket = run.recorder.commit_ticket()  # type: ignore[union-attr]
                             state.seq += 1
                             state.value = value
-                            state.attempt = 0
+                            state.attempt = state.attempt_base = 0
                             state.task_started = state.task_started_wall = None
                             if state.seq >= state.n:
                                 state.output = art
@@ -287,7 +287,7 @@ class Scheduler:
             return None
         assert self.run.recorder is not None
         ticket = self.run.recorder.commit_ticket()
-        state.attempt = 0
+        state.attempt = state.attempt_base = 0
         state.task_started = state.task_started_wall = None
         group = self.group
         if group is None or group[0] is not ticket:
@@ -297,6 +297,16 @@ class Scheduler:
         return None
 
     # -- group commits ----------------------------------------------------------------------------
+    def hold(self, state: PipelineState, queue: Queue) -> None:
+        """Queue ``state`` once the group commit carrying what is pending now is durable: its next
+        attempt number is reserved by that commit (``engine/attempts.py``)."""
+        assert self.run.recorder is not None
+        ticket = self.run.recorder.commit_ticket()
+        group = self.group
+        if group is None or group[0] is not ticket:
+            group = self.group = self._awaiting_commit(ticket, queue)
+        group[1].append(state)
+
     def _awaiting_commit(self, ticket: asyncio.Future[None], queue: Queue) -> Group:
         """The pipelines whose checkpoint ``ticket``'s group commit carries, and those of them
         that jumped (two lists and one callback per commit, never per pipeline)."""

@@ -56,6 +56,7 @@ class PipelineState:
 
     __slots__ = (
         "attempt",
+        "attempt_base",
         "entry",
         "jump",
         "ledger_rows",
@@ -63,6 +64,7 @@ class PipelineState:
         "n",
         "output",
         "record",
+        "reserve",
         "row_written",
         "seq",
         "spec",
@@ -82,6 +84,12 @@ class PipelineState:
         self.seq = seq
         self.value = value
         self.attempt = 0
+        #: attempt numbers of the current slot below this one were used by earlier runs: the
+        #: retry policy counts this run's attempts from here (``engine/attempts.py``)
+        self.attempt_base = 0
+        #: a resumed slot whose next attempt number must be durable before it runs: 0 none, 1
+        #: after a run that recorded every attempt it started, 2 after one that may not have
+        self.reserve = 0
         self.task_started: float | None = None
         self.task_started_wall: float | None = None
         self.metric_steps: dict[str, int] = {}

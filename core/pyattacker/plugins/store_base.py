@@ -344,6 +344,15 @@ class StoreBase(ABC):
                 out[pid] = rows
         return out
 
+    def attempt_numbers(self, pipeline_id: str, attempt_id: str, slot_id: str) -> tuple[int, int]:
+        """``(highest attempt number recorded under attempt_id, attempts_used of task row
+        slot_id)``, 0 for none: what a resume numbers the next attempt of that slot after."""
+        attempts = iter_rows(self, "attempts", pipeline_id=pipeline_id)
+        recorded = max((a.attempt for a in attempts if a.task_run_id == attempt_id), default=0)
+        tasks = iter_rows(self, "tasks", pipeline_id=pipeline_id)
+        used = max((t.attempts_used for t in tasks if t.task_run_id == slot_id), default=0)
+        return recorded, used
+
     def metrics_by_pipeline(self, run_id: str, ids: Sequence[str]) -> dict[str, list[MetricRecord]]:
         """``{pipeline_id: metrics}`` of run ``run_id`` for those of ``ids`` that have any."""
         out: dict[str, list[MetricRecord]] = {}

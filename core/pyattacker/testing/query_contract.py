@@ -1,12 +1,13 @@
-"""The store contract's cases for ``find_pipelines`` (the viewer's pipelines table): a mixin
-of ``StoreContract``, which gives it the ``store`` fixture; ``QUERIES`` and ``findable_rows``
-also feed the contract's check that a store's own reads agree with the defaults."""
+"""The store contract's cases for ``find_pipelines`` (the viewer's pipelines table) and
+``attempt_numbers`` (what a resume numbers attempts after): a mixin of ``StoreContract``, which
+gives it the ``store`` fixture; ``QUERIES`` and ``findable_rows`` also feed the contract's check
+that a store's own reads agree with the defaults."""
 
 from __future__ import annotations
 
 from pyattacker.plugins.api import StoreBase as Store
 from pyattacker.plugins.store_queries import PIPELINE_SORTS, PipelineQuery, pipeline_sort_value
-from pyattacker.testing.rows import attempt, commit, pipeline
+from pyattacker.testing.rows import attempt, commit, pipeline, task
 
 __all__ = ["QUERIES", "QueryContract", "find_all", "findable_rows"]
 
@@ -64,3 +65,16 @@ class QueryContract:
         seen = find_all(store, query, 2)
         assert seen == [p.pipeline_id for p in store.find_pipelines(query, None, 100)]
         assert sorted(seen) == [f"f{i}" for i in range(9)] and seen[0] == "f4"
+
+    def test_attempt_numbers(self, store: Store) -> None:
+        """What a resume numbers a task's next attempt after: recorded attempts of that id, and
+        the slot's task row (a reservation)."""
+        assert store.attempt_numbers("p1", "p1:1", "p1:1") == (0, 0)
+        commit(
+            store,
+            pipelines=[pipeline("p1")],
+            tasks=[task("p1", 1, state="running", attempts_used=4)],
+            attempts=[attempt("p1", 1, n=1), attempt("p1", 1, n=3), attempt("p1", 0, n=7)],
+        )
+        assert store.attempt_numbers("p1", "p1:1", "p1:1") == (3, 4)
+        assert store.attempt_numbers("p1", "p1:1#2", "p1:1") == (0, 4)

@@ -34,7 +34,13 @@ from pyattacker.views.common import (
     render_payload,
     to_plain,
 )
-from pyattacker.views.export_visits import Visits, ledger_rows, with_artifact_visits, with_task_visits
+from pyattacker.views.export_visits import (
+    Visits,
+    control_record,
+    ledger_rows,
+    with_artifact_visits,
+    with_task_visits,
+)
 from pyattacker.views.failures import attach_tracebacks
 from pyattacker.views.fold import state_rank
 from pyattacker.views.shard_report import shard_stores
@@ -128,6 +134,7 @@ def _nested_pipeline(p: PipelineRecord, children: _Children, codecs: Any) -> dic
     row = _pipeline_head(p)
     ledger = children.rows("handoffs", p)
     visits = Visits({p.pipeline_id: ledger} if ledger else {}, {p.pipeline_id: p.n_tasks_total})
+    tasks = children.rows("tasks", p)
     row["tasks"] = [
         {
             "name": t.name,
@@ -142,11 +149,16 @@ def _nested_pipeline(p: PipelineRecord, children: _Children, codecs: Any) -> dic
             "error_message": t.error_message,
             "output_artifact_id": t.output_artifact_id,
             "visit": visits.task(p.pipeline_id, t.seq),
+            "active": True,  # a slot's row is its current occurrence (a move back resets it)
         }
-        for t in children.rows("tasks", p)
+        for t in tasks
     ]
     row["artifacts"] = [
-        {**_artifact_row(a, codecs), "visit": visits.artifact(p.pipeline_id, a.seq)}
+        {
+            **_artifact_row(a, codecs),
+            "visit": visits.artifact(p.pipeline_id, a.seq),
+            "active": visits.active(p.pipeline_id, a.seq),
+        }
         for a in children.rows("artifacts", p)
     ]
     row["metrics"] = {m.name: m.value for m in children.rows("metrics", p)}
@@ -154,6 +166,9 @@ def _nested_pipeline(p: PipelineRecord, children: _Children, codecs: Any) -> dic
     # tasks done, and these rows say which tasks were skipped and what the destinations received
     # (with the visits each move left and entered: backward moves re-enter tasks)
     row["handoffs"] = ledger_rows(ledger, p.n_tasks_total)
+    control = control_record(p, ledger, tasks) if ledger else None
+    if control is not None:  # a pipeline that moved back: where its traversal stands
+        row["control"] = control
     return row
 
 

@@ -22,11 +22,12 @@ from typing import Any
 
 from pyattacker import ConfigError
 from pyattacker.errors import StoreUnavailable
+from pyattacker.flow.visits import BACKWARD_OPS
 from pyattacker.model import PIPELINE_STATES
 from pyattacker.plugins.store_base import StoreBase
 from pyattacker.views.common import ALL_RUNS, RunChoice, choose_run, open_view, to_plain
 from pyattacker.views.compare import compare_in_store
-from pyattacker.views.export_visits import ledger_rows
+from pyattacker.views.export_visits import control_record, ledger_rows
 from pyattacker.views.failures import last_frame_text
 from pyattacker.views.live import LiveDigest, snapshot
 from pyattacker.views.runs import store_runs
@@ -343,6 +344,9 @@ class Api:
         rows = store.find_pipelines(query, after, limit + 1)
         page, nxt = _page(rows, limit, lambda p: sort_key(p, query))
         ledgers = _ledgers(store, [p.pipeline_id for p in page])
+        # pipelines that moved back: their task rows too, for where each traversal stands
+        backward = [pid for pid, rows in ledgers.items() if any(h.operation in BACKWARD_OPS for h in rows)]
+        tasks = store.rows_by_pipeline("tasks", backward) if backward else {}
         out = []
         for p in page:
             row = to_plain(p)
@@ -355,6 +359,9 @@ class Api:
             # a pipeline that jumped: its cursor is a position, and the ledger says where it went
             # (with the visits: backward moves re-enter tasks)
             row["handoffs"] = ledger_rows(ledgers.get(p.pipeline_id, []), p.n_tasks_total)
+            if p.pipeline_id in backward:
+                row["control"] = control_record(p, ledgers[p.pipeline_id], tasks.get(p.pipeline_id, []))
+                row["cursor_kind"] = "position"
             out.append(row)
         return {"run_id": choice.run_id, "rows": out, "limit": limit, "next": nxt}
 
