@@ -4,9 +4,9 @@ Run as a script: ``python retry_after_server.py PORT_FILE LOG_FILE CLIENTS SECON
 127.0.0.1 on a free port, writes the port to PORT_FILE, and logs each request's arrival
 (``time.monotonic()``, one clock for every process of the machine), its client (the path,
 ``/shard-0``) and its answer to LOG_FILE, one ``<at> <status> <client>`` line each, flushed at
-once. The first request that arrives once CLIENTS different clients have been seen gets
-``429`` with ``Retry-After: SECONDS`` (so every client is running by then); every other one
-gets ``200``. A test stops it by its PID.
+once. Answers wait until CLIENTS different clients have asked (so that every client is
+running, whatever their start-up took); the first request that arrives after that gets ``429``
+with ``Retry-After: SECONDS``; every other one gets ``200``. A test stops it by its PID.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ def main(port_file: str, log_file: str, clients: int, seconds: str) -> None:
     lock = threading.Lock()
     seen: set[str] = set()
     answered = [False]
+    everyone = threading.Event()
     log = open(log_file, "a", buffering=1)  # noqa: SIM115 (open for the server's life)
 
     class Handler(BaseHTTPRequestHandler):
@@ -35,6 +36,9 @@ def main(port_file: str, log_file: str, clients: int, seconds: str) -> None:
                 answered[0] = answered[0] or status == 429
                 seen.add(client)
                 log.write(f"{at!r} {status} {client}\n")
+                if len(seen) >= clients:
+                    everyone.set()
+            everyone.wait(300)
             self.send_response(status)
             if status == 429:
                 self.send_header("Retry-After", seconds)
