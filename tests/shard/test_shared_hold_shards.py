@@ -44,6 +44,8 @@ def _get(url):
 async def call(value, ctx):
     with open(os.environ["SERVER_PORT_FILE"]) as fh:
         port = fh.read().strip()
+    with open(os.environ["SERVER_PORT_FILE"] + ".keep", "w") as fh:  # how long a grant counts
+        fh.write(os.environ["PYATTACKER_SHARED_BUDGET_KEEP_S"])
     url = f"http://127.0.0.1:{port}/shard-" + os.environ["PYATACKER_SHARD"].split("/")[0]
     async with ctx.acquire():
         try:
@@ -136,4 +138,6 @@ def test_a_retry_after_in_one_shard_holds_both_shards(
     assert all(s["code"] == 0 for s in doc["shards"])
     seen = arrivals(server)
     assert len(seen) == 17  # sixteen rows, one of them retried after its 429
+    # each shard was told the longest window (a budget kept outside the machine forgets older records)
+    assert float((tmp_path / "server.port.keep").read_text()) == pytest.approx(0.5)
     assert_held(seen, HOLD_S)
