@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pyattacker import Pool, Resource, VirtualClock
-from pyattacker.errors import ConfigError
+from pyattacker.errors import ConfigError, RetryableError
 from pyattacker.resources.shared_budget import (
     BudgetEntry,
     FileBudget,
@@ -88,6 +88,32 @@ def test_shards_share_token_estimates_and_settlements(clock: VirtualClock, tmp_p
     assert _most_in_any_window(times, 60.0, tokens) <= 20_000
     # settlements made in one shard free budget in the others: more than estimates alone allow
     assert len(used) > 4 * 20_000 / 1000
+
+
+def test_a_retry_after_in_one_shard_holds_the_resource_in_every_shard(
+    clock: VirtualClock, tmp_path: Path
+) -> None:
+    """A 429 with Retry-After in one shard: the others' next grant of that resource waits until
+    exactly the same time (to the millisecond on the virtual clock), budget left or not."""
+    one, two = _shards(clock, tmp_path / "b.budget", 2, {"rpm": 1000})
+
+    async def main() -> tuple[float, float]:
+        async with await two.acquire():  # the other shard has leased before: it knows the key
+            pass
+        await clock.sleep(5)
+        with pytest.raises(RetryableError):
+            async with await one.acquire():
+                raise RetryableError("429", error_class="rate_limit", retry_after=1.237)
+        async with await two.acquire():
+            there = clock.now()
+        async with await one.acquire():
+            return there, clock.now()
+
+    there, here = run(clock, main)
+    assert round((there - 5) * 1000) == 1237  # the other shard held exactly as long
+    assert round((here - 5) * 1000) == 1237
+    snapshot = two.snapshot()[0]
+    assert snapshot["state"] == "ready"
 
 
 def test_an_unlimited_pool_shares_nothing(tmp_path: Path) -> None:

@@ -27,7 +27,13 @@ from pyattacker.cli.common import check_backend_flag, flag_overrides, out, warn
 from pyattacker.cli.process_end import request_fast_end
 from pyattacker.cli.report_text import report_text
 from pyattacker.errors import ConfigError, ExitCode, PyAttackerError
-from pyattacker.shard.budget import BUDGET_ENV, prepare_shared_budget, shard_budget_path
+from pyattacker.shard.budget import (
+    BUDGET_ENV,
+    BUDGET_KEEP_ENV,
+    longest_window,
+    prepare_shared_budget,
+    shard_budget_path,
+)
 from pyattacker.shard.executor import (
     FORCE_AFTER,
     ShardExecutor,
@@ -440,6 +446,7 @@ class _Sharding:
     command: str  # run | resume
     config_path: str
     budget: str | None = None  # PYATTACKER_SHARED_BUDGET of every shard (rate-limited pools only)
+    budget_keep_s: float | None = None  # how long a grant counts (the longest window)
 
 
 def run_sharded(flags: dict[str, Any], *, resume: bool) -> None:
@@ -510,6 +517,7 @@ def _prepare(flags: dict[str, Any], resume: bool) -> tuple[_Sharding, ShardExecu
     layout_warning = check_layout(base, count, resuming=resuming)
     executor = get_executor(flags["executor"] or "local", **parse_executor_options(flags["executor_options"]))
     full = bool(flags["full_capacity_per_shard"])
+    resources = [res for p in built.checked.pools.values() for res in p.resources]
     sharding = _Sharding(
         count=count,
         jobs=jobs,
@@ -521,9 +529,8 @@ def _prepare(flags: dict[str, Any], resume: bool) -> tuple[_Sharding, ShardExecu
         resuming=resuming,
         command="resume" if resume else "run",
         config_path=str(loaded.path),
-        budget=prepare_shared_budget(
-            (res for p in built.checked.pools.values() for res in p.resources), shard_budget_path(base, count)
-        ),
+        budget=prepare_shared_budget(resources, shard_budget_path(base, count)),
+        budget_keep_s=longest_window(resources),
     )
     if sharding.budget is not None:
         warn(f"one rate budget for all shards: {sharding.budget.removeprefix('file:')}")
@@ -565,6 +572,7 @@ def _run_all(
         env = {SHARD_ENV: f"{index}/{count}"}
         if sharding.budget is not None:
             env[BUDGET_ENV] = sharding.budget
+            env[BUDGET_KEEP_ENV] = repr(sharding.budget_keep_s)
         return ShardJob(index=index, count=count, argv=argv, env=env, cwd=os.getcwd())
 
     # a resume's own run holds only what it re-ran: show every run of the shard stores instead

@@ -14,7 +14,9 @@ budget is a timed wait, never a polling loop.
 With a shared budget (``share``: the shards of one machine, see ``shared_budget.py``), each
 grant holds the budget's lock, first adds what the other processes granted to the windows,
 then decides, and records its own grant before letting go: the processes together never pass
-a limit. Settlements are recorded too.
+a limit. Settlements are recorded too, and so are a server's Retry-After holds of a limited
+resource: the next grant attempt of every other process finds the resource held until the same
+time (and its wait queue keeps its timer on the hold's end).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyattacker.resources.limits import Charge, request_tokens
 from pyattacker.resources.resource import READY, Resource
-from pyattacker.resources.shared_budget import CHARGE, SETTLE, BudgetEntry, SharedBudget, budget_key
+from pyattacker.resources.shared_budget import CHARGE, HOLD, SETTLE, BudgetEntry, SharedBudget, budget_key
 
 if TYPE_CHECKING:
     from pyattacker.resources.lease import Lease
@@ -164,6 +166,9 @@ class BudgetGate:
                 held = foreign.get(entry.ref)
                 if held is not None:
                     limits.adjust(held, entry.tokens, now)
+            elif entry.kind == HOLD and entry.at > now:
+                assert resource is not None
+                self._pool._health.hold_until(resource, entry.at, entry.tokens, "retry_after_shared")
         self._forget(now)
 
     def _forget(self, now: float) -> None:
@@ -185,6 +190,16 @@ class BudgetGate:
             return
         with shared.hold():
             shared.push(BudgetEntry(self._key(resource), SETTLE, charge.ref, charge.at, delta))
+
+    def held(self, resource: Resource, until: float) -> None:
+        """Record a server's hold of ``resource`` until ``until`` in the shared budget (when
+        there is one, and the resource is limited: only those share a budget)."""
+        shared = self.shared
+        if shared is None or resource.limits is None:
+            return
+        seconds = until - self._pool.clock.now()
+        with shared.hold():
+            shared.push(BudgetEntry(self._key(resource), HOLD, shared.new_ref(), until, seconds))
 
     # -- waiting -------------------------------------------------------------------------------
     def refill_at(self, now: float, asks: Iterable[float]) -> float | None:

@@ -130,16 +130,27 @@ class Health:
         Retry-After: its budget is spent until then). A longer hold already set stays."""
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
             raise ValueError(f"a hold must be a non-negative number of seconds, got {seconds!r}")
-        if resource.state is REVOKED or resource.state is DEAD or seconds == 0:
+        if seconds == 0:
             return
         pool = self._pool
         until = pool.clock.now() + seconds
+        gate = pool._gate
+        if self.hold_until(resource, until, seconds, reason) and gate is not None:
+            gate.held(resource, until)  # the other shards sharing its budget hold too
+
+    def hold_until(self, resource: Resource, until: float, seconds: float, reason: str) -> bool:
+        """Not leasable until ``until``; whether that changed anything (a longer hold, or a
+        revoked or dead resource, stays as it is)."""
+        if resource.state is REVOKED or resource.state is DEAD:
+            return False
         if resource.blocked_until is not None and resource.blocked_until >= until:
-            return
+            return False
         resource.blocked_until = until
+        pool = self._pool
         if pool._listened():
             pool._emit("resource.rate_limited", resource.id, {"retry_after_s": seconds, "reason": reason})
         pool._queue.blocked(until)
+        return True
 
     def succeeded(self, resource: Resource) -> None:
         """An ok call: the failure count restarts, and a DEGRADED or DEAD resource is READY."""

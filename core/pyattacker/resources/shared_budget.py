@@ -4,7 +4,8 @@ Each process keeps its own sliding windows (``limits.py``); a *shared budget* ma
 process's windows hold every process's grants. It is a log of grants that all of them append
 to, and a lock that makes "pull what the others granted, decide, record mine" one step: the
 budget gate of a pool with limited resources holds it for each grant. Unlimited resources never
-touch it, and a pool without limited resources has no gate at all.
+touch it, and a pool without limited resources has no gate at all. A server's Retry-After on
+one process's request is a record too: every process holds that resource until the same time.
 
 ``SharedBudget`` is the interface; ``FileBudget`` the built-in one, a file of fixed-size records
 beside the shard stores, locked with ``flock``. Grant times are ``time.monotonic()``, one clock
@@ -43,11 +44,14 @@ BUDGET_ENV = "PYATTACKER_SHARED_BUDGET"
 
 CHARGE = 0
 SETTLE = 1
+#: a server's Retry-After: no grant of the resource until ``at`` (``tokens``: the seconds asked)
+HOLD = 2
 
 
 class BudgetEntry(NamedTuple):
-    """One record: a grant (``kind`` CHARGE: ``tokens`` its estimate) or a settlement of one
-    (``kind`` SETTLE: ``tokens`` the change), of the resource ``key``; ``ref`` names the grant."""
+    """One record: a grant (``kind`` CHARGE: ``tokens`` its estimate), a settlement of one
+    (``kind`` SETTLE: ``tokens`` the change) or a server's hold (``kind`` HOLD: none until
+    ``at``), of the resource ``key``; ``ref`` names the grant (or the hold)."""
 
     key: bytes
     kind: int

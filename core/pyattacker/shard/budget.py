@@ -18,7 +18,11 @@ from typing import Any
 from pyattacker.resources.limits import LIMIT_KEYS, window_scale
 from pyattacker.resources.shared_budget import BUDGET_ENV, compact_budget_file
 
-__all__ = ["BUDGET_ENV", "prepare_shared_budget", "shard_budget_path"]
+__all__ = ["BUDGET_ENV", "BUDGET_KEEP_ENV", "longest_window", "prepare_shared_budget", "shard_budget_path"]
+
+#: also set for the shards when they share a budget: how long, in seconds, a grant may count
+#: (the longest window, scaled); a budget kept elsewhere (a Ray actor) forgets older records
+BUDGET_KEEP_ENV = "PYATTACKER_SHARED_BUDGET_KEEP_S"
 
 
 def shard_budget_path(base: str, count: int) -> str:
@@ -27,7 +31,8 @@ def shard_budget_path(base: str, count: int) -> str:
     return f"{root}.shards{count}.budget"
 
 
-def _longest_window(resources: Iterable[Mapping[str, Any]]) -> float | None:
+def longest_window(resources: Iterable[Mapping[str, Any]]) -> float | None:
+    """The longest rate window of ``resources`` in seconds (scaled), None when none is limited."""
     spans = [
         LIMIT_KEYS[key][1] for res in resources for key in (res.get("limits") or {}) if key in LIMIT_KEYS
     ]
@@ -37,7 +42,7 @@ def _longest_window(resources: Iterable[Mapping[str, Any]]) -> float | None:
 def prepare_shared_budget(pool_resources: Iterable[Mapping[str, Any]], path: str) -> str | None:
     """The ``PYATTACKER_SHARED_BUDGET`` value for the shards (None when no resource is limited),
     with the file at ``path`` rid of grants older than the longest window."""
-    longest = _longest_window(pool_resources)
+    longest = longest_window(pool_resources)
     if longest is None:
         return None
     compact_budget_file(path, time.monotonic() - longest)

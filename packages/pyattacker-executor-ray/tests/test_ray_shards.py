@@ -240,6 +240,9 @@ def test_bad_address_and_bad_options_are_exit_2(tmp_path: Path) -> None:
     storage = _cli(tmp_path, *base, "--executor-option", "storage=nfs")
     assert storage.returncode == 2
     assert "storage must be one of auto, shared, ship" in storage.stderr
+    budget = _cli(tmp_path, *base, "--executor-option", "budget=nfs")
+    assert budget.returncode == 2
+    assert "budget must be one of auto, actor, file" in budget.stderr
     assert not list(tmp_path.glob("x.shard*"))
 
 

@@ -15,6 +15,7 @@ shard placed on the driver's own node or a non-file store, ``ship`` otherwise.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -26,9 +27,11 @@ import ray
 from ray.exceptions import RayError
 
 from pyattacker.errors import ConfigError, ExitCode
+from pyattacker.shard.budget import BUDGET_ENV, BUDGET_KEEP_ENV
 from pyattacker.shard.executor import ShardJob, ShardStatus
 from pyattacker.store.location import local_file
 
+from .budget import ACTOR_ENV, FACTORY_SPEC, NAMESPACE, start_budget_log
 from .options import RayOptions, check_reachable
 from .progress import ProgressReporter
 from .storage import read_store_files, write_store_files
@@ -176,6 +179,11 @@ class RayExecutor:
         self.modes: dict[int, str] = {}
         self.lock = threading.Lock()
         self.progress = ProgressReporter(self.options.progress_s) if self.options.progress_s > 0 else None
+        self.budget_mode = self.options.budget_mode()
+        #: the run's BudgetLog actor and what the shards need to find it (made with the first
+        #: shard of a run with rate-limited resources, when ``budget_mode`` is ``actor``)
+        self.budget_actor: Any = None
+        self.budget_spec: str | None = None
 
     def _connect(self) -> None:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -205,7 +213,20 @@ class RayExecutor:
         return "shared" if node == self.driver_node else "ship"
 
     def submit(self, job: ShardJob) -> RayHandle:
-        return RayHandle(self, job)
+        return RayHandle(self, self._with_budget(job))
+
+    def _with_budget(self, job: ShardJob) -> ShardJob:
+        """The job, pointed at the run's budget actor when its pools share a rate budget (the
+        parent set ``PYATTACKER_SHARED_BUDGET``) and the budget is the actor's."""
+        if BUDGET_ENV not in job.env or self.budget_mode != "actor":
+            return job
+        if self.budget_spec is None:
+            keep = float(job.env.get(BUDGET_KEEP_ENV) or 86400.0)
+            self.budget_actor, name = start_budget_log(secrets.token_hex(6), keep)
+            gcs = str(ray.get_runtime_context().gcs_address)
+            self.budget_spec = f"{gcs} {NAMESPACE} {name}"
+        env = {**job.env, BUDGET_ENV: FACTORY_SPEC, ACTOR_ENV: self.budget_spec}
+        return msgspec.structs.replace(job, env=env)
 
     def placed(self, handle: RayHandle, node: str) -> None:
         with self.lock:
@@ -233,11 +254,15 @@ class RayExecutor:
         parts = [
             f"stores of shard(s) {', '.join(map(str, ix))} {words[mode]}" for mode, ix in by_mode.items()
         ]
+        if self.budget_spec is not None:
+            parts.append(f"one rate budget for all shards in Ray actor {self.budget_spec.split()[-1]}")
         return "; ".join(parts)
 
     def close(self) -> None:
         if self.progress is not None:
             self.progress.stop()
+        if self.budget_actor is not None:
+            ray.kill(self.budget_actor)
         ray.shutdown()
 
     def __repr__(self) -> str:

@@ -12,11 +12,15 @@ from dataclasses import dataclass
 
 from pyattacker.errors import ConfigError
 
-__all__ = ["STORAGE_MODES", "RayOptions", "check_reachable"]
+__all__ = ["BUDGET_MODES", "STORAGE_MODES", "RayOptions", "check_reachable"]
 
 #: where shard stores live: ``auto`` (shared on the driver's node and for non-file stores,
 #: shipped from other nodes), ``shared`` (every node sees the path), ``ship`` (always shipped)
 STORAGE_MODES = ("auto", "shared", "ship")
+#: how shards share the rate budget of limited resources: ``actor`` (one Ray actor, any node),
+#: ``file`` (the kernel's budget file: every shard on the driver's machine), ``auto`` (``file``
+#: when the executor starts its own local Ray, ``actor`` when it joins a cluster)
+BUDGET_MODES = ("auto", "actor", "file")
 #: environment variables every shard gets from the driver, by prefix (the spec's one-T spelling too)
 FORWARDED_PREFIXES = ("PYATTACKER_", "PYATACKER_")
 
@@ -40,7 +44,7 @@ class RayOptions:
     ``STORAGE_MODES``. ``num_cpus``: CPUs each shard reserves. ``grace_s``: how long ``cancel``
     waits after an interrupt before killing. ``env``: more driver variables to forward (comma
     separated; ``PYATTACKER_*`` always are). ``progress_s``: seconds between progress lines on
-    stderr (0: none).
+    stderr (0: none). ``budget``: see ``BUDGET_MODES``.
     """
 
     address: str | None = None
@@ -49,10 +53,11 @@ class RayOptions:
     grace_s: float = 15.0
     env: tuple[str, ...] = ()
     progress_s: float = 10.0
+    budget: str = "auto"
 
     @classmethod
     def parse(cls, **options: object) -> RayOptions:
-        known = {"address", "storage", "num_cpus", "grace_s", "env", "progress_s"}
+        known = {"address", "storage", "num_cpus", "grace_s", "env", "progress_s", "budget"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise ConfigError(
@@ -65,6 +70,11 @@ class RayOptions:
             raise ConfigError(
                 f"--executor ray: storage must be one of {', '.join(STORAGE_MODES)}, got {storage!r}"
             )
+        budget = str(options.get("budget", "auto"))
+        if budget not in BUDGET_MODES:
+            raise ConfigError(
+                f"--executor ray: budget must be one of {', '.join(BUDGET_MODES)}, got {budget!r}"
+            )
         env = options.get("env", ())
         names = tuple(n.strip() for n in env.split(",") if n.strip()) if isinstance(env, str) else tuple(env)  # type: ignore[arg-type]
         return cls(
@@ -74,7 +84,15 @@ class RayOptions:
             grace_s=_number("grace_s", options.get("grace_s", 15), minimum=0),
             env=names,
             progress_s=_number("progress_s", options.get("progress_s", 10), minimum=0),
+            budget=budget,
         )
+
+    def budget_mode(self) -> str:
+        """``actor`` or ``file``: ``auto`` is ``file`` only for a Ray this run starts on this
+        machine (every shard then runs here); a cluster may place shards on any node."""
+        if self.budget != "auto":
+            return self.budget
+        return "file" if self.address is None else "actor"
 
     def forwarded_env(self) -> dict[str, str]:
         """The driver's variables each shard gets (on top of the node's own environment)."""
