@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -101,6 +102,8 @@ class SuiteStore(StoreBase):
         #: slot -> store, and prefix -> (slot, store), of the open members
         self.parts: dict[int, StoreBase] = {0: self.catalog}
         self._by_prefix: dict[str, tuple[int, StoreBase]] = {}
+        #: the files' commits not yet durable (``commit`` waits for them all)
+        self._outstanding: list[Future[None]] = []
         #: prefix -> experiment id, of the open members
         self._experiments: dict[str, str] = {}
         try:
@@ -164,27 +167,14 @@ class SuiteStore(StoreBase):
 
     # -- writes ---------------------------------------------------------------------------------------
     def commit(self, batch: Batch) -> None:
-        for future in self._commit_parts(batch):
+        """Durable on return, with every commit before it (each file syncs its own)."""
+        self._commit_parts(batch)
+        for future in self._outstanding:
             future.result()
 
     def commit_behind(self, batch: Batch) -> Future[None] | None:
         pending = self._commit_parts(batch)
-        if not pending:
-            return None
-        done: Future[None] = Future()
-        left = [len(pending)]
-
-        def settle(future: Future[None]) -> None:
-            error = future.exception()
-            if error is not None and not done.done():
-                done.set_exception(error)
-            left[0] -= 1
-            if left[0] == 0 and not done.done():
-                done.set_result(None)
-
-        for future in pending:
-            future.add_done_callback(settle)
-        return done
+        return _all_of(pending) if pending else None
 
     def _commit_parts(self, batch: Batch) -> list[Future[None]]:
         pending = []
@@ -192,6 +182,7 @@ class SuiteStore(StoreBase):
             future = self.parts[slot].commit_behind(part)
             if future is not None:
                 pending.append(future)
+        self._outstanding = [f for f in self._outstanding if not f.done()] + pending
         return pending
 
     def interrupt_running(self, run_id: str, now: float) -> int:
@@ -386,6 +377,30 @@ class SuiteStore(StoreBase):
 
     def __repr__(self) -> str:
         return f"SuiteStore({self.location!r}, experiments={len(self.parts) - 1})"
+
+
+def _all_of(futures: list[Future[None]]) -> Future[None]:
+    """One future resolved once every one of ``futures`` is (failed with the first error)."""
+    done: Future[None] = Future()
+    lock = threading.Lock()
+    left = [len(futures)]
+
+    def settle(future: Future[None]) -> None:
+        error = None if future.cancelled() else future.exception()
+        with lock:
+            left[0] -= 1
+            if done.done():
+                return
+            if future.cancelled():
+                done.cancel()
+            elif error is not None:
+                done.set_exception(error)
+            elif left[0] == 0:
+                done.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(settle)
+    return done
 
 
 def _take(rows: Iterable[Any], limit: int) -> Iterator[Any]:
