@@ -20,6 +20,7 @@ manifest): unique across the directory and in each file's order, so keyset pagin
 from __future__ import annotations
 
 import heapq
+import operator
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -52,6 +53,9 @@ __all__ = ["ID_STRIDE", "SuiteStore", "experiment_store_path"]
 ID_STRIDE = 1024
 #: the length of every member pipeline id's experiment prefix (``suite-<16 hex>-``)
 _PREFIX_LEN = len(experiment_prefix("s", "e"))
+#: the ``Batch`` fields split by pipeline (``runs`` go to every file)
+_ROUTED = tuple(name for name in Batch.__slots__ if name != "runs")
+_PIPELINE_ID = operator.attrgetter("pipeline_id")
 #: the row kinds whose ids are numbered per file, and their id field
 _NUMBERED = {"attempts": "attempt_id", "events": "event_id"}
 
@@ -104,7 +108,8 @@ class SuiteStore(StoreBase):
         self._by_prefix: dict[str, tuple[int, StoreBase]] = {}
         #: the files' commits not yet durable (``commit`` waits for them all)
         self._outstanding: list[Future[None]] = []
-        #: prefix -> experiment id, of the open members
+        #: prefix -> slot, and prefix -> experiment id, of the open members
+        self._slot_of: dict[str, int] = {}
         self._experiments: dict[str, str] = {}
         try:
             for exp_id in names:
@@ -116,6 +121,7 @@ class SuiteStore(StoreBase):
                 prefix = manifest.experiments[exp_id]["prefix"]
                 self._by_prefix[prefix] = (slots[exp_id], child)
                 self._experiments[prefix] = exp_id
+                self._slot_of[prefix] = slots[exp_id]
         except BaseException:
             self.close()
             raise
@@ -143,26 +149,36 @@ class SuiteStore(StoreBase):
         return iter(groups.values())
 
     def _split(self, batch: Batch) -> dict[int, Batch]:
-        """``batch`` as one batch per file: run rows to every file, the rest by pipeline."""
+        """``batch`` as one batch per file: run rows to every file, pool rows to the catalog,
+        every other row to its pipeline's member (none: the catalog)."""
         parts: dict[int, Batch] = {}
-
-        def into(slot: int) -> Batch:
-            found = parts.get(slot)
-            if found is None:
-                found = parts[slot] = Batch()
-            return found
-
         if batch.runs:
             for slot in self.parts:
-                into(slot).runs.extend(batch.runs)
-        for name in Batch.__slots__:
-            if name == "runs":
-                continue
+                parts[slot] = Batch()
+                parts[slot].runs.extend(batch.runs)
+        slot_of = self._slot_of.get
+        cut = _PREFIX_LEN
+        for name in _ROUTED:
             rows = getattr(batch, name)
-            for row in rows:
-                pid = row if name == "finals_cleared" else getattr(row, "pipeline_id", None)
-                part = self._part(pid)
-                getattr(into(0 if part is None else part[0]), name).append(row)
+            if not rows:
+                continue
+            if name == "resources":
+                groups: dict[int, list[Any]] = {0: list(rows)}
+            else:
+                groups = {}
+                pids = rows if name == "finals_cleared" else map(_PIPELINE_ID, rows)
+                for row, pid in zip(rows, pids, strict=True):
+                    slot = slot_of(pid[:cut], 0) if pid else 0
+                    group = groups.get(slot)
+                    if group is None:
+                        groups[slot] = [row]
+                    else:
+                        group.append(row)
+            for slot, group in groups.items():
+                part = parts.get(slot)
+                if part is None:
+                    part = parts[slot] = Batch()
+                setattr(part, name, group)
         return parts
 
     # -- writes ---------------------------------------------------------------------------------------
