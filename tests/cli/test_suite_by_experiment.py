@@ -82,6 +82,7 @@ def test_each_experiment_has_its_own_store_and_artifacts_folder(env: dict[str, s
     out = tmp_path / "out"
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["layout"] == "by_experiment" and manifest["catalog"] == "suite.db"
+    assert manifest["experiments"]["a"]["store"] == "experiments/a/state.db"
     assert (out / "suite.db").is_file() and not (out / "state.db").exists()
     for exp in ("a", "b"):  # each member's store is an ordinary store holding its rows only
         rows = _results(out / "experiments" / exp / "state.db", env)
@@ -142,6 +143,14 @@ def test_a_members_missing_store_is_refused_not_recreated(env: dict[str, str], t
     assert "is missing" in result.stderr and not (folder / "state.db").exists()
     view = cli(["report", str(tmp_path / "out")], env)
     assert view.returncode == 2 and "experiment 'b'" in view.stderr
+    # a store the manifest never saw created (a run that could not open it) is no lost store
+    manifest_path = tmp_path / "out" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    del manifest["experiments"]["b"]["store"]
+    manifest_path.write_text(json.dumps(manifest))
+    fresh = cli(["resume", "-c", str(suite), "--summary-format", "json"], env)
+    assert fresh.returncode == 0, fresh.stderr
+    assert json.loads(fresh.stdout)["counters"]["pipelines_succeeded"] == 2  # b's, from nothing
 
 
 def _full_after(store: StoreBase, commits: int) -> StoreBase:

@@ -27,7 +27,7 @@ from pyattacker.config.pools import PoolDef
 from pyattacker.config.suite import STORE_REFUSED, CheckedSuite, Member
 from pyattacker.digest import digest_of
 from pyattacker.engine.settings import RunConfig
-from pyattacker.errors import ConfigError
+from pyattacker.errors import ConfigError, PyAttackerError, StoreUnavailable
 from pyattacker.flow.chain import PipelineSpec, PipelineTemplate
 from pyattacker.paths import make_parent
 from pyattacker.plugins.store_base import StoreBase
@@ -65,13 +65,24 @@ class BuiltSuite:
         for ``by_experiment`` the catalog and the selected members' stores, and no other's."""
         if self.manifest.layout != "by_experiment":
             return None
-        return SuiteStore(
-            self.root,
-            self.manifest,
-            experiments=[m.id for m in self.members],
-            read_only=False,
-            opener=lambda path, read_only: open_store(path, read_only=read_only),
-        )
+        try:
+            store = SuiteStore(
+                self.root,
+                self.manifest,
+                experiments=[m.id for m in self.members],
+                read_only=False,
+                opener=lambda path, read_only: open_store(path, read_only=read_only),
+            )
+        except PyAttackerError:
+            raise
+        except Exception as exc:
+            what = f"{type(exc).__name__}: {exc}"
+            raise StoreUnavailable(f"cannot open the stores of {self.root}: {what}") from exc
+        for m in self.members:  # from now on a missing store is a lost one (refused)
+            path = experiment_store_path(self.root, m.id).relative_to(self.root)
+            self.manifest.experiments[m.id]["store"] = path.as_posix()
+        write_manifest(self.root, self.manifest)
+        return store
 
     def record_outcome(self) -> None:
         """Note in the manifest which members' sources failed in this run (and clear the note
@@ -199,8 +210,9 @@ def _run_config(
 
 
 def _missing_member_store(root: Path, members: list[Member]) -> None:
-    """With ``by_experiment``, a member that ran into ``root`` before must still have its store:
-    a missing one is refused, never recreated (its pipelines would run again from nothing)."""
+    """With ``by_experiment``, a member whose store was created (the manifest says so) must
+    still have it: a missing one is refused, never recreated (its pipelines would run again
+    from nothing)."""
     if not is_suite_dir(str(root)):
         return
     manifest = read_manifest(root)
@@ -208,7 +220,7 @@ def _missing_member_store(root: Path, members: list[Member]) -> None:
         return
     for m in members:
         path = experiment_store_path(root, m.id)
-        if m.id in manifest.experiments and not path.exists():
+        if "store" in manifest.experiments.get(m.id, {}) and not path.exists():
             raise ConfigError(
                 f"experiments.{m.id}: its store {path} is missing; restore it, or give the"
                 " experiment a new id"
