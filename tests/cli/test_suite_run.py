@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from pyattacker.store.suite_dir import experiment_prefix
 from tests.faults.harness import snapshot
 from tests.support import REPO
 from tests.support.cli import cli, cli_env
@@ -23,7 +24,7 @@ from tests.support.suites import member, read_ledger, write_suite
 TWO = """
 suite: {id: s1}
 run: {concurrency: CONC}
-output: {root: out}
+output: {root: out, layout: LAYOUT}
 experiments:
   a: {config: a.yaml, label: first}
   b: {config: b.yaml, label: second}
@@ -35,11 +36,13 @@ def env(tmp_path: Path, _isolated_home: Path) -> dict[str, str]:
     return cli_env(_isolated_home, tmp_path, SUITE_LEDGER=str(tmp_path / "ledger.tsv"))
 
 
-def _two(tmp_path: Path, n: int = 6, conc: int = 4, **kw: Any) -> Path:
+def _body(conc: int, layout: str = "combined") -> str:
+    return TWO.replace("CONC", str(conc)).replace("LAYOUT", layout)
+
+
+def _two(tmp_path: Path, n: int = 6, conc: int = 4, layout: str = "combined", **kw: Any) -> Path:
     source = f"{{kind: range, n: {n}}}"
-    return write_suite(
-        tmp_path, TWO.replace("CONC", str(conc)), {"a": member(source, **kw), "b": member(source, **kw)}
-    )
+    return write_suite(tmp_path, _body(conc, layout), {"a": member(source, **kw), "b": member(source, **kw)})
 
 
 def _rows(tmp_path: Path, env: dict[str, str], *extra: str) -> list[dict[str, Any]]:
@@ -78,10 +81,14 @@ def test_a_suite_runs_every_member_into_one_root_with_suite_identity(
     }
 
 
-def test_the_shared_budget_is_never_exceeded_across_members(env: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", ["combined", "by_experiment"])
+def test_the_shared_budget_is_never_exceeded_across_members(
+    env: dict[str, str], tmp_path: Path, layout: str
+) -> None:
     """concurrency 3 is the suite's: with two members of 30 pipelines each and private pools
-    of capacity 8, the task bodies running at once (counted across members) never pass 3."""
-    suite = _two(tmp_path, n=30, conc=3, pool="model")
+    of capacity 8, the task bodies running at once (counted across members) never pass 3,
+    whether the members share one store or each has its own."""
+    suite = _two(tmp_path, n=30, conc=3, pool="model", layout=layout)
     result = cli(["run", "-c", str(suite)], env)
     assert result.returncode == 0, result.stderr
     peak = int((tmp_path / "ledger.tsv.peak").read_text())
@@ -144,9 +151,7 @@ experiments:
 
 
 def test_member_limits_and_the_total_limit(env: dict[str, str], tmp_path: Path) -> None:
-    body = TWO.replace("CONC", "2").replace(
-        "a: {config: a.yaml, label: first}", "a: {config: a.yaml, limit: 2}"
-    )
+    body = _body(2).replace("a: {config: a.yaml, label: first}", "a: {config: a.yaml, limit: 2}")
     source = "{kind: range, n: 6}"
     suite = write_suite(tmp_path, body, {"a": member(source), "b": member(source)})
     result = cli(["run", "-c", str(suite)], env)
@@ -177,14 +182,15 @@ def test_selected_members_leave_the_others_rows_untouched(env: dict[str, str], t
     assert unknown.returncode == 2 and "--experiment: no experiment 'zz' in suite 's1'" in unknown.stderr
 
 
-def test_a_task_failure_in_one_member_never_stops_the_others(env: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", ["combined", "by_experiment"])
+def test_a_task_failure_in_one_member_never_stops_the_others(
+    env: dict[str, str], tmp_path: Path, layout: str
+) -> None:
     (tmp_path / "seeds.jsonl").write_text(
         "".join(json.dumps({"id": f"k{i}", "fail": i % 2}) + "\n" for i in range(6))
     )
     source = "{kind: jsonl, path: seeds.jsonl, key_field: id}"
-    suite = write_suite(
-        tmp_path, TWO.replace("CONC", "2"), {"a": member(source), "b": member("{kind: range, n: 6}")}
-    )
+    suite = write_suite(tmp_path, _body(2, layout), {"a": member(source), "b": member("{kind: range, n: 6}")})
     result = cli(["run", "-c", str(suite), "--summary-format", "json"], env)
     assert result.returncode == 1, result.stderr
     counters = json.loads(result.stdout)["counters"]
@@ -196,9 +202,7 @@ def test_a_member_whose_source_fails_is_reported_and_the_others_finish(
 ) -> None:
     (tmp_path / "bad.jsonl").write_text('{"id": "k0"}\n{"id": "k1"}\nnot json\n')
     source = "{kind: jsonl, path: bad.jsonl, key_field: id}"
-    suite = write_suite(
-        tmp_path, TWO.replace("CONC", "2"), {"a": member(source), "b": member("{kind: range, n: 6}")}
-    )
+    suite = write_suite(tmp_path, _body(2), {"a": member(source), "b": member("{kind: range, n: 6}")})
     result = cli(["run", "-c", str(suite), "--summary-format", "json"], env)
     assert result.returncode == 1, result.stderr
     assert "experiment a: its source failed" in result.stderr and "invalid JSON line" in result.stderr
@@ -208,10 +212,14 @@ def test_a_member_whose_source_fails_is_reported_and_the_others_finish(
     assert "source_error" not in manifest["experiments"]["b"]
 
 
-def test_sigkill_then_resume_replays_no_task_in_any_member(env: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", ["combined", "by_experiment"])
+def test_sigkill_then_resume_replays_no_task_in_any_member(
+    env: dict[str, str], tmp_path: Path, layout: str
+) -> None:
     """The audit-ledger method of tests/faults: every (pipeline, task) whose artifact was
-    durable when the process was killed is never executed by the resume, in either member."""
-    suite = _two(tmp_path, n=40, conc=4, tasks=3)
+    durable when the process was killed is never executed by the resume, in either member
+    (with ``by_experiment``, durable in the member's own store)."""
+    suite = _two(tmp_path, n=40, conc=4, tasks=3, layout=layout)
     ledger = tmp_path / "ledger.tsv"
     proc = subprocess.Popen(
         [sys.executable, "-m", "pyattacker", "run", "-c", str(suite)],
@@ -231,8 +239,20 @@ def test_sigkill_then_resume_replays_no_task_in_any_member(env: dict[str, str], 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    store = tmp_path / "out" / "state.db"
-    durable = {(pid, seq) for pid, seqs in snapshot("sqlite", store).artifact_slots.items() for seq in seqs}
+    stores = [tmp_path / "out" / "state.db"]
+    if layout == "by_experiment":
+        stores = [tmp_path / "out" / "experiments" / exp / "state.db" for exp in ("a", "b")]
+        assert all(store.exists() for store in stores) and not (tmp_path / "out" / "state.db").exists()
+    durable = {
+        (pid, seq)
+        for store in stores
+        for pid, seqs in snapshot("sqlite", store).artifact_slots.items()
+        for seq in seqs
+    }
+    assert {pid[:23] for pid, _seq in durable} == {  # both members had durable work when killed
+        experiment_prefix("s1", "a"),
+        experiment_prefix("s1", "b"),
+    }
     first = len(read_ledger(ledger))
     assert first < 2 * 40 * 3
     resumed = cli(["resume", "-c", str(suite), "--summary-format", "json"], env)

@@ -56,6 +56,12 @@ async def leased(value, ctx):
         return await _work(value, ctx)
 
 
+@task(name="files")
+async def files(value, ctx):
+    (ctx.artifact_dir() / "out.txt").write_text(ctx.pipeline_id)  # a task's own file
+    return await _work(value, ctx)
+
+
 @task(name="named")
 async def named(value, ctx):
     async with ctx.acquire("model"):  # the member's own pool name, whatever the suite calls it

@@ -1,6 +1,8 @@
 """Views over a suite directory, through the real command line: ``report`` side by side,
 ``export`` with identity and ``--by-experiment``, ``watch``, and ``serve``'s experiments view
-(a real server process on a loopback port; the dashboard in a real browser when installed)."""
+(a real server process on a loopback port; the dashboard in a real browser when installed).
+Every test runs over both layouts: one ``state.db`` (``combined``) and one store per
+experiment (``by_experiment``) read the same."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from tests.support.views import serving
 SUITE = """
 suite: {id: cmp}
 run: {concurrency: 4}
-output: {root: out}
+output: {root: out, layout: LAYOUT}
 experiments:
   good: {config: good.yaml, label: the good one}
   bad: {config: bad.yaml, label: the bad one}
@@ -29,8 +31,10 @@ experiments:
 TOKEN = "suite-token"
 
 
-@pytest.fixture(scope="module")
-def suite_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+@pytest.fixture(scope="module", params=["combined", "by_experiment"])
+def suite_dir(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> tuple[Path, dict[str, str]]:
     """A finished suite: `good` (4 pipelines, score 1.0) and `bad` (4 pipelines, 2 failing,
     score 0.5 for the others); each task reports tokens 10 (a pipeline's metric: its latest
     value), summed per experiment."""
@@ -42,7 +46,7 @@ def suite_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
         "good": member("{kind: range, n: 4}"),
         "bad": member("{kind: jsonl, path: bad.jsonl, key_field: id}"),
     }
-    path = write_suite(folder, SUITE, members)
+    path = write_suite(folder, SUITE.replace("LAYOUT", request.param), members)
     result = cli(["run", "-c", str(path)], env)
     assert result.returncode == 1, result.stderr
     return folder / "out", env
@@ -137,6 +141,9 @@ def test_serve_has_an_experiments_view(suite_dir: tuple[Path, dict[str, str]]) -
 
 def test_a_plain_store_has_no_experiments_view(suite_dir: tuple[Path, dict[str, str]]) -> None:
     root, _env = suite_dir
-    with serving(str(root / "state.db"), TOKEN) as (port, _url):
+    plain = root / "state.db"
+    if not plain.exists():  # by_experiment: each experiment's store is a plain store
+        plain = root / "experiments" / "good" / "state.db"
+    with serving(str(plain), TOKEN) as (port, _url):
         status, doc = _get(port, "/experiments")
         assert status == 404 and "/experiments" not in doc.get("paths", [])

@@ -41,15 +41,17 @@ def execute(
     total: int | None,
     progress: bool,
     template: Any = None,
+    store: Any = None,
 ) -> tuple[RunReport, HealthLog]:
-    """Open the store, run every spec (with an optional progress bar), return the report."""
+    """Open the store (``store``: one opened already; else ``config.store``), run every spec
+    (with an optional progress bar), return the report."""
     from pyattacker.engine.runner import Runner  # start-up: `--help` imports this module
 
     health = HealthLog()
     for pool in pools:
         pool.listeners.append(health)
     try:
-        runner = Runner(config=config, pools=pools)
+        runner = Runner(store, config=config, pools=pools)
     except PyAttackerError:
         raise
     except Exception as exc:

@@ -118,7 +118,12 @@ def run_suite(flags: dict[str, Any], *, resume: bool) -> None:
     )
     warn(f"suite {checked.id}: experiments {', '.join(m.id for m in built.members)} -> {built.root}")
     report, health = execute(
-        built.config, built.pools, built.specs(), total=built.total, progress=flags["progress"]
+        built.config,
+        built.pools,
+        built.specs(),
+        total=built.total,
+        progress=flags["progress"],
+        store=built.open_store(),
     )
     built.record_outcome()
     for exp_id, problem in built.source_errors.items():

@@ -121,12 +121,8 @@ def _check_output(data: Any, base: Path, suite_id: str | None, errors: list[str]
     layout = data.get("layout", "combined")
     if layout not in LAYOUTS:
         errors.append(f"output.layout: must be one of {', '.join(LAYOUTS)}, got {layout!r}")
-    elif layout == "by_experiment":
-        errors.append(
-            "output.layout: by_experiment is not supported in this version; use combined (one"
-            " state.db; views and exports still split by experiment)"
-        )
-    return root, "combined"  # the only layout written in this version
+        return root, "combined"
+    return root, str(layout)
 
 
 def _check_run_block(data: Any, base: Path, errors: list[str]) -> dict[str, Any]:

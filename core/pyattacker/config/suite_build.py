@@ -27,17 +27,21 @@ from pyattacker.config.pools import PoolDef
 from pyattacker.config.suite import STORE_REFUSED, CheckedSuite, Member
 from pyattacker.digest import digest_of
 from pyattacker.engine.settings import RunConfig
-from pyattacker.errors import ConfigError
+from pyattacker.errors import ConfigError, PyAttackerError, StoreUnavailable
 from pyattacker.flow.chain import PipelineSpec, PipelineTemplate
 from pyattacker.paths import make_parent
+from pyattacker.plugins.store_base import StoreBase
+from pyattacker.store.location import open_store
 from pyattacker.store.suite_dir import (
-    CATALOG,
     SuiteManifest,
     experiment_prefix,
+    is_suite_dir,
     member_pipeline_id,
     open_root,
+    read_manifest,
     write_manifest,
 )
+from pyattacker.store.suite_store import SuiteStore, experiment_store_path
 
 __all__ = ["BuiltSuite", "build_suite", "definition_digest", "member_template", "suite_root"]
 
@@ -55,6 +59,30 @@ class BuiltSuite:
     total: int | None
     #: ``{experiment id: message}`` of each member whose source failed during the run
     source_errors: dict[str, str] = field(default_factory=dict)
+
+    def open_store(self) -> StoreBase | None:
+        """The store the run writes: None for ``combined`` (its ``state.db``, by location);
+        for ``by_experiment`` the catalog and the selected members' stores, and no other's."""
+        if self.manifest.layout != "by_experiment":
+            return None
+        try:
+            store = SuiteStore(
+                self.root,
+                self.manifest,
+                experiments=[m.id for m in self.members],
+                read_only=False,
+                opener=lambda path, read_only: open_store(path, read_only=read_only),
+            )
+        except PyAttackerError:
+            raise
+        except Exception as exc:
+            what = f"{type(exc).__name__}: {exc}"
+            raise StoreUnavailable(f"cannot open the stores of {self.root}: {what}") from exc
+        for m in self.members:  # from now on a missing store is a lost one (refused)
+            path = experiment_store_path(self.root, m.id).relative_to(self.root)
+            self.manifest.experiments[m.id]["store"] = path.as_posix()
+        write_manifest(self.root, self.manifest)
+        return store
 
     def record_outcome(self) -> None:
         """Note in the manifest which members' sources failed in this run (and clear the note
@@ -168,15 +196,35 @@ def _round_robin(
             yield spec
 
 
-def _run_config(checked: CheckedSuite, overrides: dict[str, Any], root: Path) -> RunConfig:
+def _run_config(
+    checked: CheckedSuite, overrides: dict[str, Any], root: Path, manifest: SuiteManifest
+) -> RunConfig:
     if overrides.get("store") is not None:
         raise ConfigError(f"--store: not allowed with a suite: {STORE_REFUSED}")
     values = dict(checked.run)
     values.update({k: v for k, v in overrides.items() if v is not None and k != "store"})
-    values["store"] = str(root / CATALOG)
+    values["store"] = str(root / manifest.catalog) if manifest.layout == "combined" else str(root)
     values.setdefault("label", checked.id)
     values["meta"] = {**values.get("meta", {}), "suite_id": checked.id}
     return RunConfig(**values)
+
+
+def _missing_member_store(root: Path, members: list[Member]) -> None:
+    """With ``by_experiment``, a member whose store was created (the manifest says so) must
+    still have it: a missing one is refused, never recreated (its pipelines would run again
+    from nothing)."""
+    if not is_suite_dir(str(root)):
+        return
+    manifest = read_manifest(root)
+    if manifest.layout != "by_experiment":
+        return
+    for m in members:
+        path = experiment_store_path(root, m.id)
+        if "store" in manifest.experiments.get(m.id, {}) and not path.exists():
+            raise ConfigError(
+                f"experiments.{m.id}: its store {path} is missing; restore it, or give the"
+                " experiment a new id"
+            )
 
 
 def build_suite(
@@ -208,7 +256,8 @@ def build_suite(
         for m in members
     }
     manifest = open_root(root, checked.id, checked.layout, definitions)
-    config = _run_config(checked, overrides, root)
+    _missing_member_store(root, members)
+    config = _run_config(checked, overrides, root, manifest)
     for m in members:
         src = m.checked.source
         check = getattr(src.source, "check", None)
@@ -217,7 +266,7 @@ def build_suite(
                 check(src.options, m.checked.loaded.base_dir)
             except ConfigError as exc:
                 raise ConfigError(f"experiments.{m.id}.config: {exc}") from None
-    make_parent(str(root / CATALOG), "output.root")
+    make_parent(str(root / manifest.catalog), "output.root")
     write_manifest(root, manifest)
     defs = list(checked.pools.values()) + [d for m in members for d in _private_pools(m)]
     errors: dict[str, str] = {}

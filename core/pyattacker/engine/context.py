@@ -443,7 +443,7 @@ class TaskContext(msgspec.Struct, eq=False):
 
     def artifact_dir(self) -> Path:
         """A directory of this attempt's own, under the store's folder (created on first call)."""
-        root = self._run.runner.artifact_root().resolve()
+        root = self._run.runner.artifact_root(self.pipeline_id).resolve()
         pid = self.pipeline_id if _SAFE.match(self.pipeline_id) else digest_bytes(self.pipeline_id.encode())
         run = self.run_id if _SAFE.match(self.run_id) else digest_bytes(self.run_id.encode())
         path = (

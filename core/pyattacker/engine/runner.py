@@ -167,9 +167,14 @@ class Runner:
         if template.control is not None:
             require_ledger(self.store, template)
 
-    def artifact_root(self) -> Path:
-        """The folder for tasks' own files (``ctx.artifact_dir()``): beside the store, or a
-        temporary one for a store with no folder."""
+    def artifact_root(self, pipeline_id: str | None = None) -> Path:
+        """The folder for tasks' own files (``ctx.artifact_dir()``): the one the store keeps for
+        ``pipeline_id`` (``StoreBase.artifact_folder``), else beside the store, or a temporary
+        one for a store with no folder."""
+        if pipeline_id is not None:
+            folder = self.store.artifact_folder(pipeline_id)
+            if folder is not None:
+                return Path(folder)
         if self._artifact_root is None:
             location = self.store.location or ""
             if location and location != ":memory:" and not location.startswith("memory"):

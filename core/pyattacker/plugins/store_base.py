@@ -224,6 +224,13 @@ class StoreBase(ABC):
         self.commit(batch)
         return None
 
+    def artifact_folder(self, pipeline_id: str) -> str | None:
+        """The folder for the files tasks of ``pipeline_id`` write themselves
+        (``ctx.artifact_dir()``), when this store keeps one per pipeline group (the suite
+        layout ``by_experiment``: each experiment's beside its store). None: the runner's
+        usual one, beside the store."""
+        return None
+
     # -- the control ledger -----------------------------------------------------------------------
     @property
     def has_ledger(self) -> bool:

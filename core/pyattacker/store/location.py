@@ -14,6 +14,8 @@ from typing import Any
 from pyattacker.errors import ConfigError
 from pyattacker.plugins.manager import get_plugins
 from pyattacker.plugins.store_base import StoreBase, StoreOpener, adapt_store, split_scheme
+from pyattacker.store.suite_dir import is_suite_dir, read_manifest
+from pyattacker.store.suite_store import SuiteStore
 
 __all__ = [
     "StoreOpener",
@@ -133,6 +135,8 @@ def open_store(
     if not isinstance(uri, str | os.PathLike):
         return adapt_store(uri)
     location = os.fspath(uri)
+    if is_suite_dir(location):
+        return _open_suite_dir(location, read_only, plugins)
     registry = (plugins or get_plugins()).stores
     opener = resolve_opener(location, registry.objects())
     provider = registry.provider(opener.name)
@@ -141,6 +145,20 @@ def open_store(
     store = opener.open(location, read_only=read_only)
     plugin = provider.plugin if provider is not None else opener.name
     return adapt_store(store, f"store plugin {plugin!r} (opener {opener.name!r})")
+
+
+def _open_suite_dir(location: str, read_only: bool, plugins: Any) -> StoreBase:
+    """A suite directory read as a store: the ``combined`` layout's one store, or every store
+    of the ``by_experiment`` layout behind one ``SuiteStore``."""
+    manifest = read_manifest(location)
+    if manifest.layout != "by_experiment":
+        return open_store(os.path.join(location, manifest.catalog), read_only=read_only, plugins=plugins)
+    return SuiteStore(
+        location,
+        manifest,
+        read_only=read_only,
+        opener=lambda path, ro: open_store(path, read_only=ro, plugins=plugins),
+    )
 
 
 def list_stores(location: str, plugins: Any = None) -> list[str]:

@@ -25,6 +25,7 @@ from pyattacker.errors import ConfigError
 
 __all__ = [
     "CATALOG",
+    "CATALOGS",
     "LAYOUTS",
     "MANIFEST",
     "MANIFEST_VERSION",
@@ -42,6 +43,9 @@ MANIFEST_VERSION = 1
 #: the store of the ``combined`` layout, relative to the root
 CATALOG = "state.db"
 LAYOUTS = ("combined", "by_experiment")
+#: each layout's catalog: the one store of ``combined``; the runs and pools of ``by_experiment``
+#: (whose members' pipelines are in ``experiments/<ID>/state.db``)
+CATALOGS = {"combined": CATALOG, "by_experiment": "suite.db"}
 
 
 def experiment_prefix(suite_id: str, experiment_id: str) -> str:
@@ -114,6 +118,8 @@ def read_manifest(root: str | os.PathLike[str]) -> SuiteManifest:
     for exp_id, entry in experiments.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("prefix"), str):
             raise ConfigError(f"{path}: experiments.{exp_id}: no prefix recorded")
+    if data.get("layout") not in LAYOUTS:
+        raise ConfigError(f"{path}: layout must be one of {', '.join(LAYOUTS)}, got {data.get('layout')!r}")
     return SuiteManifest(
         suite_id=data["suite_id"],
         layout=str(data.get("layout")),
@@ -154,7 +160,7 @@ def open_root(
             " or new folder"
         )
     else:
-        manifest = SuiteManifest(suite_id=suite_id, layout=layout)
+        manifest = SuiteManifest(suite_id=suite_id, layout=layout, catalog=CATALOGS[layout])
     for exp_id, entry in definitions.items():
         known = manifest.experiments.get(exp_id)
         if known is not None and known.get("definition_digest") != entry["definition_digest"]:

@@ -1,10 +1,11 @@
 """Views over a suite directory: the side-by-side comparison of its experiments.
 
-A suite directory (``manifest.json`` + the ``combined`` layout's ``state.db``) is read like a
-store; each pipeline row belongs to the experiment whose id prefix it carries
-(``SuiteManifest.experiment_of``). ``compare_experiments`` folds the pipeline rows and the
-application metrics in one pass each into one row per experiment: states, p50/p95 latency,
-token and cost totals when tasks report them as metrics, and every other metric's mean.
+A suite directory (``manifest.json`` + the ``combined`` layout's ``state.db``, or the
+``by_experiment`` layout's stores) is read like a store; each pipeline row belongs to the
+experiment whose id prefix it carries (``SuiteManifest.experiment_of``).
+``compare_experiments`` folds the pipeline rows and the application metrics in one pass each
+into one row per experiment: states, p50/p95 latency, token and cost totals when tasks report
+them as metrics, and every other metric's mean.
 """
 
 from __future__ import annotations
@@ -33,14 +34,16 @@ SUM_METRICS = ("tokens", "cost")
 
 
 def open_suite(location: str) -> tuple[SuiteManifest, str] | None:
-    """``(manifest, catalog store path)`` of a suite directory, or None for anything else."""
+    """``(manifest, the store location a view opens)`` of a suite directory, or None for
+    anything else: the ``combined`` layout's ``state.db``; for ``by_experiment`` the directory
+    itself, which opens as one store over every member's (``SuiteStore``)."""
     if not is_suite_dir(location):
         return None
     manifest = read_manifest(location)
     catalog = os.path.join(location, manifest.catalog)
     if not os.path.exists(catalog):
         raise ConfigError(f"{location}: suite directory without its store {manifest.catalog} (never run?)")
-    return manifest, catalog
+    return manifest, (catalog if manifest.layout == "combined" else location)
 
 
 def suite_catalog(location: str) -> str:
