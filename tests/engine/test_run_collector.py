@@ -72,3 +72,13 @@ def test_the_programs_own_settings_are_left_alone(tmp_path: Path) -> None:
     seen = _run_seeing(tmp_path)
     assert {s for s in seen} == {((2_000, 20, 5), 0)}
     assert gc.get_threshold() == (2_000, 20, 5)
+
+
+@pytest.mark.usefixtures("default_collector")
+def test_objects_frozen_before_the_run_stay_frozen_and_the_threshold_is_raised(tmp_path: Path) -> None:
+    gc.freeze()  # as a forked shard does with its parent's objects
+    seen = _run_seeing(tmp_path)
+    assert {threshold for threshold, _ in seen} == {(RUN_THRESHOLD, *DEFAULT_THRESHOLDS[1:])}
+    assert gc.get_threshold() == DEFAULT_THRESHOLDS
+    assert gc.get_freeze_count() > 0  # not unfrozen by the run (objects freed meanwhile leave it)
+    gc.unfreeze()

@@ -7,9 +7,10 @@ objects: never garbage the run makes) and raises the first generation's threshol
 collector runs a few times per run instead of hundreds. Both are undone when the last run of the
 process ends (``gc.unfreeze`` hands the frozen objects back to the collector).
 
-Only a process whose collector is as Python starts it (enabled, default thresholds, nothing
-frozen) is tuned: a program that set its own thresholds, disabled the collector or froze objects
-itself keeps exactly its settings.
+Only a collector as Python starts it (enabled, default thresholds) is tuned: a program that set
+its own thresholds or disabled the collector keeps exactly its settings. Objects frozen before the
+run (a forked shard freezes its parent's) stay as they are: the threshold is raised, nothing more
+is frozen, and nothing is unfrozen after.
 """
 
 from __future__ import annotations
@@ -32,14 +33,16 @@ class _Tuning:
         self.lock = threading.Lock()
         self.holders = 0
         self.saved: tuple[int, int, int] | None = None
+        #: whether the run froze the objects (and so unfreezes them after the last run)
+        self.froze = False
 
 
 _TUNING = _Tuning()
 
 
 def _untouched() -> bool:
-    """The collector as the interpreter starts it: nothing for pyattacker to respect."""
-    return gc.isenabled() and gc.get_threshold() == DEFAULT_THRESHOLDS and gc.get_freeze_count() == 0
+    """The collector as the interpreter starts it: no settings of the program's to respect."""
+    return gc.isenabled() and gc.get_threshold() == DEFAULT_THRESHOLDS
 
 
 class RunCollector:
@@ -56,7 +59,9 @@ class RunCollector:
                 self._held = True
             elif _untouched():
                 tuning.saved = gc.get_threshold()  # (the defaults: checked just above)
-                gc.freeze()
+                tuning.froze = gc.get_freeze_count() == 0
+                if tuning.froze:
+                    gc.freeze()
                 gc.set_threshold(RUN_THRESHOLD, *tuning.saved[1:])
                 tuning.holders = 1
                 self._held = True
@@ -74,5 +79,6 @@ class RunCollector:
             # restored only if nobody changed them meanwhile (a task or the program may have)
             if gc.get_threshold()[0] == RUN_THRESHOLD:
                 gc.set_threshold(*tuning.saved)
-            gc.unfreeze()
-            tuning.saved = None
+            if tuning.froze:
+                gc.unfreeze()
+            tuning.saved, tuning.froze = None, False
