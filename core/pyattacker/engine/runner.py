@@ -22,6 +22,7 @@ from typing import Any
 from pyattacker.clock import Clock, RealClock
 from pyattacker.engine.admission import Admission
 from pyattacker.engine.checkpoint import Checkpointer
+from pyattacker.engine.collector import RunCollector
 from pyattacker.engine.context import TaskContext
 from pyattacker.engine.control import Control, require_ledger
 from pyattacker.engine.event_loop import loop_factory, resolve_event_loop
@@ -315,7 +316,8 @@ class Runner:
                 expected = len(specs) if isinstance(specs, Sized) else getattr(specs, "length", None)
             if resume is not None:
                 self.config = self.config.replace(resume=resume)
-            return await _Run(self, run_id, expected).run(specs)
+            with RunCollector():  # the collector tuned while runs go (see ``collector``)
+                return await _Run(self, run_id, expected).run(specs)
         finally:
             self._running = None
 
