@@ -62,6 +62,12 @@ PAGE_FILTERS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: a run's pipelines in page order: ``+`` keeps SQLite from reading them through
+#: ``pipelines_by_run_state`` and sorting all of them for each page; it walks
+#: ``pipelines_by_created`` (the page order) from the keyset on instead
+_PAGE_ORDER_RUN = '+t."run_id" = ?'
+
+
 @lru_cache(maxsize=256)
 def page_sql(
     kind: str,
@@ -82,6 +88,8 @@ def page_sql(
         if f == "pipeline_id"
         else run_spans.run_condition(kind)
         if f == "run_id" and by_span
+        else _PAGE_ORDER_RUN
+        if f == "run_id" and kind == "pipelines" and "state" not in filters
         else f't."{f}" = ?'
         for f in filters
     ]
