@@ -124,6 +124,22 @@ def test_a_filtered_page_says_how_far_it_searched_and_pages_on(
     assert len(full["rows"]) == 1 and full["next"] and "searched" not in full
 
 
+def test_a_runs_pages_hold_its_pipelines_only_whatever_runs_lie_around_it(tmp_path: Path) -> None:
+    """r2's pipelines sit among r1's in creation order; each run's pages (and a run with no
+    pipeline) hold exactly its own, in order."""
+    store = open_view(_store(tmp_path))
+    try:
+        for run_id in ("r1", "r2", "nope"):
+            every = [p.pipeline_id for p in iter_rows(store, "pipelines")]
+            owner = {pid: p.run_id for pid, p in store.lookup_pipelines(every).items()}
+            mine = [pid for pid in every if owner[pid] == run_id]
+            assert [p.pipeline_id for p in iter_rows(store, "pipelines", run_id=run_id, batch=4)] == mine
+            query = PipelineQuery(run_id=run_id, descending=True)
+            assert [p.pipeline_id for p in store.find_pipelines(query, None, 1000)] == mine[::-1]
+    finally:
+        store.close()
+
+
 def test_text_search_takes_percent_and_underscore_literally_and_ignores_ascii_case(tmp_path: Path) -> None:
     store = open_view(_store(tmp_path))
     try:
@@ -239,6 +255,8 @@ def test_pages_in_creation_order_walk_an_index_instead_of_sorting_the_run(tmp_pa
     for filters in (("run_id",), ("run_id", "state")):
         for keyset in (False, True):
             assert "TEMP B-TREE FOR ORDER BY" not in _plan(path, page_sql("pipelines", filters, keyset))
+    # a run's walk starts at its first pipeline, not at the store's (runs before it are skipped)
+    assert "created_at>? AND created_at<?" in _plan(path, page_sql("pipelines", ("run_id",), False))
     for filters in (("run_id",), ("run_id", "state"), ("run_id", "failed_task")):
         assert "TEMP B-TREE FOR ORDER BY" not in _plan(
             path, dashboard_reads._find_sql(filters, False, "created", False, True)

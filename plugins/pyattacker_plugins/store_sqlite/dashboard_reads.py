@@ -25,7 +25,7 @@ from pyattacker.plugins.store_queries import (
 
 from . import run_spans
 from .connection import LOOKUP_CHUNK, StoreConnection
-from .read_sql import lookup_sql
+from .read_sql import PAGE_ORDER_RUN, lookup_sql
 from .reads import _names_store
 from .rows import PIPELINES
 
@@ -81,11 +81,16 @@ def _like(text: str) -> str:
     return f"%{escaped}%"
 
 
+def _in_order(sort: str, filters: tuple[str, ...]) -> bool:
+    """Whether the run's pipelines are walked in creation order (``PAGE_ORDER_RUN``): without a
+    state, SQLite would read the run through ``pipelines_by_run_state`` and sort every pipeline
+    of it for one page; it walks ``pipelines_by_created`` instead and stops at the page's end."""
+    return sort == "created" and "state" not in filters
+
+
 def _run_filter(sort: str, filters: tuple[str, ...]) -> str:
-    """The run's condition. In creation order without a state, ``+`` keeps SQLite from reading
-    the run through ``pipelines_by_run_state`` (then sorting every pipeline of the run for one
-    page): it walks ``pipelines_by_created`` in page order instead and stops at the page's end."""
-    return 't."run_id" = ?' if sort != "created" or "state" in filters else '+t."run_id" = ?'
+    """The run's condition (three parameters when ``_in_order``, else one)."""
+    return PAGE_ORDER_RUN if _in_order(sort, filters) else 't."run_id" = ?'
 
 
 @lru_cache(maxsize=64)
@@ -188,7 +193,10 @@ class DashboardReads(StoreConnection):
         params: list[Any] = []
         for f in filters:
             value = getattr(query, f)
-            params.extend((value, value) if f == "error_class" else (value,))
+            if f == "run_id" and _in_order(query.sort, filters):
+                params.extend(self._run_in_order(value))
+            else:
+                params.extend((value, value) if f == "error_class" else (value,))
         text = bool(query.text)
         if text:
             params.extend([_like(query.text or "")] * len(TEXT_FIELDS))
@@ -211,6 +219,8 @@ class DashboardReads(StoreConnection):
             return [], None
         filters = tuple(f for f in _FILTER_COLUMNS if getattr(query, f) is not None)
         head = [getattr(query, f) for f in filters if f in ("run_id", "state")]
+        if query.run_id is not None and _in_order(query.sort, filters):
+            head[0:1] = self._run_in_order(query.run_id)
         tail: list[Any] = []
         for f in filters:
             if f not in ("run_id", "state"):
