@@ -763,10 +763,10 @@ def test_version_1_file_migrated_by_the_writer_only(tmp_path: Path) -> None:
     writer = OPENER.open(str(path))
     try:
         conn = sqlite3.connect(path)
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
         meta = dict(conn.execute("SELECT key, value FROM store_meta"))
         conn.close()
-        assert meta["schema_version"] == "8" and meta["tasks_running"] == "1"
+        assert meta["schema_version"] == "9" and meta["tasks_running"] == "1"
         assert writer.interrupt_running("next", 3.0) == 1  # the rows written before the migration
         assert [t.state for t in writer.page("tasks")] == ["interrupted"]
     finally:
@@ -1365,7 +1365,7 @@ def test_version_2_file_read_as_it_is_and_migrated_by_the_writer(tmp_path: Path)
     conn = sqlite3.connect(path)
     try:
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert "handoffs" in tables and conn.execute("PRAGMA user_version").fetchone()[0] == 8
+        assert "handoffs" in tables and conn.execute("PRAGMA user_version").fetchone()[0] == 9
     finally:
         conn.close()
 
@@ -1539,4 +1539,4 @@ def test_version_3_file_read_as_it_is_and_migrated_by_the_writer(tmp_path: Path)
     assert raw(
         path, "SELECT typeof(task_run_id), typeof(pipeline_id) FROM tasks ORDER BY pk DESC LIMIT 1"
     ) == [("blob", "null")]
-    assert raw(path, "PRAGMA user_version") == [(8,)]
+    assert raw(path, "PRAGMA user_version") == [(9,)]

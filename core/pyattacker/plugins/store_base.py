@@ -37,7 +37,14 @@ from pyattacker.model import (
 )
 from pyattacker.plugins.paging import PAGE_KINDS, iter_rows
 from pyattacker.plugins.run_notes import config_note
-from pyattacker.plugins.store_queries import PipelineQuery, TimeBucket, bucket_attempts, select_pipelines
+from pyattacker.plugins.store_queries import (
+    FailureCount,
+    PipelineQuery,
+    TimeBucket,
+    bucket_attempts,
+    count_failures,
+    select_pipelines,
+)
 from pyattacker.plugins.store_stats import compute_stats
 
 __all__ = [
@@ -476,6 +483,23 @@ class StoreBase(ABC):
         rows = iter_rows(self, "pipelines", run_id=query.run_id, state=query.state)
         return select_pipelines(rows, query, after, limit)
 
+    def scan_pipelines(
+        self, query: PipelineQuery, after: tuple[Any, Any] | None, limit: int, scan: int
+    ) -> tuple[list[PipelineRecord], tuple[Any, Any] | None]:
+        """``find_pipelines`` that may look at only the next ``scan`` pipelines of the run (and
+        state) in ``query``'s order: the matches found, and the keyset where it stopped when it
+        stopped short of ``limit`` matches with pipelines left (None: nothing left, or
+        ``limit`` found). The viewer's filtered pages read this, so a filter that matches
+        little costs a bounded read on a store of any size. The default looks at everything."""
+        return self.find_pipelines(query, after, limit), None
+
+    def failure_counts(self, run_id: str | None = None) -> list[FailureCount]:
+        """The failed pipelines of ``run_id`` (None: every run) counted by error type, error
+        class and failed task, each with its first in page order, in the order of those firsts:
+        the viewer's failure groups.
+        The default reads every failed pipeline; the SQLite store counts in SQL."""
+        return count_failures(iter_rows(self, "pipelines", run_id=run_id, state="failed"))
+
     def attempt_timeline(self, run_id: str | None, origin: float, width: float) -> list[TimeBucket]:
         """The attempts of ``run_id`` (None: all) bucketed by when they ended: bucket ``i``
         holds those with ``int((ended_at - origin) / width) == i``; only buckets with attempts."""
@@ -491,7 +515,7 @@ OPTIONAL_READS = (
     "lookup_states", "attempt_summaries", "event_summaries", "rows_by_pipeline", "metrics_by_pipeline",
     "final_artifacts", "task_leases", "point_pipelines", "handoffs_by_operation", "run_note",
     "run_notes", "write_note", "run_state_counts", "spec_digests", "task_durations", "metric_summary",
-    "find_pipelines", "attempt_timeline",
+    "find_pipelines", "attempt_timeline", "scan_pipelines", "failure_counts",
 )  # fmt: skip
 
 

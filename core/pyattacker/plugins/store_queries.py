@@ -21,10 +21,12 @@ from pyattacker.model import PipelineRecord
 __all__ = [
     "PERCENTILES",
     "PIPELINE_SORTS",
+    "FailureCount",
     "PipelineQuery",
     "TimeBucket",
     "ascii_lower",
     "bucket_attempts",
+    "count_failures",
     "nearest_rank",
     "pipeline_sort_value",
     "sample_step",
@@ -122,6 +124,34 @@ def select_pipelines(
 
 
 @dataclass(frozen=True)
+class FailureCount:
+    """The failed pipelines of one ``(error_type, error_class, failed_task)`` (as stored, None
+    included): how many, and the first of them in page order (``(created_at, pipeline_id)``)."""
+
+    error_type: str | None
+    error_class: str | None
+    failed_task: str | None
+    count: int
+    first_created_at: float
+    first_id: str
+
+
+def count_failures(rows: Iterable[PipelineRecord]) -> list[FailureCount]:
+    """``FailureCount`` of the failed pipelines among ``rows`` (given in page order)."""
+    seen: dict[tuple[str | None, str | None, str | None], list[Any]] = {}
+    for p in rows:
+        if p.state != "failed":
+            continue
+        name = (p.error_type, p.error_class, p.failed_task)
+        group = seen.get(name)
+        if group is None:
+            seen[name] = [1, p.created_at, p.pipeline_id]
+        else:
+            group[0] += 1
+    return [FailureCount(*name, n, at, pid) for name, (n, at, pid) in seen.items()]
+
+
+@dataclass(frozen=True)
 class TimeBucket:
     """The attempts that ended in ``[origin + index * width, origin + (index + 1) * width)``:
     how many, how many did not succeed, the longest (ms), and duration percentiles (ms, nearest
@@ -134,6 +164,10 @@ class TimeBucket:
     p50_ms: float | None
     p95_ms: float | None
     p99_ms: float | None
+    #: 1: counted over every attempt; n: estimated from one attempt in n (a store may sample a
+    #: large run: ``attempts`` and ``failed`` are then the sample's counts times n, ``max_ms``
+    #: the sample's longest)
+    counted_one_in: int = 1
 
 
 #: percentiles are computed over about this many attempts at most, whatever the run's size

@@ -606,6 +606,8 @@ class StoreContract(NotesContract, LogContract, QueryContract):
             "metric_summary": (("r1",), ("nope",)),
             "find_pipelines": (*((q, None, 100) for q in QUERIES), (PipelineQuery(), (10.0, "f3"), 2)),
             "attempt_timeline": (("r1", 0.0, 1.0), (None, 1.5, 0.25), ("nope", 0.0, 1.0)),
+            "scan_pipelines": tuple((q, None, 100, 1000) for q in QUERIES),
+            "failure_counts": ((None,), ("r1",), ("nope",)),
         }
         assert set(calls) == set(OPTIONAL_READS) - {"close", "write_note"}
         for name, arglists in calls.items():

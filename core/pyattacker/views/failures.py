@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from pyattacker.plugins.store_base import StoreBase, iter_rows
+from pyattacker.plugins.store_base import StoreBase
 from pyattacker.views.common import read_only_store
 
 __all__ = ["attach_tracebacks", "group_failures", "last_frame", "last_frame_text", "with_tracebacks"]
@@ -79,10 +79,11 @@ def group_failures(store: StoreBase, run_id: str | None) -> list[dict[str, Any]]
     """The failed pipelines of ``run_id`` (None: every run) grouped by the class of the error
     that failed them (``error_type``, with the runner's ``error_class`` for it), largest group
     first: ``{"error_type", "error_class", "count", "tasks": {task: count}, "example": {...}}``;
-    the example is the group's first failure in page order, with its last frame."""
+    the example is the group's first failure in page order, with its last frame. Counted by
+    the store (``failure_counts``): only the examples' rows are read."""
     groups: dict[tuple[str, str], dict[str, Any]] = {}
-    for p in iter_rows(store, "pipelines", run_id=run_id, state="failed"):
-        name = (p.error_type or "unknown", p.error_class or "unknown")
+    for c in sorted(store.failure_counts(run_id), key=lambda c: (c.first_created_at, c.first_id)):
+        name = (c.error_type or "unknown", c.error_class or "unknown")
         group = groups.get(name)
         if group is None:
             group = groups[name] = {
@@ -90,18 +91,25 @@ def group_failures(store: StoreBase, run_id: str | None) -> list[dict[str, Any]]
                 "error_class": name[1],
                 "count": 0,
                 "tasks": {},
-                "example": {
-                    "pipeline_id": p.pipeline_id,
-                    "key": p.key,
-                    "run_id": p.run_id,
-                    "failed_task": p.failed_task,
-                    "error_message": p.error_message,
-                    "last_frame": last_frame_text(p.traceback),
-                },
+                "example": c.first_id,
             }
-        group["count"] += 1
-        task = p.failed_task or "?"
-        group["tasks"][task] = group["tasks"].get(task, 0) + 1
+        group["count"] += c.count
+        task = c.failed_task or "?"
+        group["tasks"][task] = group["tasks"].get(task, 0) + c.count
+    examples = store.lookup_pipelines([g["example"] for g in groups.values()])
+    for group in groups.values():
+        p = examples.get(group["example"])
+        if p is None:  # (gone between the two reads: a writer rewrote it)
+            group["example"] = None
+            continue
+        group["example"] = {
+            "pipeline_id": p.pipeline_id,
+            "key": p.key,
+            "run_id": p.run_id,
+            "failed_task": p.failed_task,
+            "error_message": p.error_message,
+            "last_frame": last_frame_text(p.traceback),
+        }
     return sorted(groups.values(), key=lambda g: (-g["count"], g["error_type"], g["error_class"]))
 
 

@@ -38,9 +38,11 @@ from .dashboard_api import ParamError, pipeline_query, sort_key, timeline
 from .drilldown import failure_groups, log_page, pipeline_detail
 from .shared_answers import ANSWER_TTL_S, SharedAnswers
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Api", "ApiError", "prometheus_text", "single_values"]
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "SCAN_LIMIT", "Api", "ApiError", "prometheus_text", "single_values"]
 
 DEFAULT_LIMIT = 50
+#: the pipelines one filtered ``/pipelines`` page looks at, at most (``scan_pipelines``)
+SCAN_LIMIT = 50_000
 MAX_LIMIT = 1000
 _DIGESTS = 8
 _KEY_PROBE = 5000
@@ -341,8 +343,16 @@ class Api:
         after = None
         if params.get("after"):
             after = _uncursor(params["after"], _TEXT if query.sort == "key" else _NUMBER, _TEXT)
-        rows = store.find_pipelines(query, after, limit + 1)
+        stopped = None
+        if query.sort == "created" and (query.task or query.error_class or query.text):
+            # a filter no index serves: look at the next SCAN_LIMIT pipelines only (a rare match
+            # on a large store is otherwise a read of every row); "next" goes on from there
+            rows, stopped = store.scan_pipelines(query, after, limit + 1, SCAN_LIMIT)
+        else:
+            rows = store.find_pipelines(query, after, limit + 1)
         page, nxt = _page(rows, limit, lambda p: sort_key(p, query))
+        if stopped is not None:
+            nxt = _cursor(list(stopped))
         ledgers = _ledgers(store, [p.pipeline_id for p in page])
         # pipelines that moved back: their task rows too, for where each traversal stands
         backward = [pid for pid, rows in ledgers.items() if any(h.operation in BACKWARD_OPS for h in rows)]
@@ -363,7 +373,10 @@ class Api:
                 row["control"] = control_record(p, ledgers[p.pipeline_id], tasks.get(p.pipeline_id, []))
                 row["cursor_kind"] = "position"
             out.append(row)
-        return {"run_id": choice.run_id, "rows": out, "limit": limit, "next": nxt}
+        body = {"run_id": choice.run_id, "rows": out, "limit": limit, "next": nxt}
+        if stopped is not None:
+            body["searched"] = SCAN_LIMIT  # the page is what the next SCAN_LIMIT pipelines hold
+        return body
 
     def timeline(self, store: StoreBase, choice: RunChoice, params: dict[str, str]) -> dict[str, Any]:
         """Attempts per time bucket over the run's whole span (``dashboard_api.timeline``)."""

@@ -101,11 +101,13 @@ def timeline(store: StoreBase, choice: RunChoice) -> dict[str, Any]:
             "width_s": None,
             "buckets": [],
             "percentiles_of_one_in": 1,
+            "counts_of_one_in": 1,
         }
     start, end = span
     width = bucket_width(end - start)
     found = {b.index: b for b in store.attempt_timeline(choice.run_id, start, width)}
-    step = sample_step(sum(b.attempts for b in found.values()))
+    counted = max((b.counted_one_in for b in found.values()), default=1)
+    step = counted if counted > 1 else sample_step(sum(b.attempts for b in found.values()))
     # every bucket of the span, and any attempt outside it (a clock that stepped) as it is
     indices = sorted(set(range(int((end - start) / width) + 1)) | set(found))
     buckets = []
@@ -124,5 +126,6 @@ def timeline(store: StoreBase, choice: RunChoice) -> dict[str, Any]:
         "end": end,
         "width_s": width,
         "percentiles_of_one_in": step,
+        "counts_of_one_in": counted,
         "buckets": buckets,
     }

@@ -19,7 +19,7 @@ from pyattacker.errors import CorruptRow, StoreUnavailable
 from pyattacker.store.writer_lock import WriterLock
 
 from . import schema
-from .read_sql import IDS_INDEXED, IDS_OLD, rows_where
+from .read_sql import IDS_INDEXED, IDS_OLD, RUN_CREATED, rows_where
 from .rows import RowCodec
 
 __all__ = ["LOOKUP_CHUNK", "StoreConnection"]
@@ -130,6 +130,11 @@ class StoreConnection:
                 return self._db().execute(sql, params).fetchall()
             except sqlite3.Error as exc:
                 raise StoreUnavailable(f"store {self.path}: read failed: {exc}") from exc
+
+    def _run_in_order(self, run_id: str) -> tuple[str, Any, Any]:
+        """The parameters of ``read_sql.PAGE_ORDER_RUN``: the run, its first and last ``created_at``."""
+        lo, hi = self._query(RUN_CREATED, [run_id] * RUN_CREATED.count("?"))[0]
+        return run_id, lo, hi
 
     def _query_snapshot(self, sqls: list[str], params: Sequence[Any]) -> list[list[Any]]:
         """The rows of each of ``sqls`` (same ``params``), all read in one transaction."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from pyattacker.model import PIPELINE_STATES
 from pyattacker.plugins.api import PAGE_KINDS
 
 from . import run_spans, schema
@@ -62,6 +63,23 @@ PAGE_FILTERS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: a run's pipelines in page order: ``+`` keeps SQLite from reading them through
+#: ``pipelines_by_run_state`` and sorting all of them for each page; it walks
+#: ``pipelines_by_created`` (the page order) from the keyset on instead, between the run's
+#: first and last ``created_at`` (so the rows of the runs before and after it are not walked).
+#: Parameters: the run, then ``RUN_CREATED``'s two values.
+PAGE_ORDER_RUN = '+t."run_id" = ? AND t."created_at" BETWEEN ? AND ?'
+#: the first and last ``created_at`` of run ``?`` (the run twice per state): one seek each in
+#: ``pipelines_by_run_state``, where ``MIN(created_at) ... WHERE run_id = ?`` reads every entry
+RUN_CREATED = "SELECT MIN(lo), MAX(hi) FROM ({})".format(
+    " UNION ALL ".join(
+        f"SELECT (SELECT MIN(created_at) FROM pipelines WHERE run_id = ? AND state = '{s}') AS lo,"
+        f" (SELECT MAX(created_at) FROM pipelines WHERE run_id = ? AND state = '{s}') AS hi"
+        for s in PIPELINE_STATES
+    )
+)
+
+
 @lru_cache(maxsize=256)
 def page_sql(
     kind: str,
@@ -82,6 +100,8 @@ def page_sql(
         if f == "pipeline_id"
         else run_spans.run_condition(kind)
         if f == "run_id" and by_span
+        else PAGE_ORDER_RUN
+        if f == "run_id" and kind == "pipelines" and "state" not in filters
         else f't."{f}" = ?'
         for f in filters
     ]

@@ -230,6 +230,8 @@ class RowReads(StoreConnection):
         given = {"run_id": run_id, "pipeline_id": pipeline_id, "state": state}
         filters = tuple(f for f in PAGE_FILTERS[kind] if given[f] is not None)
         params: list[Any] = [given[f] for f in filters]
+        if kind == "pipelines" and run_id is not None and state is None:  # (``PAGE_ORDER_RUN``)
+            params[0:1] = self._run_in_order(run_id)
         if after is not None:
             keys = PAGE_KINDS[kind]
             if len(after) != len(keys):

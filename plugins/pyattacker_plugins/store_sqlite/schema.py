@@ -51,7 +51,7 @@ __all__ = [
 APPLICATION = "pyattacker"
 #: "PYAT" as a big-endian 32-bit integer, stored in the file header.
 APPLICATION_ID = 0x50594154
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 _REAL = {
     "started_at", "ended_at", "heartbeat_at", "pid_started_at", "created_at", "finished_at", "ts",
@@ -250,12 +250,24 @@ def _v8_task_logs() -> tuple[str, ...]:
     )
 
 
+def _v9_state_pages() -> tuple[str, ...]:
+    """Version 9: a run's pipelines of one state in page order. ``(run_id, state)`` gave the
+    rows of a state but not in ``(created_at, pipeline_id)`` order, so every page of failed
+    pipelines (``/errors``, failure groups, ``report``'s errors) sorted all of them first. The
+    same index with ``created_at`` appended: one more REAL per entry, no more entries."""
+    return (
+        "DROP INDEX pipelines_by_run_state",
+        "CREATE INDEX pipelines_by_run_state ON pipelines (run_id, state, created_at)",
+    )
+
+
 #: tables that came with a version after 1: a file of an older version lacks them by design
 ADDED_TABLES = {"handoffs": 3, "run_spans": 5, "pipeline_ids": 6, "run_notes": 7, "task_logs": 8}
 
 #: version -> statements that bring a file from ``version - 1`` to ``version``
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _notes_step(), 8: _v8_task_logs(),
+    9: _v9_state_pages(),
 }  # fmt: skip
 
 

@@ -279,13 +279,16 @@
       columns.splice(3, 0, ["route", function (p) { return route(p.handoffs); }]);
     }
     table(document.getElementById("pipelines"), columns, pl.rows);
+    // a filter no index serves looks at pl.searched pipelines per page: say so, and "next" goes on
+    const more = pl.searched ? "searched the next " + H.count(pl.searched) + " pipelines; more\u2026" : "";
     if (!pl.rows.length) {
-      const tr = el("tr"), td = el("td", "no pipeline matches", "empty");
+      const tr = el("tr"), td = el("td", more ? "no match yet: " + more : "no pipeline matches", "empty");
       td.setAttribute("colspan", String(columns.length));
       tr.appendChild(td);
       document.getElementById("pipelines").appendChild(tr);
     }
-    document.getElementById("page-number").textContent = "page " + (pages.before.length + 1);
+    document.getElementById("page-number").textContent =
+      "page " + (pages.before.length + 1) + (more ? " (" + more + ")" : "");
     document.getElementById("page-prev").disabled = !pages.before.length;
     document.getElementById("page-next").disabled = !pl.next;
     return pl;
