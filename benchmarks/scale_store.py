@@ -105,9 +105,12 @@ def build_scale_store(path: Path, pipelines: int = 1_000_000, *, seed: int = 51)
             lo += count
     finally:
         store.close()
-    for suffix in ("-wal", "-shm"):
+    for suffix in ("-wal", "-shm", ".lock"):
         Path(f"{partial}{suffix}").unlink(missing_ok=True)
     shutil.move(str(partial), str(path))
+    record = Path(f"{partial}.contents")  # what the file holds (``store_sqlite.contents``)
+    if record.exists():
+        shutil.move(str(record), f"{path}.contents")
     built = {"identity": want, "build_s": round(time.perf_counter() - started, 1)}
     marker.write_text(json.dumps(built))
     return path
