@@ -6,7 +6,10 @@ has something to compare) with the rows a real run writes for each: the pipeline
 slot, seed and output artifacts, one or two attempts, a ``pipeline.*`` event, every tenth a
 metric; a few percent fail (three error classes), some retry once. Durations are log-normal
 (median 200 ms, sigma 0.8), start times spread as a run at about 8,000 pipelines/s would.
-Everything is derived from ``seed``: two builds of the same size hold the same rows.
+Everything is derived from ``seed``: two builds of the same size hold the same rows. The
+pipelines of ``scale-a`` have the ids, digests and seeds a run of ``product_run``'s one-task
+template gives ``in-0``, ``in-1``, ... (so ``resume_specs`` re-runs them with nothing to do);
+those of ``scale-b`` are of another chain (ids of their own).
 
 Rows go through ``SqliteStore.commit`` in batches of a few thousand pipelines (the same commit
 path a run uses, without the runner around it): about a minute per million on a quiet machine.
@@ -43,7 +46,7 @@ from pyattacker.model import (
 )
 from pyattacker_plugins.store_sqlite import SCHEMA_VERSION, SqliteStore
 
-__all__ = ["RUNS", "build_scale_store", "cache_dir", "cached_scale_store"]
+__all__ = ["RUNS", "build_scale_store", "cache_dir", "cached_scale_store", "resume_specs"]
 
 #: the two runs' ids and the share of the pipelines each holds
 RUNS = (("scale-a", 0.8), ("scale-b", 0.2))
@@ -55,6 +58,14 @@ _ERRORS = (
     ("ValueError", "permanent", "bad answer: expected JSON"),
     ("TimeoutError", "timeout", "task timed out after 30 s"),
 )
+
+
+def resume_specs(pipelines: int) -> Any:
+    """The specs of run ``scale-a`` of a store of ``pipelines`` (``product_run``'s one-task
+    template over ``in-0 ...``): what a resume with nothing to do runs."""
+    from benchmarks.product_run import build_template, seeds
+
+    return build_template(1).map(seeds(0, int(pipelines * RUNS[0][1])))
 
 
 def cache_dir() -> Path:
@@ -142,12 +153,20 @@ def _write_run(store: SqliteStore, run_id: str, count: int, seed: int) -> None:
     first.runs.append(run)
     first.events.append(EventRecord(ts=run.started_at, kind="run.started", scope="run", run_id=run_id))
     store.commit(first)
-    fail_rate = 0.03 if run_id == RUNS[0][0] else 0.02
-    mu = math.log(200.0) + (0.0 if run_id == RUNS[0][0] else -0.05)
+    first_run = run_id == RUNS[0][0]
+    fail_rate = 0.03 if first_run else 0.02
+    mu = math.log(200.0) + (0.0 if first_run else -0.05)
+    specs = iter(resume_specs(int(count / RUNS[0][1]))) if first_run else None
+    spec_digest = build_template_digest() if first_run else f"v2:{run_id}"
     for lo in range(0, count, _BATCH):
         batch = Batch()
         for i in range(lo, min(count, lo + _BATCH)):
-            _add_pipeline(batch, rng, run, i, mu, fail_rate)
+            if specs is not None:
+                spec = next(specs)
+                ids = (spec.pipeline_id, spec.seed_digest, spec_digest)
+            else:
+                ids = (hashlib.blake2b(f"{run_id}:{i}".encode(), digest_size=16).hexdigest(), "", spec_digest)
+            _add_pipeline(batch, rng, run, i, mu, fail_rate, ids)
         store.commit(batch)
     last = Batch()
     done = _run_record(run_id, count, "completed")
@@ -196,12 +215,26 @@ def _write_run(store: SqliteStore, run_id: str, count: int, seed: int) -> None:
     store.commit(last)
 
 
+def build_template_digest() -> str:
+    """The spec digest of ``product_run``'s one-task template (what its pipeline rows carry)."""
+    from benchmarks.product_run import build_template
+
+    return str(build_template(1).spec_digest)
+
+
 def _add_pipeline(
-    batch: Batch, rng: random.Random, run: RunRecord, i: int, mu: float, fail_rate: float
+    batch: Batch,
+    rng: random.Random,
+    run: RunRecord,
+    i: int,
+    mu: float,
+    fail_rate: float,
+    ids: tuple[str, str, str],
 ) -> None:
-    """One pipeline's rows (as a run of one task ``t0`` writes them) appended to ``batch``."""
+    """One pipeline's rows (as a run of one task ``t0`` writes them) appended to ``batch``;
+    ``ids``: its pipeline id, seed digest ('' : computed here) and spec digest."""
     run_id = run.run_id
-    pid = hashlib.blake2b(f"{run_id}:{i}".encode(), digest_size=16).hexdigest()
+    pid, seed_digest, spec_digest = ids
     created = run.started_at + i / _RATE
     tries = 2 if rng.random() < 0.05 else 1
     failed = rng.random() < fail_rate
@@ -236,7 +269,7 @@ def _add_pipeline(
         t += ms / 1000
     state = "failed" if failed else "succeeded"
     seed_text = json.dumps(f"in-{i}").encode()
-    seed_digest = hashlib.blake2b(seed_text, digest_size=16).hexdigest()
+    seed_digest = seed_digest or hashlib.blake2b(seed_text, digest_size=16).hexdigest()
     batch.artifacts.append(
         ArtifactRecord(
             artifact_id=f"{pid}:-1",
@@ -309,8 +342,8 @@ def _add_pipeline(
             error_message=error[2] if error else None,
             traceback=f"Traceback (most recent call last):\n  ...\n{error[0]}: {error[2]}" if error else None,
             seed_digest=seed_digest,
-            spec_digest=f"v2:{run_id}",
-            seed_key=f"in-{i}",
+            spec_digest=spec_digest,
+            seed_key=None,
         )
     )
     batch.events.append(
