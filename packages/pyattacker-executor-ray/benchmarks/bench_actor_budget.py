@@ -41,7 +41,6 @@ def _leases(budget: SharedBudget | None, n: int) -> tuple[float, float]:
 
 def _parallel(address: str, name: str, n: int, out: Any) -> None:
     import ray
-
     from pyattacker_executor_ray.budget import NAMESPACE, ActorBudget
 
     ray.init(address=address, namespace=NAMESPACE, logging_level="WARNING", log_to_driver=False)
@@ -60,7 +59,6 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     import ray
-
     from pyattacker_executor_ray.budget import ActorBudget, start_budget_log
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
