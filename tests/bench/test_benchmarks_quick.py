@@ -831,3 +831,22 @@ def test_rate_limits_reach_the_keys_combined_limit_with_no_429() -> None:
     assert summary["rate_limits"]["refused_429"] == 0
     assert summary["rate_limits"]["of_combined_limit"] >= 0.95
     assert summary["capacity_only"]["refused_429"] > 0
+
+
+def test_the_scale_scenario_times_every_view_on_a_small_store(tmp_path: Path) -> None:
+    """``benchmarks.scale`` end to end on 200 pipelines: every measurement ran and exited 0."""
+    out = tmp_path / "scale.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.scale", "--pipelines", "200", "--out", str(out)],
+        cwd=REPO,
+        env={**os.environ, "PYATTACKER_BENCH_CACHE": str(tmp_path / "cache")},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    results = json.loads(out.read_text())["results"]
+    assert {"report", "runs", "compare", "GET /stats", "GET /pipelines", "GET /timeline"} <= set(results)
+    assert all(r["exit"] == 0 for r in results.values()), results
+    resumed = json.loads(results["resume (nothing to do but failures)"]["last"])
+    assert resumed["skipped"] > resumed["pipelines_done"]  # the finished ones are not run again
