@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pyattacker.testing.rows import commit, log_row, pipeline
 from pyattacker_plugins.store_sqlite import SqliteStore
+from pyattacker_plugins.store_sqlite.schema import SCHEMA_VERSION
 from tests.support.sqlite_downgrades import downgrade_to_v7, raw
 
 
@@ -27,7 +28,7 @@ def test_a_schema_7_file_reads_no_logs_then_migrates(tmp_path: Path) -> None:
         assert [r.lines for r in writer.logs(pipeline_id="p1")] == [log_row("p1").lines]
     finally:
         writer.close()
-    assert raw(path, "PRAGMA user_version") == [(8,)]
+    assert raw(path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
     assert raw(path, "SELECT pipeline_id, task_name, attempt FROM task_logs") == [("p1", "t0", 1)]
 
 
