@@ -21,8 +21,8 @@ import pytest
 from pyattacker.plugins.api import iter_rows
 from pyattacker.shard.plan import shard_index
 from pyattacker.store.location import open_store
+from pyattacker.testing.audit import LEDGER_ENV, Execution, read_ledger
 
-from .audit_tasks import LEDGER_ENV
 from .conftest import PLUGIN
 
 HERE = Path(__file__).parent
@@ -61,7 +61,7 @@ def _config(tmp_path: Path, rows: int, tasks: str) -> None:
 
 
 ECHO = "    - { use: pyattacker.tasks:echo }\n    - { use: pyattacker.tasks:echo }\n"
-AUDITED = "    - { use: audit_tasks:step }\n    - { use: audit_tasks:step }\n"
+AUDITED = "    - { use: pyattacker.testing.audit:step }\n" * 2
 
 
 def _results(tmp_path: Path, *stores: str) -> dict[str, Any]:
@@ -80,12 +80,7 @@ def _artifacts(store: Path) -> set[tuple[str, int]]:
         reader.close()
 
 
-def _ledger(path: Path) -> list[tuple[str, int, int]]:
-    if not path.exists():
-        return []
-    return [
-        (p, int(s), int(pid)) for p, s, pid in (line.split("\t") for line in path.read_text().splitlines())
-    ]
+_ledger = read_ledger
 
 
 @pytest.mark.parametrize("storage", ["auto", "ship"])
@@ -142,7 +137,7 @@ def _start(tmp_path: Path, ledger: Path, address: str, progress_s: float = 0) ->
     )
 
 
-def _wait_for_ledger(proc: subprocess.Popen[str], ledger: Path, lines: int) -> list[tuple[str, int, int]]:
+def _wait_for_ledger(proc: subprocess.Popen[str], ledger: Path, lines: int) -> list[Execution]:
     """Wait until the ledger has ``lines`` lines, from both shards (each has its store then)."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
