@@ -533,7 +533,10 @@ def _prepare(flags: dict[str, Any], resume: bool) -> tuple[_Sharding, ShardExecu
         budget_keep_s=longest_window(resources),
     )
     if sharding.budget is not None:
-        warn(f"one rate budget for all shards: {sharding.budget.removeprefix('file:')}")
+        where = sharding.budget.removeprefix("file:")
+        if sharding.executor != "local":  # it may share the budget its own way (Ray: an actor)
+            where += f" (unless the {sharding.executor} executor shares it otherwise: see its summary)"
+        warn(f"one rate budget for all shards: {where}")
     for plan in sharding.plans:
         if plan.oversubscribed:
             warn(

@@ -59,6 +59,7 @@ def test_four_ray_shards_never_pass_one_60_rpm_limit_together(tmp_path: Path, ra
     doc = json.loads(done.stdout)
     assert doc["merged"]["pipelines"]["by_state"] == {"succeeded": 180}
     assert "one rate budget for all shards in Ray actor pyattacker-budget-" in doc["executor_note"]
+    assert "unless the ray executor shares it otherwise" in done.stderr  # the parent does not claim the file
     # the shards shared the actor, not the kernel's file (which the parent creates, empty)
     assert (tmp_path / "runs" / "g.shards4.budget").stat().st_size == 0
     stores = [str(tmp_path / "runs" / f"g.shard{i}of4.db") for i in range(4)]
