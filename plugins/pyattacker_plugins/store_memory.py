@@ -29,6 +29,7 @@ from pyattacker.model import (
     TaskRecord,
 )
 from pyattacker.plugins.api import PAGE_KINDS, StoreBase, StoreOpenerBase
+from pyattacker.plugins.rowset import select_points
 from pyattacker.plugins.run_notes import config_note, next_note
 from pyattacker.plugins.store_base import count_by_operation, select_logs
 from pyattacker.plugins.store_queries import PipelineQuery, TimeBucket, bucket_attempts, select_pipelines
@@ -278,16 +279,7 @@ class MemoryStore(StoreBase):
     def metric_points(
         self, run_id: str, pipeline_id: str, key: str | None = None, after_step: int = -1, limit: int = 1000
     ) -> list[MetricPoint]:
-        rows = [
-            p
-            for p in self._points
-            if p.run_id == run_id
-            and p.pipeline_id == pipeline_id
-            and (key is None or p.key == key)
-            and p.step > after_step
-        ]
-        rows.sort(key=lambda p: (p.step, p.key))
-        return [_copy(p) for p in rows[:limit]]
+        return [_copy(p) for p in select_points(self._points, run_id, pipeline_id, key, after_step, limit)]
 
     def resources(self, run_id: str | None = None) -> list[ResourceRecord]:
         rows = [r for r in self._resources.values() if run_id is None or r.run_id == run_id]

@@ -33,7 +33,24 @@ from pyattacker.model import (
 )
 from pyattacker.plugins.paging import page_of
 
-__all__ = ["BatchRows", "RowSet"]
+__all__ = ["BatchRows", "RowSet", "select_points"]
+
+
+def select_points(
+    points: Iterable[MetricPoint], run_id: str, pipeline_id: str, key: str | None, after_step: int, limit: int
+) -> list[MetricPoint]:
+    """``StoreBase.metric_points`` over points held in memory: one pipeline's points after
+    ``after_step`` (of ``key`` when given), in (step, key) order, at most ``limit``."""
+    found = [
+        p
+        for p in points
+        if p.run_id == run_id
+        and p.pipeline_id == pipeline_id
+        and (key is None or p.key == key)
+        and p.step > after_step
+    ]
+    found.sort(key=lambda p: (p.step, p.key))
+    return found[:limit]
 
 
 class BatchRows(Protocol):
@@ -185,16 +202,7 @@ class RowSet:
     def point_rows(
         self, run_id: str, pipeline_id: str, key: str | None = None, after_step: int = -1, limit: int = 1000
     ) -> list[MetricPoint]:
-        found = [
-            p
-            for p in self.metric_points
-            if p.run_id == run_id
-            and p.pipeline_id == pipeline_id
-            and (key is None or p.key == key)
-            and p.step > after_step
-        ]
-        found.sort(key=lambda p: (p.step, p.key))
-        return found[:limit]
+        return select_points(self.metric_points, run_id, pipeline_id, key, after_step, limit)
 
     def resource_rows(self, run_id: str | None = None) -> list[ResourceRecord]:
         found = [r for r in self.resources.values() if run_id is None or r.run_id == run_id]
